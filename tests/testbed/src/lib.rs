@@ -1,0 +1,122 @@
+//! keel-testbed: the fixtures every root integration test of Keel uses.
+//!
+//! - [`fabric`]: test hosts (network namespaces) joined by a bridge fabric in a namespace of its own;
+//!   run closures, async blocks and commands inside a host.
+//! - [`forward`]: reach a server inside the fabric from the machine's loopback without touching the
+//!   machine's own network namespace.
+//! - [`host_state`]: a snapshot of the machine's own network namespace, to assert nothing changed it.
+//!
+//! Every fixture removes what it made on drop, also while a test panics. Names of everything a test makes
+//! start with `keel-t<pid>-`, where `<pid>` is the test process: leftovers of a crashed process (its pid
+//! no longer alive) are swept by the next fixture created, without disturbing tests running in parallel.
+//!
+//! Fixtures report failures with `anyhow` errors carrying context: a test only prints them, no caller
+//! branches on their kind.
+
+pub mod fabric;
+pub mod forward;
+pub mod host_state;
+mod netlink;
+pub mod netns;
+
+use std::sync::Once;
+use std::sync::atomic::{AtomicU32, Ordering};
+
+pub use fabric::{Fabric, Host};
+pub use forward::Forwarder;
+pub use netns::{NetNs, NetNsFd};
+
+/// The prefix of every name a test makes (namespaces, mounts): `keel-t<pid>-`.
+pub const TEST_PREFIX: &str = "keel-t";
+
+/// A name prefix unique to this call in this process: `keel-t<pid>-<n>`.
+pub fn unique_prefix() -> String {
+    static NEXT: AtomicU32 = AtomicU32::new(0);
+    format!("{TEST_PREFIX}{}-{}", std::process::id(), NEXT.fetch_add(1, Ordering::Relaxed))
+}
+
+/// The pid of the test process that made `name`, if `name` is a test name.
+pub fn owner_of(name: &str) -> Option<u32> {
+    let rest = name.strip_prefix(TEST_PREFIX)?;
+    let (pid, _) = rest.split_once('-')?;
+    pid.parse().ok()
+}
+
+/// Whether a process with this pid is alive (a zombie is not).
+pub fn pid_alive(pid: u32) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        // The state follows the parenthesised command name, which may itself contain ") ".
+        Ok(stat) => stat.rsplit_once(") ").is_some_and(|(_, rest)| !rest.starts_with('Z')),
+        Err(_) => false,
+    }
+}
+
+/// Which leftovers a sweep removes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Sweep {
+    /// Only what processes that are no longer alive made: safe while other tests run.
+    DeadOwners,
+    /// Everything with the test prefix: only when no test runs (the start of `cargo xtask test`).
+    All,
+}
+
+/// Removes leftovers of earlier test processes; returns what it removed, for the log.
+pub fn sweep(scope: Sweep) -> Vec<String> {
+    let mut removed = Vec::new();
+    let me = std::process::id();
+    let names = netns::list_named().unwrap_or_else(|err| {
+        eprintln!("keel-testbed sweep: {err:#}");
+        Vec::new()
+    });
+    for name in names {
+        let Some(owner) = owner_of(&name) else { continue };
+        let stale = match scope {
+            Sweep::All => owner != me,
+            Sweep::DeadOwners => !pid_alive(owner),
+        };
+        if stale {
+            netns::remove_named(&name);
+            removed.push(format!("netns {name}"));
+        }
+    }
+    removed
+}
+
+/// Sweeps leftovers of dead test processes, once per process (called by fixture constructors).
+pub fn sweep_once() {
+    static ONCE: Once = Once::new();
+    ONCE.call_once(|| {
+        for what in sweep(Sweep::DeadOwners) {
+            eprintln!("keel-testbed: removed a leftover of a crashed test: {what}");
+        }
+    });
+}
+
+/// Fails unless the process runs as root: fixtures need CAP_SYS_ADMIN and CAP_NET_ADMIN.
+pub fn require_root() -> anyhow::Result<()> {
+    if nix::unistd::Uid::effective().is_root() {
+        Ok(())
+    } else {
+        anyhow::bail!("keel-testbed needs root (CAP_SYS_ADMIN, CAP_NET_ADMIN): run the tests as root")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn owners_are_read_from_test_names() {
+        assert_eq!(owner_of("keel-t123-4-fabric"), Some(123));
+        assert_eq!(owner_of("keel-t123-4"), Some(123));
+        assert_eq!(owner_of("keel-up-fabric"), None);
+        assert_eq!(owner_of("keel-tx-1"), None);
+        assert_eq!(owner_of("other"), None);
+    }
+
+    #[test]
+    fn this_process_is_alive_and_a_free_pid_is_not() {
+        assert!(pid_alive(std::process::id()));
+        assert!(!pid_alive(u32::MAX));
+    }
+}

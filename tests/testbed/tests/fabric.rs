@@ -1,0 +1,176 @@
+//! The fabric, hosts and forwarder against the real kernel (root).
+
+use std::io::{Read, Write};
+use std::net::{Ipv4Addr, SocketAddr, TcpListener, TcpStream};
+use std::panic::AssertUnwindSafe;
+
+use keel_testbed::host_state::HostNetState;
+use keel_testbed::{Fabric, Forwarder, NetNs, Sweep, netns};
+
+fn names_with_prefix(prefix: &str) -> Vec<String> {
+    netns::list_named().unwrap().into_iter().filter(|n| n.starts_with(prefix)).collect()
+}
+
+/// Accepts one connection on `listener` and echoes what it reads, upper-cased, until EOF.
+fn serve_one_upper(listener: TcpListener) -> std::thread::JoinHandle<SocketAddr> {
+    std::thread::spawn(move || {
+        let (mut conn, peer) = listener.accept().unwrap();
+        let mut buf = [0u8; 1024];
+        loop {
+            let n = conn.read(&mut buf).unwrap();
+            if n == 0 {
+                return peer;
+            }
+            conn.write_all(&buf[..n].to_ascii_uppercase()).unwrap();
+        }
+    })
+}
+
+fn roundtrip(stream: &mut TcpStream, msg: &[u8]) -> Vec<u8> {
+    stream.write_all(msg).unwrap();
+    let mut reply = vec![0u8; msg.len()];
+    stream.read_exact(&mut reply).unwrap();
+    reply
+}
+
+#[test]
+fn two_hosts_talk_tcp_across_the_fabric() {
+    keel_testbed::require_root().unwrap();
+    let fabric = Fabric::new().unwrap();
+    let a = fabric.add_host("a").unwrap();
+    let b = fabric.add_host("b").unwrap();
+    assert_ne!(a.address(), b.address());
+
+    let listener = a.run(|| TcpListener::bind((a.address(), 7000))).unwrap().unwrap();
+    let server = serve_one_upper(listener);
+    let mut stream = b.run(|| TcpStream::connect((a.address(), 7000))).unwrap().unwrap();
+    assert_eq!(roundtrip(&mut stream, b"across the fabric"), b"ACROSS THE FABRIC");
+    drop(stream);
+    // The server saw the connection come from b's fabric address: it crossed the bridge.
+    assert_eq!(server.join().unwrap().ip(), b.address());
+
+    // The fabric's addresses exist only inside its namespaces, never on the machine itself. (No
+    // connection is attempted from the machine's namespace: its traffic must stay on loopback.)
+    let machine = std::process::Command::new("ip").args(["-o", "address"]).output().unwrap();
+    assert!(!String::from_utf8_lossy(&machine.stdout).contains(&a.address().to_string()));
+}
+
+#[test]
+fn commands_and_async_blocks_run_inside_a_host() {
+    keel_testbed::require_root().unwrap();
+    let fabric = Fabric::new().unwrap();
+    let host = fabric.add_host("node1").unwrap();
+
+    let output = host.command("ip").args(["-o", "-4", "address", "show", "eth0"]).output().unwrap();
+    assert!(output.status.success());
+    let text = String::from_utf8(output.stdout).unwrap();
+    assert!(text.contains(&format!("{}/16", host.address())), "{text}");
+
+    let routes = host.command("ip").args(["route", "show", "default"]).output().unwrap();
+    assert!(String::from_utf8_lossy(&routes.stdout).contains("via 198.18.0.1 dev eth0"));
+
+    // An async block inside the host binds on the host's address, which the machine does not have.
+    let bound = host
+        .block_on(|| async {
+            tokio::net::TcpListener::bind((host.address(), 0)).await.map(|l| l.local_addr())
+        })
+        .unwrap();
+    assert_eq!(bound.unwrap().unwrap().ip(), host.address());
+    assert!(TcpListener::bind((host.address(), 0)).is_err());
+
+    // The host's gateway (the fabric's bridge address) answers: connect to a listener in the fabric.
+    let gw = fabric.ns().run(|| TcpListener::bind((Ipv4Addr::new(198, 18, 0, 1), 7001))).unwrap().unwrap();
+    let server = serve_one_upper(gw);
+    let mut stream = host.run(|| TcpStream::connect((fabric.gateway(), 7001))).unwrap().unwrap();
+    assert_eq!(roundtrip(&mut stream, b"gw"), b"GW");
+    drop(stream);
+    server.join().unwrap();
+}
+
+#[test]
+fn the_forwarder_carries_a_connection_from_loopback_into_a_namespace() {
+    keel_testbed::require_root().unwrap();
+    let fabric = Fabric::new().unwrap();
+    let host = fabric.add_host("api").unwrap();
+    let listener = host.run(|| TcpListener::bind((host.address(), 6443))).unwrap().unwrap();
+    let server = serve_one_upper(listener);
+
+    let target = SocketAddr::from((host.address(), 6443));
+    let forwarder = Forwarder::start(host.fd(), target).unwrap();
+    assert!(forwarder.local_addr().ip().is_loopback());
+    let mut stream = TcpStream::connect(forwarder.local_addr()).unwrap();
+    assert_eq!(roundtrip(&mut stream, b"kubectl get pods"), b"KUBECTL GET PODS");
+    assert_eq!(roundtrip(&mut stream, b"again"), b"AGAIN");
+    drop(stream);
+    // The upstream connection was made from inside the namespace: its source is the host's own address.
+    assert_eq!(server.join().unwrap().ip(), host.address());
+
+    // A target nobody listens on: the client's connection is closed, the forwarder keeps serving.
+    let nobody = Forwarder::start(host.fd(), SocketAddr::from((host.address(), 1))).unwrap();
+    let mut stream = TcpStream::connect(nobody.local_addr()).unwrap();
+    let mut buf = [0u8; 1];
+    assert_eq!(stream.read(&mut buf).unwrap_or(0), 0);
+}
+
+#[test]
+fn nothing_is_left_after_a_test_even_one_that_panics() {
+    keel_testbed::require_root().unwrap();
+    let mut prefix = String::new();
+    let result = std::panic::catch_unwind(AssertUnwindSafe(|| {
+        let fabric = Fabric::new().unwrap();
+        prefix = fabric.prefix().to_owned();
+        let host = fabric.add_host("x").unwrap();
+        let _forwarder = Forwarder::start(host.fd(), SocketAddr::from((host.address(), 80))).unwrap();
+        assert_eq!(names_with_prefix(&prefix).len(), 2);
+        panic!("a test failing half-way");
+    }));
+    assert!(result.is_err());
+    assert!(!prefix.is_empty());
+    assert_eq!(names_with_prefix(&prefix), Vec::<String>::new());
+    assert!(!std::path::Path::new(netns::NETNS_DIR).join(format!("{prefix}-x")).exists());
+}
+
+#[test]
+fn sweep_removes_leftovers_of_dead_processes_only() {
+    keel_testbed::require_root().unwrap();
+    // A pid that was alive and is not any more: a test process that crashed.
+    let mut child = std::process::Command::new("true").spawn().unwrap();
+    let dead = child.id();
+    child.wait().unwrap();
+    assert!(!keel_testbed::pid_alive(dead));
+
+    // Fixtures sweep once per process when the first is made: make ours first, then the leftover.
+    let mine = Fabric::new().unwrap();
+    let leftover = NetNs::create(&format!("keel-t{dead}-0-crashed")).unwrap();
+    let leftover_name = leftover.name().to_owned();
+    std::mem::forget(leftover); // as if its process died without running Drop
+
+    let removed = keel_testbed::sweep(Sweep::DeadOwners);
+    assert!(removed.contains(&format!("netns {leftover_name}")), "{removed:?}");
+    assert!(!netns::list_named().unwrap().contains(&leftover_name));
+    // A live owner's namespaces are untouched.
+    assert_eq!(names_with_prefix(mine.prefix()).len(), 1);
+}
+
+#[test]
+fn the_machines_own_namespace_is_unchanged_by_the_testbed() {
+    keel_testbed::require_root().unwrap();
+    let before = HostNetState::capture().unwrap();
+    {
+        let fabric = Fabric::new().unwrap();
+        let a = fabric.add_host("a").unwrap();
+        let b = fabric.add_host("b").unwrap();
+        let listener = a.run(|| TcpListener::bind((a.address(), 80))).unwrap().unwrap();
+        let server = serve_one_upper(listener);
+        let forwarder = Forwarder::start(a.fd(), SocketAddr::from((a.address(), 80))).unwrap();
+        let mut stream = TcpStream::connect(forwarder.local_addr()).unwrap();
+        assert_eq!(roundtrip(&mut stream, b"x"), b"X");
+        drop(stream);
+        server.join().unwrap();
+        drop(b);
+    }
+    let after = HostNetState::capture().unwrap();
+    if let Some(diff) = after.diff(&before) {
+        panic!("the machine's network namespace changed:\n{diff}");
+    }
+}

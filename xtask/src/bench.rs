@@ -1,0 +1,134 @@
+//! `cargo xtask bench NAME`: runs a benchmark program and, with `--record`, appends its figures to
+//! docs/benchmarks.md.
+//!
+//! A benchmark is a Cargo bench target with `harness = false` in any workspace crate. It measures Keel
+//! and a peer side by side in the same run and prints, as its last line,
+//! `bench NAME: key=value ...` with its headline figures and ratios.
+
+use std::fs::OpenOptions;
+use std::io::{BufRead, BufReader, Write};
+use std::process::Stdio;
+
+use anyhow::{Context, Result, bail};
+use serde_json::Value;
+
+use crate::util;
+
+#[derive(Debug, clap::Args)]
+pub struct Args {
+    /// The benchmark to run; without it, the available benchmarks are listed.
+    pub name: Option<String>,
+    /// Append the run (date, machine, command, figures) to docs/benchmarks.md.
+    #[arg(long)]
+    pub record: bool,
+    /// Arguments passed to the benchmark program.
+    #[arg(last = true)]
+    pub extra: Vec<String>,
+}
+
+pub fn run(args: &Args) -> Result<()> {
+    let benches = list()?;
+    let Some(name) = &args.name else {
+        println!("benchmarks (cargo xtask bench NAME [--record] [-- ARGS]):");
+        for (package, bench) in &benches {
+            println!("  {bench:<20} ({package})");
+        }
+        return Ok(());
+    };
+    let Some((package, _)) = benches.iter().find(|(_, bench)| bench == name) else {
+        bail!(
+            "no benchmark named {name}; there are: {}",
+            benches.iter().map(|(_, b)| b.as_str()).collect::<Vec<_>>().join(", ")
+        );
+    };
+    let mut command = util::cargo();
+    command.args(["bench", "--locked", "--package", package, "--bench", name, "--"]).args(&args.extra);
+    command.stdout(Stdio::piped());
+    let shown = format!("cargo xtask bench {name}{}", extra_suffix(&args.extra));
+    let mut child = command.spawn().with_context(|| format!("run `{}`", util::describe(&command)))?;
+    let stdout = child.stdout.take().context("benchmark stdout")?;
+    let mut headline = None;
+    let marker = format!("bench {name}:");
+    for line in BufReader::new(stdout).lines() {
+        let line = line.context("read benchmark output")?;
+        println!("{line}");
+        if line.starts_with(&marker) {
+            headline = Some(line);
+        }
+    }
+    let status = child.wait().context("wait for the benchmark")?;
+    if !status.success() {
+        bail!("`{}` failed: {status}", util::describe(&command));
+    }
+    let Some(headline) = headline else {
+        bail!("benchmark {name} printed no `{marker} ...` line");
+    };
+    if args.record {
+        record(&shown, &headline)?;
+    }
+    Ok(())
+}
+
+fn extra_suffix(extra: &[String]) -> String {
+    if extra.is_empty() { String::new() } else { format!(" -- {}", extra.join(" ")) }
+}
+
+/// (package, bench target) for every bench target in the workspace.
+fn list() -> Result<Vec<(String, String)>> {
+    let output = util::cargo()
+        .args(["metadata", "--format-version", "1", "--no-deps", "--locked"])
+        .output()
+        .context("run cargo metadata")?;
+    if !output.status.success() {
+        bail!("cargo metadata failed: {}", String::from_utf8_lossy(&output.stderr));
+    }
+    let metadata: Value = serde_json::from_slice(&output.stdout).context("parse cargo metadata")?;
+    let mut benches = Vec::new();
+    for package in metadata["packages"].as_array().into_iter().flatten() {
+        for target in package["targets"].as_array().into_iter().flatten() {
+            let is_bench = target["kind"].as_array().is_some_and(|kinds| kinds.iter().any(|k| k == "bench"));
+            if let (true, Some(name), Some(pkg)) =
+                (is_bench, target["name"].as_str(), package["name"].as_str())
+            {
+                benches.push((pkg.to_owned(), name.to_owned()));
+            }
+        }
+    }
+    benches.sort();
+    Ok(benches)
+}
+
+/// Appends a row to the results table of docs/benchmarks.md.
+fn record(command: &str, headline: &str) -> Result<()> {
+    let path = util::workspace_root().join("docs/benchmarks.md");
+    let date = std::process::Command::new("date")
+        .args(["-u", "+%Y-%m-%d %H:%M"])
+        .output()
+        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_owned())
+        .unwrap_or_default();
+    let figures = headline.split_once(": ").map_or(headline, |(_, figures)| figures);
+    let row = format!("| {date} | {} | `{command}` | {figures} |\n", machine());
+    let mut file = OpenOptions::new()
+        .append(true)
+        .open(&path)
+        .with_context(|| format!("open {} to record the run", path.display()))?;
+    file.write_all(row.as_bytes()).with_context(|| format!("append to {}", path.display()))?;
+    println!("recorded in {}", path.display());
+    Ok(())
+}
+
+/// "N cores, CPU model, kernel": enough to tell machines apart in the results table.
+fn machine() -> String {
+    let cpus = std::thread::available_parallelism().map_or(0, std::num::NonZero::get);
+    let model = std::fs::read_to_string("/proc/cpuinfo")
+        .ok()
+        .and_then(|info| {
+            info.lines()
+                .find(|l| l.starts_with("model name"))
+                .and_then(|l| l.split_once(':'))
+                .map(|(_, m)| m.trim().to_owned())
+        })
+        .unwrap_or_else(|| "unknown CPU".into());
+    let kernel = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default();
+    format!("{cpus} cores, {model}, Linux {}", kernel.trim())
+}

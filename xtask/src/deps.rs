@@ -1,0 +1,137 @@
+//! `cargo xtask deps`: what Keel needs to build, test and run, from Debian's packages.
+//!
+//! Idempotent and fast when everything is present (one `dpkg-query`). As root on Debian/Ubuntu it
+//! installs what is missing; elsewhere it prints the exact command. Tools that come with the machine
+//! image rather than from Debian (kubectl 1.27–1.33, Node.js 20, cargo-nextest) are checked, never
+//! installed, and named when missing. Later issues add their needs to the lists below.
+
+use std::path::Path;
+use std::process::Command;
+
+use anyhow::{Context, Result, bail};
+
+use crate::util;
+
+/// Debian packages, each with why Keel needs it.
+pub const PACKAGES: &[(&str, &str)] = &[
+    ("protobuf-compiler", "protoc, for etcd-client and k8s-cri at build time"),
+    ("pkg-config", "finding system libraries at build time"),
+    ("iproute2", "ip: tests read the machine's network state with it"),
+    ("nftables", "nft: keel-proxy and keel-cni program the kernel's nftables"),
+    ("util-linux", "nsenter, mount"),
+    ("runc", "the OCI runtime keel-shim drives"),
+    ("crun", "the second OCI runtime keel-shim drives"),
+    ("etcd-server", "etcd: the store backend for multi-node control planes, and a test peer"),
+    ("etcd-client", "etcdctl: tests talk to etcd with it"),
+    ("containernetworking-plugins", "the reference CNI plugins, peers of keel-cni"),
+    ("containerd", "the CRI runtime keel-kubelet must drive, a peer of keel-shim"),
+    ("docker-registry", "a local OCI registry: no test needs the internet"),
+    ("umoci", "builds the test images as OCI layouts"),
+    ("skopeo", "copies test images into the local registry"),
+    ("busybox-static", "the contents of the test images"),
+    ("python3-venv", "a virtualenv for the Python kubernetes client tests"),
+    ("fuse3", "the power-loss test filesystem (FUSE)"),
+];
+
+/// kubectl versions that must be present (from the machine image, not Debian).
+pub const KUBECTL_MINORS: std::ops::RangeInclusive<u32> = 27..=33;
+/// Where the machine image keeps kubectl.1.NN.
+pub const KUBECTL_DIR: &str = "/usr/lib/google-cloud-sdk/bin";
+
+#[derive(Debug, clap::Args)]
+pub struct Args {
+    /// Only check; never install.
+    #[arg(long)]
+    pub check: bool,
+}
+
+pub fn run(args: &Args) -> Result<()> {
+    ensure(args.check)
+}
+
+/// Installs (or with `check_only`, verifies) every prerequisite; fails naming what is missing.
+pub fn ensure(check_only: bool) -> Result<()> {
+    let missing = missing_packages()?;
+    if !missing.is_empty() {
+        let command = format!(
+            "apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends {}",
+            missing.join(" ")
+        );
+        if check_only || !util::is_root() || !Path::new("/usr/bin/apt-get").exists() {
+            bail!("missing Debian packages: {}\ninstall them with:\n  {command}", missing.join(" "));
+        }
+        eprintln!("deps: installing {}", missing.join(" "));
+        install(&missing)?;
+        let still = missing_packages()?;
+        if !still.is_empty() {
+            bail!("still missing after apt-get install: {}", still.join(" "));
+        }
+    }
+    let mut problems = Vec::new();
+    for minor in KUBECTL_MINORS {
+        let path = Path::new(KUBECTL_DIR).join(format!("kubectl.1.{minor}"));
+        if !path.exists() {
+            problems.push(format!(
+                "kubectl 1.{minor} ({} is missing; it comes with the machine image)",
+                path.display()
+            ));
+        }
+    }
+    match Command::new("node").arg("--version").output() {
+        Ok(out) if String::from_utf8_lossy(&out.stdout).trim_start_matches('v').starts_with("20.") => {}
+        Ok(out) => problems.push(format!(
+            "Node.js 20 (found {}; it comes with the machine image)",
+            String::from_utf8_lossy(&out.stdout).trim()
+        )),
+        Err(_) => problems.push("Node.js 20 (no `node` on PATH; it comes with the machine image)".into()),
+    }
+    for (tool, args) in [
+        ("cargo-nextest", &["nextest", "--version"]),
+        ("clippy", &["clippy", "--version"]),
+        ("rustfmt", &["fmt", "--version"]),
+    ] {
+        let ok = util::cargo().args(args).output().is_ok_and(|out| out.status.success());
+        if !ok {
+            problems.push(format!("{tool} (a cargo subcommand of the machine's Rust toolchain)"));
+        }
+    }
+    if !problems.is_empty() {
+        bail!("missing prerequisites that Debian does not provide:\n  {}", problems.join("\n  "));
+    }
+    eprintln!(
+        "deps: all {} Debian packages, kubectl 1.27–1.33, Node.js 20 and cargo tools present",
+        PACKAGES.len()
+    );
+    Ok(())
+}
+
+fn missing_packages() -> Result<Vec<&'static str>> {
+    if !Path::new("/usr/bin/dpkg-query").exists() {
+        // Not Debian: say what to get, in Debian's names.
+        return Ok(PACKAGES.iter().map(|(name, _)| *name).collect());
+    }
+    let output = Command::new("dpkg-query")
+        .args(["-W", "-f=${Package} ${db:Status-Abbrev}\n"])
+        .args(PACKAGES.iter().map(|(name, _)| *name))
+        .output()
+        .context("run dpkg-query")?;
+    // dpkg-query exits 1 when a package is unknown; the installed ones are still listed.
+    let installed: Vec<&str> = std::str::from_utf8(&output.stdout)
+        .context("dpkg-query output")?
+        .lines()
+        .filter_map(|line| line.split_once(' '))
+        .filter(|(_, status)| status.starts_with("ii"))
+        .map(|(name, _)| name.split(':').next().unwrap_or(name))
+        .collect();
+    Ok(PACKAGES.iter().map(|(name, _)| *name).filter(|name| !installed.contains(name)).collect())
+}
+
+fn install(packages: &[&str]) -> Result<()> {
+    util::run(Command::new("apt-get").args(["update", "-q"]))?;
+    util::run(
+        Command::new("apt-get")
+            .env("DEBIAN_FRONTEND", "noninteractive")
+            .args(["install", "-y", "-q", "--no-install-recommends"])
+            .args(packages),
+    )
+}

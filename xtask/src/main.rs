@@ -1,0 +1,45 @@
+//! `cargo xtask`: Keel's project commands. Each subcommand lives in its own module.
+
+mod bench;
+mod deps;
+mod test;
+mod up;
+mod util;
+
+use anyhow::Result;
+use clap::{Parser, Subcommand};
+
+#[derive(Debug, Parser)]
+#[command(name = "cargo xtask", about = "Keel's project commands", version)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Install (as root on Debian/Ubuntu) or list what Keel needs to build, test and run.
+    Deps(deps::Args),
+    /// THE test command: deps, fmt check, clippy, unit tests and root integration tests.
+    Test(test::Args),
+    /// Build and start what exists of Keel on this machine.
+    Up(up::UpArgs),
+    /// Remove every process, namespace, mount and file `up` made.
+    Down,
+    /// Run a benchmark program; `--record` appends its figures to docs/benchmarks.md.
+    Bench(bench::Args),
+    /// Internal: the supervisor process `up` leaves running.
+    #[command(hide = true)]
+    Supervise(up::SuperviseArgs),
+}
+
+fn main() -> Result<()> {
+    match Cli::parse().command {
+        Command::Deps(args) => deps::run(&args),
+        Command::Test(args) => test::run(&args),
+        Command::Up(args) => up::up(&args),
+        Command::Down => up::down(),
+        Command::Bench(args) => bench::run(&args),
+        Command::Supervise(args) => up::supervise(&args),
+    }
+}

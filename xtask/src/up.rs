@@ -1,0 +1,216 @@
+//! `cargo xtask up` / `down`: bring what exists of Keel up on this machine, and remove all of it.
+//!
+//! `up` builds the workspace, then leaves a supervisor process running (`xtask supervise`, in a session
+//! of its own) that holds everything up made as testbed fixtures: the cluster network (a fabric namespace
+//! and one namespace per node, as `kind` has containers) and what runs in it. The supervisor is the
+//! children's subreaper, so nothing it starts is left unreaped. `down` asks it to stop (SIGTERM): it drops
+//! its fixtures, which remove their processes, namespaces, mounts and files. Whatever a crashed
+//! supervisor left is swept by name (`keel-up-*`). Later issues add keel-server, keel-kubelet, keel-shim
+//! and keel-proxy to what the supervisor starts.
+
+use std::fs;
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result, bail};
+use keel_testbed::{Fabric, netns};
+use nix::sys::signal::{SigSet, Signal};
+use serde_json::json;
+
+use crate::util;
+
+/// Where `up` keeps its state: the supervisor's pid, its log and what it started.
+pub const STATE_DIR: &str = "/run/keel-up";
+/// Prefix of every namespace `up` makes.
+pub const PREFIX: &str = "keel-up";
+
+#[derive(Debug, clap::Args)]
+pub struct UpArgs {
+    /// Number of nodes (each a network namespace on the cluster fabric).
+    #[arg(long, default_value_t = 1)]
+    pub nodes: u32,
+}
+
+#[derive(Debug, clap::Args)]
+pub struct SuperviseArgs {
+    #[arg(long)]
+    pub nodes: u32,
+}
+
+fn state_dir() -> PathBuf {
+    PathBuf::from(STATE_DIR)
+}
+
+fn read_pid(dir: &Path) -> Option<u32> {
+    fs::read_to_string(dir.join("supervisor.pid")).ok()?.trim().parse().ok()
+}
+
+pub fn up(args: &UpArgs) -> Result<()> {
+    if !util::is_root() {
+        bail!("cargo xtask up needs root (it creates network namespaces)");
+    }
+    if !(1..=32).contains(&args.nodes) {
+        bail!("--nodes must be between 1 and 32");
+    }
+    let dir = state_dir();
+    if let Some(pid) = read_pid(&dir).filter(|pid| keel_testbed::pid_alive(*pid)) {
+        bail!("Keel is already up (supervisor pid {pid}); run `cargo xtask down` first");
+    }
+    if dir.exists() || netns::list_named()?.iter().any(|n| n.starts_with(PREFIX)) {
+        eprintln!("up: removing what an earlier `up` left");
+        down()?;
+    }
+
+    eprintln!("up: building the workspace");
+    util::run(util::cargo().args(["build", "--workspace", "--bins", "--locked"]))?;
+
+    fs::create_dir_all(&dir).with_context(|| format!("create {}", dir.display()))?;
+    let log_path = dir.join("supervisor.log");
+    let log = fs::File::create(&log_path).with_context(|| format!("create {}", log_path.display()))?;
+    let exe = std::env::current_exe().context("locate the xtask binary")?;
+    let mut command = Command::new(exe);
+    command
+        .args(["supervise", "--nodes", &args.nodes.to_string()])
+        .current_dir(util::workspace_root())
+        .stdin(Stdio::null())
+        .stdout(log.try_clone().context("duplicate the log file")?)
+        .stderr(log);
+    // SAFETY: setsid(2) is async-signal-safe; it detaches the supervisor from our terminal and session.
+    unsafe {
+        command.pre_exec(|| {
+            if libc::setsid() < 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+    let mut child = command.spawn().context("start the supervisor")?;
+    fs::write(dir.join("supervisor.pid"), child.id().to_string()).context("write the supervisor pid")?;
+
+    let state_path = dir.join("state.json");
+    let deadline = Instant::now() + Duration::from_secs(120);
+    while !state_path.exists() {
+        if let Some(status) = child.try_wait().context("watch the supervisor")? {
+            let log = fs::read_to_string(&log_path).unwrap_or_default();
+            let _ = down();
+            bail!("the supervisor exited ({status}) before Keel was up; its log:\n{log}");
+        }
+        if Instant::now() > deadline {
+            let _ = down();
+            bail!("Keel was not up after 120 s; see {}", log_path.display());
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let state: serde_json::Value =
+        serde_json::from_str(&fs::read_to_string(&state_path).context("read the state file")?)
+            .context("parse the state file")?;
+    print_state(&state, &log_path);
+    Ok(())
+}
+
+fn print_state(state: &serde_json::Value, log_path: &Path) {
+    println!("Keel is up (supervisor pid {}).", state["supervisor"]);
+    let text = |value: &serde_json::Value| value.as_str().unwrap_or_default().to_owned();
+    println!("  cluster network: fabric namespace {} (bridge 198.18.0.1/16)", text(&state["fabric"]));
+    for node in state["nodes"].as_array().into_iter().flatten() {
+        println!(
+            "  {}: network namespace {}, address {}",
+            text(&node["name"]),
+            text(&node["netns"]),
+            text(&node["address"])
+        );
+    }
+    println!("Nothing of the control plane or node agents exists yet: later issues add them to `up`.");
+    println!("Try:");
+    if let Some(node) = state["nodes"].get(0) {
+        println!(
+            "  nsenter --net=/run/netns/{} ip address show eth0",
+            node["netns"].as_str().unwrap_or_default()
+        );
+    }
+    println!("Log: {}", log_path.display());
+    println!("Stop and remove everything: cargo xtask down");
+}
+
+/// The supervisor: holds the fixtures until SIGTERM/SIGINT/SIGHUP, then drops them.
+pub fn supervise(args: &SuperviseArgs) -> Result<()> {
+    // Block the stop signals before any thread exists, so every thread inherits the mask and the
+    // signal is taken only by `wait` below.
+    let mut signals = SigSet::empty();
+    for signal in [Signal::SIGTERM, Signal::SIGINT, Signal::SIGHUP] {
+        signals.add(signal);
+    }
+    signals.thread_block().context("block the stop signals")?;
+    // SAFETY: prctl(PR_SET_CHILD_SUBREAPER) only changes this process's own attribute.
+    if unsafe { libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) } != 0 {
+        return Err(std::io::Error::last_os_error()).context("become a child subreaper");
+    }
+
+    let fabric = Fabric::with_prefix(PREFIX)?;
+    let mut nodes = Vec::new();
+    for i in 1..=args.nodes {
+        nodes.push(fabric.add_host(&format!("node{i}"))?);
+    }
+    let state = json!({
+        "supervisor": std::process::id(),
+        "fabric": fabric.ns().name(),
+        "nodes": nodes.iter().enumerate().map(|(i, node)| json!({
+            "name": format!("node{}", i + 1),
+            "netns": node.name(),
+            "address": node.address().to_string(),
+        })).collect::<Vec<_>>(),
+    });
+    let dir = state_dir();
+    let tmp = dir.join("state.json.tmp");
+    fs::write(&tmp, serde_json::to_vec_pretty(&state)?).context("write the state file")?;
+    fs::rename(&tmp, dir.join("state.json")).context("publish the state file")?;
+    eprintln!("supervisor: up: {state}");
+
+    let signal = signals.wait().context("wait for a stop signal")?;
+    eprintln!("supervisor: {signal:?}: stopping");
+    drop(nodes);
+    drop(fabric);
+    let _ = fs::remove_file(dir.join("state.json"));
+    eprintln!("supervisor: stopped");
+    Ok(())
+}
+
+pub fn down() -> Result<()> {
+    if !util::is_root() {
+        bail!("cargo xtask down needs root");
+    }
+    let dir = state_dir();
+    let mut removed = Vec::new();
+    if let Some(pid) = read_pid(&dir).filter(|pid| keel_testbed::pid_alive(*pid)) {
+        let target = nix::unistd::Pid::from_raw(i32::try_from(pid).context("supervisor pid")?);
+        let _ = nix::sys::signal::kill(target, Signal::SIGTERM);
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while keel_testbed::pid_alive(pid) && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        if keel_testbed::pid_alive(pid) {
+            eprintln!("down: the supervisor did not stop in 30 s: killing it");
+            let _ = nix::sys::signal::kill(target, Signal::SIGKILL);
+        }
+        removed.push(format!("supervisor (pid {pid})"));
+    }
+    // What a crashed supervisor could not remove.
+    for name in netns::list_named()? {
+        if name.starts_with(PREFIX) {
+            netns::remove_named(&name);
+            removed.push(format!("netns {name}"));
+        }
+    }
+    if dir.exists() {
+        fs::remove_dir_all(&dir).with_context(|| format!("remove {}", dir.display()))?;
+        removed.push(dir.display().to_string());
+    }
+    if removed.is_empty() {
+        println!("Keel was not up: nothing to remove.");
+    } else {
+        println!("removed: {}", removed.join(", "));
+    }
+    Ok(())
+}
