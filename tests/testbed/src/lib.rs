@@ -13,6 +13,7 @@
 //! Fixtures report failures with `anyhow` errors carrying context: a test only prints them, no caller
 //! branches on their kind.
 
+pub mod bench;
 pub mod fabric;
 pub mod forward;
 pub mod host_state;

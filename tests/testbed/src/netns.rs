@@ -124,7 +124,7 @@ impl NetNs {
     /// is down, as in any new namespace.
     pub fn create(name: &str) -> Result<NetNs> {
         check_name(name)?;
-        fs::create_dir_all(NETNS_DIR).with_context(|| format!("create {NETNS_DIR}"))?;
+        prepare_netns_dir()?;
         let path = Path::new(NETNS_DIR).join(name);
         OpenOptions::new()
             .write(true)
@@ -202,6 +202,48 @@ impl Drop for NetNs {
     fn drop(&mut self) {
         remove_named(&self.name);
     }
+}
+
+/// Makes /run/netns a mount point with shared propagation, as `ip netns add` does, once per process.
+///
+/// Both must agree: if `ip netns` turns /run/netns into a self bind mount after we mounted namespace
+/// files under it, those mounts stay behind in the covered directory and their files can never be
+/// removed (EBUSY). Doing it first, under a lock against parallel test processes, keeps every
+/// namespace file in the one shared mount.
+fn prepare_netns_dir() -> Result<()> {
+    static PREPARED: std::sync::OnceLock<std::result::Result<(), String>> = std::sync::OnceLock::new();
+    PREPARED
+        .get_or_init(|| prepare_netns_dir_locked().map_err(|err| format!("{err:#}")))
+        .clone()
+        .map_err(anyhow::Error::msg)
+}
+
+fn prepare_netns_dir_locked() -> Result<()> {
+    fs::create_dir_all(NETNS_DIR).with_context(|| format!("create {NETNS_DIR}"))?;
+    let lock = File::create("/run/keel-testbed-netns.lock").context("create the /run/netns setup lock")?;
+    let _guard = nix::fcntl::Flock::lock(lock, nix::fcntl::FlockArg::LockExclusive)
+        .map_err(|(_, errno)| errno)
+        .context("lock /run/netns setup")?;
+    let mountinfo = fs::read_to_string("/proc/self/mountinfo").context("read /proc/self/mountinfo")?;
+    let is_mount_point = mountinfo.lines().any(|line| line.split(' ').nth(4) == Some(NETNS_DIR));
+    if !is_mount_point {
+        nix::mount::mount(
+            Some(NETNS_DIR),
+            NETNS_DIR,
+            None::<&str>,
+            MsFlags::MS_BIND | MsFlags::MS_REC,
+            None::<&str>,
+        )
+        .with_context(|| format!("bind-mount {NETNS_DIR} onto itself"))?;
+    }
+    nix::mount::mount(
+        None::<&str>,
+        NETNS_DIR,
+        None::<&str>,
+        MsFlags::MS_SHARED | MsFlags::MS_REC,
+        None::<&str>,
+    )
+    .with_context(|| format!("make {NETNS_DIR} a shared mount"))
 }
 
 /// Removes the name of a network namespace (unmount, unlink), as `ip netns delete` does. Missing names
