@@ -25,7 +25,7 @@ enum Command {
     /// Build and start what exists of Keel on this machine.
     Up(up::UpArgs),
     /// Remove every process, namespace, mount and file `up` made.
-    Down,
+    Down(up::Instance),
     /// Run a benchmark program; `--record` appends its figures to docs/benchmarks.md.
     Bench(bench::Args),
     /// Internal: the supervisor process `up` leaves running.
@@ -38,7 +38,7 @@ fn main() -> Result<()> {
         Command::Deps(args) => deps::run(&args),
         Command::Test(args) => test::run(&args),
         Command::Up(args) => up::up(&args),
-        Command::Down => up::down(),
+        Command::Down(instance) => up::down(&instance),
         Command::Bench(args) => bench::run(&args),
         Command::Supervise(args) => up::supervise(&args),
     }

@@ -21,26 +21,48 @@ use serde_json::json;
 
 use crate::util;
 
-/// Where `up` keeps its state: the supervisor's pid, its log and what it started.
-pub const STATE_DIR: &str = "/run/keel-up";
-/// Prefix of every namespace `up` makes.
-pub const PREFIX: &str = "keel-up";
+/// The default instance name: namespaces `keel-up-*`, state in /run/keel-up.
+pub const DEFAULT_NAME: &str = "keel-up";
 
 #[derive(Debug, clap::Args)]
 pub struct UpArgs {
     /// Number of nodes (each a network namespace on the cluster fabric).
     #[arg(long, default_value_t = 1)]
     pub nodes: u32,
+    #[command(flatten)]
+    pub instance: Instance,
+    /// Do not build the workspace first.
+    #[arg(long)]
+    pub no_build: bool,
+}
+
+#[derive(Debug, clap::Args)]
+pub struct Instance {
+    /// Instance name: prefix of every namespace, and state in /run/NAME (several can coexist).
+    #[arg(long, default_value = DEFAULT_NAME)]
+    pub name: String,
 }
 
 #[derive(Debug, clap::Args)]
 pub struct SuperviseArgs {
     #[arg(long)]
     pub nodes: u32,
+    #[command(flatten)]
+    pub instance: Instance,
 }
 
-fn state_dir() -> PathBuf {
-    PathBuf::from(STATE_DIR)
+impl Instance {
+    /// Where `up` keeps its state: the supervisor's pid, its log and what it started.
+    fn state_dir(&self) -> PathBuf {
+        PathBuf::from("/run").join(&self.name)
+    }
+
+    fn check(&self) -> Result<()> {
+        if self.name.is_empty() || !self.name.chars().all(|c| c.is_ascii_alphanumeric() || c == '-') {
+            bail!("invalid instance name {:?}: use letters, digits and '-'", self.name);
+        }
+        Ok(())
+    }
 }
 
 fn read_pid(dir: &Path) -> Option<u32> {
@@ -54,17 +76,21 @@ pub fn up(args: &UpArgs) -> Result<()> {
     if !(1..=32).contains(&args.nodes) {
         bail!("--nodes must be between 1 and 32");
     }
-    let dir = state_dir();
+    let instance = &args.instance;
+    instance.check()?;
+    let dir = instance.state_dir();
     if let Some(pid) = read_pid(&dir).filter(|pid| keel_testbed::pid_alive(*pid)) {
         bail!("Keel is already up (supervisor pid {pid}); run `cargo xtask down` first");
     }
-    if dir.exists() || netns::list_named()?.iter().any(|n| n.starts_with(PREFIX)) {
+    if dir.exists() || netns::list_named()?.iter().any(|n| n.starts_with(&format!("{}-", instance.name))) {
         eprintln!("up: removing what an earlier `up` left");
-        down()?;
+        down(instance)?;
     }
 
-    eprintln!("up: building the workspace");
-    util::run(util::cargo().args(["build", "--workspace", "--bins", "--locked"]))?;
+    if !args.no_build {
+        eprintln!("up: building the workspace");
+        util::run(util::cargo().args(["build", "--workspace", "--bins", "--locked"]))?;
+    }
 
     fs::create_dir_all(&dir).with_context(|| format!("create {}", dir.display()))?;
     let log_path = dir.join("supervisor.log");
@@ -72,7 +98,7 @@ pub fn up(args: &UpArgs) -> Result<()> {
     let exe = std::env::current_exe().context("locate the xtask binary")?;
     let mut command = Command::new(exe);
     command
-        .args(["supervise", "--nodes", &args.nodes.to_string()])
+        .args(["supervise", "--nodes", &args.nodes.to_string(), "--name", &instance.name])
         .current_dir(util::workspace_root())
         .stdin(Stdio::null())
         .stdout(log.try_clone().context("duplicate the log file")?)
@@ -94,11 +120,11 @@ pub fn up(args: &UpArgs) -> Result<()> {
     while !state_path.exists() {
         if let Some(status) = child.try_wait().context("watch the supervisor")? {
             let log = fs::read_to_string(&log_path).unwrap_or_default();
-            let _ = down();
+            let _ = down(instance);
             bail!("the supervisor exited ({status}) before Keel was up; its log:\n{log}");
         }
         if Instant::now() > deadline {
-            let _ = down();
+            let _ = down(instance);
             bail!("Keel was not up after 120 s; see {}", log_path.display());
         }
         std::thread::sleep(Duration::from_millis(50));
@@ -106,11 +132,11 @@ pub fn up(args: &UpArgs) -> Result<()> {
     let state: serde_json::Value =
         serde_json::from_str(&fs::read_to_string(&state_path).context("read the state file")?)
             .context("parse the state file")?;
-    print_state(&state, &log_path);
+    print_state(&state, &log_path, instance);
     Ok(())
 }
 
-fn print_state(state: &serde_json::Value, log_path: &Path) {
+fn print_state(state: &serde_json::Value, log_path: &Path, instance: &Instance) {
     println!("Keel is up (supervisor pid {}).", state["supervisor"]);
     let text = |value: &serde_json::Value| value.as_str().unwrap_or_default().to_owned();
     println!("  cluster network: fabric namespace {} (bridge 198.18.0.1/16)", text(&state["fabric"]));
@@ -131,7 +157,11 @@ fn print_state(state: &serde_json::Value, log_path: &Path) {
         );
     }
     println!("Log: {}", log_path.display());
-    println!("Stop and remove everything: cargo xtask down");
+    if instance.name == DEFAULT_NAME {
+        println!("Stop and remove everything: cargo xtask down");
+    } else {
+        println!("Stop and remove everything: cargo xtask down --name {}", instance.name);
+    }
 }
 
 /// The supervisor: holds the fixtures until SIGTERM/SIGINT/SIGHUP, then drops them.
@@ -148,7 +178,8 @@ pub fn supervise(args: &SuperviseArgs) -> Result<()> {
         return Err(std::io::Error::last_os_error()).context("become a child subreaper");
     }
 
-    let fabric = Fabric::with_prefix(PREFIX)?;
+    args.instance.check()?;
+    let fabric = Fabric::with_prefix(&args.instance.name)?;
     let mut nodes = Vec::new();
     for i in 1..=args.nodes {
         nodes.push(fabric.add_host(&format!("node{i}"))?);
@@ -162,7 +193,7 @@ pub fn supervise(args: &SuperviseArgs) -> Result<()> {
             "address": node.address().to_string(),
         })).collect::<Vec<_>>(),
     });
-    let dir = state_dir();
+    let dir = args.instance.state_dir();
     let tmp = dir.join("state.json.tmp");
     fs::write(&tmp, serde_json::to_vec_pretty(&state)?).context("write the state file")?;
     fs::rename(&tmp, dir.join("state.json")).context("publish the state file")?;
@@ -177,11 +208,12 @@ pub fn supervise(args: &SuperviseArgs) -> Result<()> {
     Ok(())
 }
 
-pub fn down() -> Result<()> {
+pub fn down(instance: &Instance) -> Result<()> {
     if !util::is_root() {
         bail!("cargo xtask down needs root");
     }
-    let dir = state_dir();
+    instance.check()?;
+    let dir = instance.state_dir();
     let mut removed = Vec::new();
     if let Some(pid) = read_pid(&dir).filter(|pid| keel_testbed::pid_alive(*pid)) {
         let target = nix::unistd::Pid::from_raw(i32::try_from(pid).context("supervisor pid")?);
@@ -198,7 +230,7 @@ pub fn down() -> Result<()> {
     }
     // What a crashed supervisor could not remove.
     for name in netns::list_named()? {
-        if name.starts_with(PREFIX) {
+        if name.starts_with(&format!("{}-", instance.name)) {
             netns::remove_named(&name);
             removed.push(format!("netns {name}"));
         }

@@ -80,6 +80,18 @@ pub fn sweep(scope: Sweep) -> Vec<String> {
             removed.push(format!("netns {name}"));
         }
     }
+    // State directories of `cargo xtask up --name keel-t<pid>-<n>` instances that tests start.
+    for entry in std::fs::read_dir("/run").into_iter().flatten().flatten() {
+        let name = entry.file_name().to_string_lossy().into_owned();
+        let Some(owner) = owner_of(&name) else { continue };
+        let stale = match scope {
+            Sweep::All => owner != me,
+            Sweep::DeadOwners => !pid_alive(owner),
+        };
+        if stale && std::fs::remove_dir_all(entry.path()).is_ok() {
+            removed.push(format!("/run/{name}"));
+        }
+    }
     removed
 }
 

@@ -1,0 +1,76 @@
+//! `cargo xtask up` and `down` for real (root): what `up` makes exists and works, and `down` leaves
+//! nothing — no namespace, no process, no file.
+
+use std::path::PathBuf;
+use std::process::Command;
+
+use keel_testbed::netns;
+
+/// Runs `down` when dropped, so a failing test still cleans up.
+struct Down(String);
+
+impl Drop for Down {
+    fn drop(&mut self) {
+        let _ = xtask(&["down", "--name", &self.0]);
+    }
+}
+
+fn xtask(args: &[&str]) -> std::process::Output {
+    Command::new(env!("CARGO_BIN_EXE_xtask")).args(args).output().expect("run xtask")
+}
+
+fn namespaces_of(name: &str) -> Vec<String> {
+    netns::list_named().unwrap().into_iter().filter(|n| n.starts_with(&format!("{name}-"))).collect()
+}
+
+fn open(ns: &str) -> netns::NetNsFd {
+    netns::NetNsFd::open(&PathBuf::from(netns::NETNS_DIR).join(ns)).unwrap()
+}
+
+#[test]
+fn up_starts_the_cluster_network_and_down_removes_everything() {
+    keel_testbed::require_root().unwrap();
+    // The supervisor `up` leaves running is re-parented to us when `up` exits, so we can reap it.
+    // SAFETY: prctl(PR_SET_CHILD_SUBREAPER) only changes an attribute of this test process.
+    assert_eq!(unsafe { libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) }, 0);
+    let name = keel_testbed::unique_prefix();
+    let guard = Down(name.clone());
+
+    let out = xtask(&["up", "--no-build", "--nodes", "2", "--name", &name]);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "up failed: {stdout}\n{}", String::from_utf8_lossy(&out.stderr));
+    assert!(stdout.contains("Keel is up"), "{stdout}");
+    assert!(stdout.contains(&format!("cargo xtask down --name {name}")), "{stdout}");
+
+    let mut made = namespaces_of(&name);
+    made.sort();
+    assert_eq!(made, [format!("{name}-fabric"), format!("{name}-node1"), format!("{name}-node2")]);
+    let state_dir = PathBuf::from("/run").join(&name);
+    let state: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(state_dir.join("state.json")).unwrap()).unwrap();
+    let supervisor = u32::try_from(state["supervisor"].as_u64().unwrap()).unwrap();
+    assert!(keel_testbed::pid_alive(supervisor));
+    assert_eq!(state["nodes"][1]["address"], "198.18.0.3");
+
+    // The nodes are on one network: node1 reaches node2's address.
+    let node2 = open(&format!("{name}-node2"));
+    let listener = node2.run(|| std::net::TcpListener::bind("198.18.0.3:10250")).unwrap().unwrap();
+    let node1 = open(&format!("{name}-node1"));
+    node1.run(|| std::net::TcpStream::connect("198.18.0.3:10250")).unwrap().unwrap();
+    drop((listener, node1, node2));
+
+    let out = xtask(&["down", "--name", &name]);
+    assert!(out.status.success(), "down failed: {}", String::from_utf8_lossy(&out.stderr));
+    assert!(String::from_utf8_lossy(&out.stdout).contains(&format!("supervisor (pid {supervisor})")));
+    // Reap the supervisor (our re-parented child): it exited by itself on SIGTERM.
+    let pid = nix::unistd::Pid::from_raw(i32::try_from(supervisor).unwrap());
+    let status = nix::sys::wait::waitpid(pid, None).unwrap();
+    assert!(matches!(status, nix::sys::wait::WaitStatus::Exited(_, 0)), "{status:?}");
+    assert_eq!(namespaces_of(&name), Vec::<String>::new());
+    assert!(!state_dir.exists());
+
+    // A second `down` finds nothing to do.
+    std::mem::forget(guard);
+    let out = xtask(&["down", "--name", &name]);
+    assert!(String::from_utf8_lossy(&out.stdout).contains("nothing to remove"));
+}
