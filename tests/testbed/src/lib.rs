@@ -65,17 +65,17 @@ pub enum Sweep {
 pub fn sweep(scope: Sweep) -> Vec<String> {
     let mut removed = Vec::new();
     let me = std::process::id();
+    let stale = |name: &str| match (owner_of(name), scope) {
+        (None, _) => false,
+        (Some(owner), Sweep::All) => owner != me,
+        (Some(owner), Sweep::DeadOwners) => !pid_alive(owner),
+    };
     let names = netns::list_named().unwrap_or_else(|err| {
         eprintln!("keel-testbed sweep: {err:#}");
         Vec::new()
     });
     for name in names {
-        let Some(owner) = owner_of(&name) else { continue };
-        let stale = match scope {
-            Sweep::All => owner != me,
-            Sweep::DeadOwners => !pid_alive(owner),
-        };
-        if stale {
+        if stale(&name) {
             netns::remove_named(&name);
             removed.push(format!("netns {name}"));
         }
@@ -83,12 +83,7 @@ pub fn sweep(scope: Sweep) -> Vec<String> {
     // State directories of `cargo xtask up --name keel-t<pid>-<n>` instances that tests start.
     for entry in std::fs::read_dir("/run").into_iter().flatten().flatten() {
         let name = entry.file_name().to_string_lossy().into_owned();
-        let Some(owner) = owner_of(&name) else { continue };
-        let stale = match scope {
-            Sweep::All => owner != me,
-            Sweep::DeadOwners => !pid_alive(owner),
-        };
-        if stale && std::fs::remove_dir_all(entry.path()).is_ok() {
+        if stale(&name) && std::fs::remove_dir_all(entry.path()).is_ok() {
             removed.push(format!("/run/{name}"));
         }
     }
