@@ -15,6 +15,7 @@ use crate::util;
 /// Debian packages, each with why Keel needs it.
 pub const PACKAGES: &[(&str, &str)] = &[
     ("protobuf-compiler", "protoc, for etcd-client and k8s-cri at build time"),
+    ("libprotobuf-dev", "the well-known .proto files protoc imports (google/protobuf/descriptor.proto)"),
     ("pkg-config", "finding system libraries at build time"),
     ("iproute2", "ip: tests read the machine's network state with it"),
     ("nftables", "nft: keel-proxy and keel-cni program the kernel's nftables"),
