@@ -5,6 +5,12 @@
 //! - [`forward`]: reach a server inside the fabric from the machine's loopback without touching the
 //!   machine's own network namespace.
 //! - [`host_state`]: a snapshot of the machine's own network namespace, to assert nothing changed it.
+//! - [`process`]: `Daemon`, a long-running process with a readiness probe, its log shown when a test
+//!   fails, stopped and reaped (with whatever it forked) on drop.
+//! - [`etcd`], [`registry`], [`containerd`]: real peers as daemons on loopback or in a host.
+//! - [`images`]: small OCI images built from busybox-static (OCI layout, archive, pushed to a registry).
+//! - [`kubectl`]: every installed kubectl version, for version-matrix tests.
+//! - [`bench`]: the harness of the benchmark programs.
 //!
 //! Every fixture removes what it made on drop, also while a test panics. Names of everything a test makes
 //! start with `keel-t<pid>-`, where `<pid>` is the test process: leftovers of a crashed process (its pid
@@ -14,11 +20,19 @@
 //! branches on their kind.
 
 pub mod bench;
+pub mod containerd;
+pub mod etcd;
 pub mod fabric;
 pub mod forward;
 pub mod host_state;
+pub mod images;
+pub mod kubectl;
+pub mod loopback;
 mod netlink;
 pub mod netns;
+mod orphans;
+pub mod process;
+pub mod registry;
 
 use std::sync::Once;
 use std::sync::atomic::{AtomicU32, Ordering};
@@ -26,6 +40,8 @@ use std::sync::atomic::{AtomicU32, Ordering};
 pub use fabric::{Fabric, Host};
 pub use forward::Forwarder;
 pub use netns::{NetNs, NetNsFd};
+pub use orphans::sweep_orphans;
+pub use process::{Daemon, Readiness};
 
 /// The prefix of every name a test makes (namespaces, mounts): `keel-t<pid>-`.
 pub const TEST_PREFIX: &str = "keel-t";
@@ -86,6 +102,11 @@ pub fn sweep(scope: Sweep) -> Vec<String> {
         if stale(&name) && std::fs::remove_dir_all(entry.path()).is_ok() {
             removed.push(format!("/run/{name}"));
         }
+    }
+    // Processes started by fixtures of test processes that are gone.
+    let killed = orphans::sweep_orphans();
+    if killed > 0 {
+        removed.push(format!("{killed} orphaned fixture process(es)"));
     }
     removed
 }
