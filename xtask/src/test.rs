@@ -182,6 +182,11 @@ fn leftovers() -> Result<()> {
     if !names.is_empty() {
         bail!("tests left network namespaces behind: {}", names.join(" "));
     }
+    // Every test process has exited: any fixture process still marked with a test owner is an orphan.
+    let orphans = keel_testbed::sweep_orphans();
+    if orphans > 0 {
+        bail!("tests left {orphans} fixture process(es) running (killed now)");
+    }
     Ok(())
 }
 

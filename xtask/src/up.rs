@@ -9,13 +9,15 @@
 //! and keel-proxy to what the supervisor starts.
 
 use std::fs;
+use std::net::{Ipv4Addr, SocketAddr};
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
-use keel_testbed::{Fabric, netns};
+use keel_testbed::registry::{self, Registry};
+use keel_testbed::{Fabric, Forwarder, images, netns};
 use nix::sys::signal::{SigSet, Signal};
 use serde_json::json;
 
@@ -34,6 +36,9 @@ pub struct UpArgs {
     /// Do not build the workspace first.
     #[arg(long)]
     pub no_build: bool,
+    /// Port on the machine's loopback forwarded to the cluster's image registry (0: any free port).
+    #[arg(long, default_value_t = 5000)]
+    pub registry_port: u16,
 }
 
 #[derive(Debug, clap::Args)]
@@ -47,6 +52,8 @@ pub struct Instance {
 pub struct SuperviseArgs {
     #[arg(long)]
     pub nodes: u32,
+    #[arg(long)]
+    pub registry_port: u16,
     #[command(flatten)]
     pub instance: Instance,
 }
@@ -99,6 +106,7 @@ pub fn up(args: &UpArgs) -> Result<()> {
     let mut command = Command::new(exe);
     command
         .args(["supervise", "--nodes", &args.nodes.to_string(), "--name", &instance.name])
+        .args(["--registry-port", &args.registry_port.to_string()])
         .current_dir(util::workspace_root())
         .stdin(Stdio::null())
         .stdout(log.try_clone().context("duplicate the log file")?)
@@ -137,8 +145,8 @@ pub fn up(args: &UpArgs) -> Result<()> {
 }
 
 fn print_state(state: &serde_json::Value, log_path: &Path, instance: &Instance) {
-    println!("Keel is up (supervisor pid {}).", state["supervisor"]);
     let text = |value: &serde_json::Value| value.as_str().unwrap_or_default().to_owned();
+    println!("Keel is up (supervisor pid {}).", state["supervisor"]);
     println!("  cluster network: fabric namespace {} (bridge 198.18.0.1/16)", text(&state["fabric"]));
     for node in state["nodes"].as_array().into_iter().flatten() {
         println!(
@@ -148,14 +156,16 @@ fn print_state(state: &serde_json::Value, log_path: &Path, instance: &Instance) 
             text(&node["address"])
         );
     }
+    let registry = &state["registry"];
+    let (cluster, local) = (text(&registry["cluster_address"]), text(&registry["local_address"]));
+    let image = text(&registry["images"][0]);
+    println!("  image registry: {cluster} on the fabric ({local} from this machine), holding {image}");
     println!("Nothing of the control plane or node agents exists yet: later issues add them to `up`.");
     println!("Try:");
     if let Some(node) = state["nodes"].get(0) {
-        println!(
-            "  nsenter --net=/run/netns/{} ip address show eth0",
-            node["netns"].as_str().unwrap_or_default()
-        );
+        println!("  nsenter --net=/run/netns/{} ip address show eth0", text(&node["netns"]));
     }
+    println!("  skopeo inspect --tls-verify=false docker://{}", image.replacen(&cluster, &local, 1));
     println!("Log: {}", log_path.display());
     if instance.name == DEFAULT_NAME {
         println!("Stop and remove everything: cargo xtask down");
@@ -184,9 +194,32 @@ pub fn supervise(args: &SuperviseArgs) -> Result<()> {
     for i in 1..=args.nodes {
         nodes.push(fabric.add_host(&format!("node{i}"))?);
     }
+    // The cluster's image registry lives on the fabric, where every node reaches it; the machine
+    // reaches it through a forwarder on its loopback.
+    let registry_addr = SocketAddr::from((fabric.gateway(), 5000));
+    let registry = Registry::start_in(Some(fabric.ns().fd()), registry_addr)?;
+    let forwarder = Forwarder::start_on(
+        SocketAddr::from((Ipv4Addr::LOCALHOST, args.registry_port)),
+        fabric.ns().fd(),
+        registry_addr,
+    )
+    .context("forward the registry to the machine's loopback (is the port free? see --registry-port)")?;
+    let busybox = images::busybox_image()?;
+    registry::push_oci_layout_to(
+        &forwarder.local_addr().to_string(),
+        &busybox.layout,
+        &busybox.tag,
+        "busybox",
+        "latest",
+    )?;
     let state = json!({
         "supervisor": std::process::id(),
         "fabric": fabric.ns().name(),
+        "registry": {
+            "cluster_address": registry_addr.to_string(),
+            "local_address": forwarder.local_addr().to_string(),
+            "images": [format!("{registry_addr}/busybox:latest")],
+        },
         "nodes": nodes.iter().enumerate().map(|(i, node)| json!({
             "name": format!("node{}", i + 1),
             "netns": node.name(),
@@ -201,6 +234,8 @@ pub fn supervise(args: &SuperviseArgs) -> Result<()> {
 
     let signal = signals.wait().context("wait for a stop signal")?;
     eprintln!("supervisor: {signal:?}: stopping");
+    drop(forwarder);
+    drop(registry);
     drop(nodes);
     drop(fabric);
     let _ = fs::remove_file(dir.join("state.json"));

@@ -36,7 +36,7 @@ fn up_starts_the_cluster_network_and_down_removes_everything() {
     let name = keel_testbed::unique_prefix();
     let guard = Down(name.clone());
 
-    let out = xtask(&["up", "--no-build", "--nodes", "2", "--name", &name]);
+    let out = xtask(&["up", "--no-build", "--nodes", "2", "--name", &name, "--registry-port", "0"]);
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(out.status.success(), "up failed: {stdout}\n{}", String::from_utf8_lossy(&out.stderr));
     assert!(stdout.contains("Keel is up"), "{stdout}");
@@ -57,6 +57,24 @@ fn up_starts_the_cluster_network_and_down_removes_everything() {
     let listener = node2.run(|| std::net::TcpListener::bind("198.18.0.3:10250")).unwrap().unwrap();
     let node1 = open(&format!("{name}-node1"));
     node1.run(|| std::net::TcpStream::connect("198.18.0.3:10250")).unwrap().unwrap();
+    // Every node reaches the cluster's registry on the fabric, and it holds the busybox image, which
+    // the machine reads through the forwarder.
+    let cluster_registry: std::net::SocketAddr =
+        state["registry"]["cluster_address"].as_str().unwrap().parse().unwrap();
+    let v2 = node1
+        .run(|| keel_testbed::loopback::http_get(cluster_registry, "/v2/", std::time::Duration::from_secs(5)))
+        .unwrap()
+        .unwrap();
+    assert_eq!(v2.status, 200);
+    let local = state["registry"]["local_address"].as_str().unwrap();
+    let inspect = keel_testbed::registry::skopeo(&[
+        "inspect",
+        "--tls-verify=false",
+        &format!("docker://{local}/busybox:latest"),
+    ])
+    .unwrap();
+    let digest = keel_testbed::images::busybox_image().unwrap().manifest_digest().unwrap();
+    assert!(inspect.contains(&digest), "{inspect}");
     drop((listener, node1, node2));
 
     let out = xtask(&["down", "--name", &name]);
