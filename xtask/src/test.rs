@@ -1,8 +1,8 @@
 //! `cargo xtask test`: THE test command (README, .ci/run).
 //!
 //! deps → sweep leftovers of crashed runs → fmt check → clippy → every unit and root integration test
-//! (cargo-nextest, one process per test) → the machine's own network namespace is unchanged and no test
-//! left a namespace or process behind. Every step runs even when an earlier one failed, so one run says
+//! (cargo-nextest, one process per test) → doctests (nextest does not run them) → no test left a
+//! namespace or process behind → the machine's own network namespace is unchanged. Every step runs even when an earlier one failed, so one run says
 //! everything; the exit code is non-zero when any failed.
 
 use std::io::{BufRead, BufReader};
@@ -86,6 +86,12 @@ pub fn run(args: &Args) -> Result<()> {
         }
         Ok(format!("{} run: {} passed, {} skipped", counts.run, counts.passed, counts.skipped))
     });
+    if !filtered {
+        step("doctests", &mut || {
+            util::run(util::cargo().args(["test", "--workspace", "--doc", "--locked", "--quiet"]))
+                .map(|()| "pass".into())
+        });
+    }
     step("no leftovers", &mut || leftovers().map(|()| "no test namespace or process remains".into()));
     step("host namespace unchanged", &mut || {
         let before = before.as_ref().map_err(|err| anyhow::anyhow!("{err:#}"))?;

@@ -10,6 +10,8 @@
 //! - [`etcd`], [`registry`], [`containerd`]: real peers as daemons on loopback or in a host.
 //! - [`images`]: small OCI images built from busybox-static (OCI layout, archive, pushed to a registry).
 //! - [`kubectl`]: every installed kubectl version, for version-matrix tests.
+//! - [`durable_fs`]: a FUSE filesystem that keeps what was not fsynced in memory and loses it on a
+//!   simulated power loss, so storage tests prove acknowledged data was durable.
 //! - [`bench`]: the harness of the benchmark programs.
 //!
 //! Every fixture removes what it made on drop, also while a test panics. Names of everything a test makes
@@ -21,6 +23,7 @@
 
 pub mod bench;
 pub mod containerd;
+pub mod durable_fs;
 pub mod etcd;
 pub mod fabric;
 pub mod forward;
@@ -102,6 +105,12 @@ pub fn sweep(scope: Sweep) -> Vec<String> {
         if stale(&name) && std::fs::remove_dir_all(entry.path()).is_ok() {
             removed.push(format!("/run/{name}"));
         }
+    }
+    // Power-loss filesystems of test processes that are gone.
+    match durable_fs::sweep_stale_mounts() {
+        Ok(0) => {}
+        Ok(n) => removed.push(format!("{n} stale durable_fs mount(s)")),
+        Err(err) => eprintln!("keel-testbed sweep: durable_fs mounts: {err}"),
     }
     // Processes started by fixtures of test processes that are gone.
     let killed = orphans::sweep_orphans();
