@@ -2,11 +2,10 @@
 
 use std::os::unix::fs::{PermissionsExt, symlink};
 use std::path::{Path, PathBuf};
-use std::process::Command;
 use std::sync::{Mutex, PoisonError};
 use std::time::UNIX_EPOCH;
 
-use anyhow::{Context, Result, bail};
+use anyhow::{Context, Result};
 
 use crate::registry::skopeo;
 
@@ -159,17 +158,5 @@ pub fn build_busybox_layout(layout: &Path, tag: &str, bundle: &Path) -> Result<(
 }
 
 fn umoci(args: &[&str]) -> Result<()> {
-    let output = Command::new("umoci")
-        .args(args)
-        .output()
-        .with_context(|| format!("running umoci {} (install umoci)", args.join(" ")))?;
-    if !output.status.success() {
-        bail!(
-            "umoci {} exited with {}: {}",
-            args.join(" "),
-            output.status,
-            String::from_utf8_lossy(&output.stderr).trim()
-        );
-    }
-    Ok(())
+    crate::process::run_tool("umoci", args).map(drop)
 }

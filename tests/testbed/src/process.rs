@@ -345,6 +345,24 @@ fn run_bounded(cmd: &mut Command, deadline: Instant) -> Result<()> {
     }
 }
 
+/// Runs a short-lived tool to completion and returns its stdout; fails with its stderr when it exits
+/// non-zero (or naming the tool when it cannot be started).
+pub fn run_tool(program: &str, args: &[&str]) -> Result<String> {
+    let output = Command::new(program)
+        .args(args)
+        .output()
+        .with_context(|| format!("running {program} {} (is {program} installed?)", args.join(" ")))?;
+    if !output.status.success() {
+        bail!(
+            "{program} {} exited with {}: {}",
+            args.join(" "),
+            output.status,
+            String::from_utf8_lossy(&output.stderr).trim()
+        );
+    }
+    Ok(String::from_utf8_lossy(&output.stdout).into_owned())
+}
+
 /// The last `lines` lines of the file at `path` (reads at most its last 256 KiB).
 pub fn tail(path: &Path, lines: usize) -> String {
     const MAX: u64 = 256 * 1024;

@@ -5,7 +5,7 @@ use std::path::Path;
 use std::process::Command;
 use std::time::Duration;
 
-use anyhow::{Context, Result, bail};
+use anyhow::{Context, Result};
 
 use crate::loopback::free_local_addr;
 use crate::netns::NetNsFd;
@@ -116,20 +116,9 @@ pub fn push_oci_layout_to(
 
 /// Runs `skopeo --insecure-policy ARGS` (no policy.json needed) and returns its stdout.
 pub fn skopeo(args: &[&str]) -> Result<String> {
-    let output = Command::new("skopeo")
-        .arg("--insecure-policy")
-        .args(args)
-        .output()
-        .with_context(|| format!("running skopeo {}", args.join(" ")))?;
-    if !output.status.success() {
-        bail!(
-            "skopeo {} exited with {}: {}",
-            args.join(" "),
-            output.status,
-            String::from_utf8_lossy(&output.stderr).trim()
-        );
-    }
-    Ok(String::from_utf8_lossy(&output.stdout).into_owned())
+    let mut full = vec!["--insecure-policy"];
+    full.extend_from_slice(args);
+    crate::process::run_tool("skopeo", &full)
 }
 
 fn config_yaml(storage: &Path, addr: SocketAddr) -> String {

@@ -146,8 +146,9 @@ fn sweep_removes_leftovers_of_dead_processes_only() {
     std::mem::forget(leftover); // as if its process died without running Drop
 
     let removed = keel_testbed::sweep(Sweep::DeadOwners);
-    assert!(removed.contains(&format!("netns {leftover_name}")), "{removed:?}");
-    assert!(!netns::list_named().unwrap().contains(&leftover_name));
+    // Test processes running in parallel sweep too: the leftover may be gone before our call, but not
+    // after it.
+    assert!(!netns::list_named().unwrap().contains(&leftover_name), "{removed:?}");
     // A live owner's namespaces are untouched.
     assert_eq!(names_with_prefix(mine.prefix()).len(), 1);
 }
