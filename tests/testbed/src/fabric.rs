@@ -16,6 +16,7 @@ use anyhow::{Context, Result, bail};
 
 use crate::netlink;
 use crate::netns::{NetNs, NetNsFd};
+use crate::process::{Daemon, Readiness};
 
 /// The bridge in the fabric namespace.
 pub const BRIDGE: &str = "fabric0";
@@ -162,6 +163,24 @@ impl Host {
     /// A command that runs inside this host's network namespace.
     pub fn command(&self, program: impl AsRef<std::ffi::OsStr>) -> std::process::Command {
         self.ns.command(program)
+    }
+
+    /// Starts a long-running process inside this host and waits until `ready` holds, probed from inside
+    /// the host (where its addresses are). Stop it (drop the [`Daemon`]) before the host.
+    pub fn start_daemon(
+        &self,
+        name: &str,
+        mut command: std::process::Command,
+        ready: Readiness,
+        timeout: std::time::Duration,
+    ) -> Result<Daemon> {
+        self.fd().enter_on_spawn(&mut command);
+        let ready = match ready {
+            Readiness::None => Readiness::None,
+            probe => Readiness::InNetNs(self.fd().clone(), Box::new(probe)),
+        };
+        Daemon::start(name, command, ready, timeout)
+            .with_context(|| format!("start {name} in {}", self.name()))
     }
 }
 

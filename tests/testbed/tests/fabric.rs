@@ -3,9 +3,10 @@
 use std::io::{Read, Write};
 use std::net::{Ipv4Addr, SocketAddr, TcpListener, TcpStream};
 use std::panic::AssertUnwindSafe;
+use std::time::Duration;
 
 use keel_testbed::host_state::HostNetState;
-use keel_testbed::{Fabric, Forwarder, NetNs, Sweep, netns};
+use keel_testbed::{Fabric, Forwarder, NetNs, Readiness, Sweep, netns};
 
 fn names_with_prefix(prefix: &str) -> Vec<String> {
     netns::list_named().unwrap().into_iter().filter(|n| n.starts_with(prefix)).collect()
@@ -85,6 +86,32 @@ fn commands_and_async_blocks_run_inside_a_host() {
     assert_eq!(roundtrip(&mut stream, b"gw"), b"GW");
     drop(stream);
     server.join().unwrap();
+}
+
+#[test]
+fn a_daemon_runs_inside_a_host_and_serves_another_host() {
+    keel_testbed::require_root().unwrap();
+    let fabric = Fabric::new().unwrap();
+    let web = fabric.add_host("web").unwrap();
+    let client = fabric.add_host("client").unwrap();
+    let root = tempfile::tempdir().unwrap();
+    std::fs::write(root.path().join("index.html"), "hello from the web host\n").unwrap();
+    let addr = SocketAddr::from((web.address(), 80));
+    let mut httpd = std::process::Command::new("busybox");
+    httpd.args(["httpd", "-f", "-p", &addr.to_string(), "-h"]).arg(root.path());
+    let ready = Readiness::Http { addr, path: "/index.html".into() };
+    let daemon = web.start_daemon("httpd", httpd, ready, Duration::from_secs(10)).unwrap();
+    let pid = daemon.pid();
+    // It runs in the web host's namespace...
+    let theirs = std::fs::read_link(format!("/proc/{pid}/ns/net")).unwrap();
+    assert_eq!(theirs, web.run(|| std::fs::read_link("/proc/thread-self/ns/net")).unwrap().unwrap());
+    // ...and the client host reaches it across the fabric.
+    let page =
+        client.run(|| keel_testbed::loopback::http_get(addr, "/index.html", Duration::from_secs(5))).unwrap();
+    let page = page.unwrap();
+    assert_eq!((page.status, page.body.as_str()), (200, "hello from the web host\n"));
+    drop(daemon);
+    assert!(!std::path::Path::new(&format!("/proc/{pid}")).exists(), "httpd was not stopped and reaped");
 }
 
 #[test]
