@@ -51,7 +51,8 @@ impl HostNetState {
     }
 }
 
-/// Drops what changes without anyone changing the configuration: address lifetimes counting down.
+/// Drops what changes without anyone changing the configuration: address lifetimes and route expiry
+/// timers counting down.
 fn normalize(text: &str) -> String {
     text.lines()
         .map(|line| {
@@ -61,7 +62,7 @@ fn normalize(text: &str) -> String {
                         *skip_next = false;
                         return Some(None);
                     }
-                    if word == "valid_lft" || word == "preferred_lft" {
+                    if matches!(word, "valid_lft" | "preferred_lft" | "expires") {
                         *skip_next = true;
                         return Some(None);
                     }
@@ -84,6 +85,10 @@ mod tests {
         assert_eq!(
             normalize("2: eth0 inet 10.0.0.2/24 valid_lft 3599sec preferred_lft 3599sec\n"),
             "2: eth0 inet 10.0.0.2/24"
+        );
+        assert_eq!(
+            normalize("default via fe80::1 dev eth0 proto ra metric 1024 expires 1799sec pref medium"),
+            "default via fe80::1 dev eth0 proto ra metric 1024 pref medium"
         );
     }
 
