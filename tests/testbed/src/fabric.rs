@@ -45,7 +45,6 @@ impl Fabric {
 
     /// A fabric whose namespaces are named `<prefix>-fabric` and `<prefix>-<host label>`.
     pub fn with_prefix(prefix: &str) -> Result<Fabric> {
-        crate::sweep_once();
         let ns = NetNs::create(&format!("{prefix}-fabric"))?;
         let bridge_index = ns
             .block_on(|| async {

@@ -15,8 +15,10 @@
 //! - [`bench`]: the harness of the benchmark programs.
 //!
 //! Every fixture removes what it made on drop, also while a test panics. Names of everything a test makes
-//! start with `keel-t<pid>-`, where `<pid>` is the test process: leftovers of a crashed process (its pid
-//! no longer alive) are swept by the next fixture created, without disturbing tests running in parallel.
+//! start with `keel-t<pid>-`, where `<pid>` is the test process, and every process a fixture starts
+//! carries its owner's pid and start time: [`sweep`] removes what crashed processes left (their owner no
+//! longer alive) without disturbing tests running in parallel. `cargo xtask test` sweeps before the run
+//! and fails if anything is left to sweep after it, so a leak is reported, never hidden.
 //!
 //! Fixtures report failures with `anyhow` errors carrying context: a test only prints them, no caller
 //! branches on their kind.
@@ -37,7 +39,6 @@ mod orphans;
 pub mod process;
 pub mod registry;
 
-use std::sync::Once;
 use std::sync::atomic::{AtomicU32, Ordering};
 
 pub use fabric::{Fabric, Host};
@@ -48,6 +49,9 @@ pub use process::{Daemon, Readiness};
 
 /// The prefix of every name a test makes (namespaces, mounts): `keel-t<pid>-`.
 pub const TEST_PREFIX: &str = "keel-t";
+
+/// Where `cargo xtask up` keeps the state of each instance (`/run/keel/<name>`).
+pub const UP_STATE_DIR: &str = "/run/keel";
 
 /// A name prefix unique to this call in this process: `keel-t<pid>-<n>`.
 pub fn unique_prefix() -> String {
@@ -62,13 +66,20 @@ pub fn owner_of(name: &str) -> Option<u32> {
     pid.parse().ok()
 }
 
-/// Whether a process with this pid is alive (a zombie is not).
+/// Whether a process with this pid is alive (a zombie is not) and, when `start` is given, started at
+/// that time (so a reused pid is not mistaken for the process that was meant).
+pub fn process_alive(pid: u32, start: Option<u64>) -> bool {
+    orphans::owner_alive(pid, start)
+}
+
+/// [`process_alive`] without a start time: what names carrying only a pid can be judged by.
 pub fn pid_alive(pid: u32) -> bool {
-    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
-        // The state follows the parenthesised command name, which may itself contain ") ".
-        Ok(stat) => stat.rsplit_once(") ").is_some_and(|(_, rest)| !rest.starts_with('Z')),
-        Err(_) => false,
-    }
+    process_alive(pid, None)
+}
+
+/// The start time of a process (clock ticks since boot, from /proc/PID/stat), to record beside its pid.
+pub fn process_start_time(pid: u32) -> Option<u64> {
+    orphans::start_time(pid)
 }
 
 /// Which leftovers a sweep removes.
@@ -100,10 +111,10 @@ pub fn sweep(scope: Sweep) -> Vec<String> {
         }
     }
     // State directories of `cargo xtask up --name keel-t<pid>-<n>` instances that tests start.
-    for entry in std::fs::read_dir("/run").into_iter().flatten().flatten() {
+    for entry in std::fs::read_dir(UP_STATE_DIR).into_iter().flatten().flatten() {
         let name = entry.file_name().to_string_lossy().into_owned();
         if stale(&name) && std::fs::remove_dir_all(entry.path()).is_ok() {
-            removed.push(format!("/run/{name}"));
+            removed.push(format!("{UP_STATE_DIR}/{name}"));
         }
     }
     // Power-loss filesystems of test processes that are gone.
@@ -118,16 +129,6 @@ pub fn sweep(scope: Sweep) -> Vec<String> {
         removed.push(format!("{killed} orphaned fixture process(es)"));
     }
     removed
-}
-
-/// Sweeps leftovers of dead test processes, once per process (called by fixture constructors).
-pub fn sweep_once() {
-    static ONCE: Once = Once::new();
-    ONCE.call_once(|| {
-        for what in sweep(Sweep::DeadOwners) {
-            eprintln!("keel-testbed: removed a leftover of a crashed test: {what}");
-        }
-    });
 }
 
 /// Fails unless the process runs as root: fixtures need CAP_SYS_ADMIN and CAP_NET_ADMIN.

@@ -126,11 +126,19 @@ impl NetNs {
         check_name(name)?;
         prepare_netns_dir()?;
         let path = Path::new(NETNS_DIR).join(name);
-        OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .open(&path)
-            .with_context(|| format!("create the mount point of network namespace {name}"))?;
+        let create = || OpenOptions::new().write(true).create_new(true).open(&path);
+        if let Err(err) = create() {
+            // A test name carrying our own pid that we did not make (names are unique within a process)
+            // is the leftover of an earlier, crashed process that had the same pid: take it over.
+            if err.kind() != std::io::ErrorKind::AlreadyExists
+                || crate::owner_of(name) != Some(std::process::id())
+            {
+                return Err(err)
+                    .with_context(|| format!("create the mount point of network namespace {name}"));
+            }
+            remove_named(name);
+            create().with_context(|| format!("create the mount point of network namespace {name}"))?;
+        }
         // rtnetlink's NetworkNamespace::add forks the whole process to unshare, which is unsound in a
         // multi-threaded test harness; unsharing on a thread of our own is safe and cheaper.
         let mounted = std::thread::scope(|scope| {

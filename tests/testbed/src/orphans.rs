@@ -151,8 +151,9 @@ fn parse_owner(environ: &[u8]) -> Option<(u32, Option<u64>)> {
 
 /// Whether `pid` is a live process (not a zombie) that started at `start`, when that is known.
 ///
-/// Anything but a clear "gone" counts as alive, so a sweep errs on the side of sparing a process.
-fn owner_alive(pid: u32, start: Option<u64>) -> bool {
+/// Anything but a clear "gone" counts as alive, so a sweep errs on the side of sparing a process. This is
+/// the one liveness rule every sweep of the testbed uses.
+pub(crate) fn owner_alive(pid: u32, start: Option<u64>) -> bool {
     if pid == std::process::id() {
         return true;
     }
@@ -171,6 +172,11 @@ struct Stat {
     state: char,
     ppid: u32,
     start_time: u64,
+}
+
+/// The start time of `pid` (field 22 of `/proc/PID/stat`, in clock ticks since boot).
+pub(crate) fn start_time(pid: u32) -> Option<u64> {
+    proc_stat(pid).map(|stat| stat.start_time)
 }
 
 fn proc_stat(pid: u32) -> Option<Stat> {

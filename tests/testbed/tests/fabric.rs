@@ -132,29 +132,76 @@ fn the_forwarder_carries_a_connection_from_loopback_into_a_namespace() {
     // The upstream connection was made from inside the namespace: its source is the host's own address.
     assert_eq!(server.join().unwrap().ip(), host.address());
 
-    // A target nobody listens on: the client's connection is closed, the forwarder keeps serving.
-    let nobody = Forwarder::start(host.fd(), SocketAddr::from((host.address(), 1))).unwrap();
-    let mut stream = TcpStream::connect(nobody.local_addr()).unwrap();
+    // While nobody listens on the target, a client's connection is closed at once; once a server
+    // listens, the same forwarder carries connections again.
+    let later = SocketAddr::from((host.address(), 8080));
+    let forwarder = Forwarder::start(host.fd(), later).unwrap();
+    let mut stream = TcpStream::connect(forwarder.local_addr()).unwrap();
     let mut buf = [0u8; 1];
-    assert_eq!(stream.read(&mut buf).unwrap_or(0), 0);
+    assert!(matches!(stream.read(&mut buf), Ok(0) | Err(_)), "a connection to nobody stayed open");
+    let listener = host.run(|| TcpListener::bind(later)).unwrap().unwrap();
+    let server = serve_one_upper(listener);
+    let mut stream = TcpStream::connect(forwarder.local_addr()).unwrap();
+    assert_eq!(roundtrip(&mut stream, b"still serving"), b"STILL SERVING");
+    drop(stream);
+    server.join().unwrap();
+}
+
+/// Every process's reference to the network namespace with this inode: its threads' namespaces and
+/// its open namespace files. A namespace without a name stays alive through any of them.
+fn references_to_netns(inode: u64) -> Vec<String> {
+    let wanted = format!("net:[{inode}]");
+    let mut found = Vec::new();
+    for proc_entry in std::fs::read_dir("/proc").unwrap().flatten() {
+        let pid = proc_entry.file_name().to_string_lossy().into_owned();
+        if !pid.chars().all(|c| c.is_ascii_digit()) {
+            continue;
+        }
+        for sub in ["task", "fd"] {
+            for entry in std::fs::read_dir(proc_entry.path().join(sub)).into_iter().flatten().flatten() {
+                let link = if sub == "task" { entry.path().join("ns/net") } else { entry.path() };
+                if std::fs::read_link(&link).is_ok_and(|target| target.to_string_lossy() == wanted) {
+                    found.push(link.display().to_string());
+                }
+            }
+        }
+    }
+    found
 }
 
 #[test]
 fn nothing_is_left_after_a_test_even_one_that_panics() {
     keel_testbed::require_root().unwrap();
+    use std::os::unix::fs::MetadataExt;
     let mut prefix = String::new();
+    let mut inodes = Vec::new();
+    let mut forwarded = None;
     let result = std::panic::catch_unwind(AssertUnwindSafe(|| {
         let fabric = Fabric::new().unwrap();
         prefix = fabric.prefix().to_owned();
         let host = fabric.add_host("x").unwrap();
-        let _forwarder = Forwarder::start(host.fd(), SocketAddr::from((host.address(), 80))).unwrap();
+        for ns in [fabric.ns(), host.ns()] {
+            inodes.push(std::fs::metadata(ns.path()).unwrap().ino());
+        }
+        let listener = host.run(|| TcpListener::bind((host.address(), 80))).unwrap().unwrap();
+        let forwarder = Forwarder::start(host.fd(), SocketAddr::from((host.address(), 80))).unwrap();
+        forwarded = Some(forwarder.local_addr());
+        let _conn = TcpStream::connect(forwarder.local_addr()).unwrap();
+        let _accepted = listener.accept().unwrap();
         assert_eq!(names_with_prefix(&prefix).len(), 2);
+        assert!(!references_to_netns(inodes[1]).is_empty());
         panic!("a test failing half-way");
     }));
     assert!(result.is_err());
     assert!(!prefix.is_empty());
     assert_eq!(names_with_prefix(&prefix), Vec::<String>::new());
-    assert!(!std::path::Path::new(netns::NETNS_DIR).join(format!("{prefix}-x")).exists());
+    // The forwarder stopped listening (its connections, whose sockets held the host's namespace, were
+    // closed with it), and no thread or open namespace file of any process still holds the namespaces:
+    // the kernel frees them, and the veth pairs and bridge in them with them.
+    assert!(TcpStream::connect(forwarded.unwrap()).is_err(), "the forwarder still listens");
+    for inode in inodes {
+        assert_eq!(references_to_netns(inode), Vec::<String>::new(), "namespace net:[{inode}] is still held");
+    }
 }
 
 #[test]
@@ -165,19 +212,36 @@ fn sweep_removes_leftovers_of_dead_processes_only() {
     let dead = child.id();
     child.wait().unwrap();
     assert!(!keel_testbed::pid_alive(dead));
+    // A live process that is not us: another test running in parallel.
+    let mut other = std::process::Command::new("sleep").arg("60").spawn().unwrap();
 
-    // Fixtures sweep once per process when the first is made: make ours first, then the leftover.
-    let mine = Fabric::new().unwrap();
     let leftover = NetNs::create(&format!("keel-t{dead}-0-crashed")).unwrap();
     let leftover_name = leftover.name().to_owned();
     std::mem::forget(leftover); // as if its process died without running Drop
+    let parallel = NetNs::create(&format!("keel-t{}-0-running", other.id())).unwrap();
+    let mine = Fabric::new().unwrap();
 
     let removed = keel_testbed::sweep(Sweep::DeadOwners);
-    // Test processes running in parallel sweep too: the leftover may be gone before our call, but not
-    // after it.
-    assert!(!netns::list_named().unwrap().contains(&leftover_name), "{removed:?}");
-    // A live owner's namespaces are untouched.
-    assert_eq!(names_with_prefix(mine.prefix()).len(), 1);
+    // Other tests may sweep at the same time and remove the leftover first: assert the effect.
+    let names = netns::list_named().unwrap();
+    assert!(!names.contains(&leftover_name), "{removed:?}");
+    assert!(names.contains(&parallel.name().to_owned()), "a live owner's namespace was swept");
+    assert_eq!(names_with_prefix(mine.prefix()).len(), 1, "our own namespace was swept");
+    drop(parallel);
+    other.kill().unwrap();
+    other.wait().unwrap();
+}
+
+#[test]
+fn a_leftover_of_an_earlier_process_with_our_pid_is_taken_over() {
+    keel_testbed::require_root().unwrap();
+    // Names are unique within a process, so an existing name with our pid is an earlier process's.
+    let name = format!("keel-t{}-999999-reused", std::process::id());
+    std::mem::forget(NetNs::create(&name).unwrap());
+    let again = NetNs::create(&name).unwrap();
+    assert_eq!(netns::list_named().unwrap().iter().filter(|n| **n == name).count(), 1);
+    drop(again);
+    assert!(!netns::list_named().unwrap().contains(&name));
 }
 
 #[test]

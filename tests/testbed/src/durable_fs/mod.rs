@@ -86,8 +86,7 @@ use std::time::{Duration, Instant};
 
 use fuser::{BackgroundSession, Config, INodeNo, SessionACL};
 use nix::mount::MsFlags;
-use nix::sys::signal::kill;
-use nix::unistd::{Pid, getegid, geteuid};
+use nix::unistd::{getegid, geteuid};
 
 use self::ops::{Ops, Shared, lock};
 use self::tree::Tree;
@@ -323,9 +322,9 @@ pub fn sweep_stale_mounts() -> io::Result<usize> {
         let entries = mountinfo::read()?;
         let mut progressed = false;
         for e in &entries {
-            let pid = e.source.strip_prefix(FSNAME_PREFIX).and_then(|p| p.parse::<i32>().ok());
+            let pid = e.source.strip_prefix(FSNAME_PREFIX).and_then(|p| p.parse::<u32>().ok());
             let Some(pid) = pid.filter(|&p| p > 0) else { continue };
-            if !e.fstype.starts_with("fuse") || pid_alive(pid) {
+            if !e.fstype.starts_with("fuse") || crate::pid_alive(pid) {
                 continue;
             }
             if mountinfo::topmost_at(&entries, &e.mount_point).is_some_and(|top| top.id == e.id)
@@ -340,8 +339,4 @@ pub fn sweep_stale_mounts() -> io::Result<usize> {
         }
     }
     Ok(swept)
-}
-
-fn pid_alive(pid: i32) -> bool {
-    !matches!(kill(Pid::from_raw(pid), None), Err(nix::errno::Errno::ESRCH))
 }
