@@ -5,8 +5,8 @@
 //! and a peer side by side in the same run and prints, as its last line,
 //! `bench NAME: key=value ...` with its headline figures and ratios.
 
-use std::fs::OpenOptions;
-use std::io::{BufRead, BufReader, Write};
+use std::fs;
+use std::io::{BufRead, BufReader};
 use std::process::Stdio;
 
 use anyhow::{Context, Result, bail};
@@ -98,7 +98,7 @@ fn list() -> Result<Vec<(String, String)>> {
     Ok(benches)
 }
 
-/// Appends a row to the results table of docs/benchmarks.md.
+/// Adds a row at the end of the results table of docs/benchmarks.md.
 fn record(command: &str, headline: &str) -> Result<()> {
     let path = util::workspace_root().join("docs/benchmarks.md");
     let date = std::process::Command::new("date")
@@ -107,14 +107,25 @@ fn record(command: &str, headline: &str) -> Result<()> {
         .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_owned())
         .unwrap_or_default();
     let figures = headline.split_once(": ").map_or(headline, |(_, figures)| figures);
-    let row = format!("| {date} | {} | `{command}` | {figures} |\n", machine());
-    let mut file = OpenOptions::new()
-        .append(true)
-        .open(&path)
-        .with_context(|| format!("open {} to record the run", path.display()))?;
-    file.write_all(row.as_bytes()).with_context(|| format!("append to {}", path.display()))?;
+    let row = format!("| {date} | {} | `{command}` | {figures} |", machine());
+    let text = fs::read_to_string(&path).with_context(|| format!("read {}", path.display()))?;
+    let updated = insert_result_row(&text, &row)
+        .with_context(|| format!("{} has no `## Results` table to add the run to", path.display()))?;
+    fs::write(&path, updated).with_context(|| format!("write {}", path.display()))?;
     println!("recorded in {}", path.display());
     Ok(())
+}
+
+/// `text` with `row` after the last row of the table under `## Results`.
+fn insert_result_row(text: &str, row: &str) -> Option<String> {
+    let lines: Vec<&str> = text.lines().collect();
+    let results = lines.iter().position(|l| l.trim() == "## Results")?;
+    let table_start = results + lines[results..].iter().position(|l| l.starts_with('|'))?;
+    let table_end = table_start + lines[table_start..].iter().take_while(|l| l.starts_with('|')).count();
+    let mut out: Vec<&str> = lines[..table_end].to_vec();
+    out.push(row);
+    out.extend_from_slice(&lines[table_end..]);
+    Some(out.join("\n") + "\n")
 }
 
 /// "N cores, CPU model, kernel": enough to tell machines apart in the results table.
@@ -131,4 +142,20 @@ fn machine() -> String {
         .unwrap_or_else(|| "unknown CPU".into());
     let kernel = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default();
     format!("{cpus} cores, {model}, Linux {}", kernel.trim())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rows_go_at_the_end_of_the_results_table_not_the_file() {
+        let text = "# B\n\n## Results\n\n| a | b |\n|---|---|\n| 1 | 2 |\n\n### notes\n\ntext\n";
+        let updated = insert_result_row(text, "| 3 | 4 |").unwrap();
+        assert_eq!(
+            updated,
+            "# B\n\n## Results\n\n| a | b |\n|---|---|\n| 1 | 2 |\n| 3 | 4 |\n\n### notes\n\ntext\n"
+        );
+        assert!(insert_result_row("no table\n", "| x |").is_none());
+    }
 }

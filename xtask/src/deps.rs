@@ -16,7 +16,8 @@ use crate::util;
 pub const PACKAGES: &[(&str, &str)] = &[
     ("protobuf-compiler", "protoc, for etcd-client and k8s-cri at build time"),
     ("libprotobuf-dev", "the well-known .proto files protoc imports (google/protobuf/descriptor.proto)"),
-    ("pkg-config", "finding system libraries at build time"),
+    ("gcc", "C compiler for crates that build C (bundled SQLite in the power-loss tests)"),
+    ("libc6-dev", "C library headers for the same"),
     ("iproute2", "ip: tests read the machine's network state with it"),
     ("nftables", "nft: keel-proxy and keel-cni program the kernel's nftables"),
     ("util-linux", "nsenter, mount"),
@@ -31,13 +32,10 @@ pub const PACKAGES: &[(&str, &str)] = &[
     ("skopeo", "copies test images into the local registry"),
     ("busybox-static", "the contents of the test images"),
     ("python3-venv", "a virtualenv for the Python kubernetes client tests"),
-    ("fuse3", "the power-loss test filesystem (FUSE)"),
 ];
 
 /// kubectl versions that must be present (from the machine image, not Debian).
 pub const KUBECTL_MINORS: std::ops::RangeInclusive<u32> = 27..=33;
-/// Where the machine image keeps kubectl.1.NN.
-pub const KUBECTL_DIR: &str = "/usr/lib/google-cloud-sdk/bin";
 
 #[derive(Debug, clap::Args)]
 pub struct Args {
@@ -69,14 +67,12 @@ pub fn ensure(check_only: bool) -> Result<()> {
         }
     }
     let mut problems = Vec::new();
-    for minor in KUBECTL_MINORS {
-        let path = Path::new(KUBECTL_DIR).join(format!("kubectl.1.{minor}"));
-        if !path.exists() {
-            problems.push(format!(
-                "kubectl 1.{minor} ({} is missing; it comes with the machine image)",
-                path.display()
-            ));
-        }
+    let kubectls: Vec<u32> = keel_testbed::kubectl::installed().iter().map(|k| k.minor).collect();
+    for minor in KUBECTL_MINORS.filter(|minor| !kubectls.contains(minor)) {
+        problems.push(format!(
+            "kubectl 1.{minor} (no kubectl.1.{minor} in {}; it comes with the machine image)",
+            keel_testbed::kubectl::dir().display()
+        ));
     }
     match Command::new("node").arg("--version").output() {
         Ok(out) if String::from_utf8_lossy(&out.stdout).trim_start_matches('v').starts_with("20.") => {}

@@ -151,10 +151,14 @@ fn nextest(filter: &[String]) -> Result<TestCounts> {
         }
     }
     let status = child.wait().context("wait for nextest")?;
-    match counts {
-        Some(counts) => Ok(counts),
-        None => bail!("nextest exited with {status} without a summary (the build failed?)"),
+    let Some(counts) = counts else {
+        bail!("nextest exited with {status} without a summary (the build failed?)");
+    };
+    // A run cut short, or a filter that matched nothing, is a failure even when no test failed.
+    if !status.success() && counts.failed == 0 {
+        bail!("nextest exited with {status} after {} tests ({} passed)", counts.run, counts.passed);
     }
+    Ok(counts)
 }
 
 /// Reads nextest's `Summary [ 1.2s] 12 tests run: 11 passed, 1 failed, 0 skipped` line.
@@ -179,19 +183,13 @@ fn parse_summary(line: &str) -> Option<TestCounts> {
     Some(counts)
 }
 
-/// Fails when a test left a namespace or process behind.
+/// Fails when the tests left anything behind (test namespaces, fixture processes, power-loss mounts,
+/// `up` state): every test process has exited, so whatever the sweep finds now was leaked. It is removed,
+/// and named in the failure.
 fn leftovers() -> Result<()> {
-    let names: Vec<String> = keel_testbed::netns::list_named()?
-        .into_iter()
-        .filter(|name| keel_testbed::owner_of(name).is_some())
-        .collect();
-    if !names.is_empty() {
-        bail!("tests left network namespaces behind: {}", names.join(" "));
-    }
-    // Every test process has exited: any fixture process still marked with a test owner is an orphan.
-    let orphans = keel_testbed::sweep_orphans();
-    if orphans > 0 {
-        bail!("tests left {orphans} fixture process(es) running (killed now)");
+    let removed = keel_testbed::sweep(keel_testbed::Sweep::All);
+    if !removed.is_empty() {
+        bail!("tests left these behind (removed now): {}", removed.join(", "));
     }
     Ok(())
 }

@@ -21,7 +21,7 @@ use keel_testbed::{Fabric, Forwarder, images, netns};
 use nix::sys::signal::{SigSet, Signal};
 use serde_json::json;
 
-use crate::util;
+use crate::{deps, util};
 
 /// The default instance name: namespaces `keel-up-*`, state in /run/keel-up.
 pub const DEFAULT_NAME: &str = "keel-up";
@@ -61,7 +61,24 @@ pub struct SuperviseArgs {
 impl Instance {
     /// Where `up` keeps its state: the supervisor's pid, its log and what it started.
     fn state_dir(&self) -> PathBuf {
-        PathBuf::from("/run").join(&self.name)
+        PathBuf::from(keel_testbed::UP_STATE_DIR).join(&self.name)
+    }
+
+    /// The namespaces of this instance that exist: `<name>-fabric` and `<name>-node<N>`, exactly (another
+    /// instance's name may start with this one's).
+    fn namespaces(&self) -> Result<Vec<String>> {
+        let prefix = format!("{}-", self.name);
+        Ok(netns::list_named()?
+            .into_iter()
+            .filter(|ns| {
+                ns.strip_prefix(&prefix).is_some_and(|rest| {
+                    rest == "fabric"
+                        || rest
+                            .strip_prefix("node")
+                            .is_some_and(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()))
+                })
+            })
+            .collect())
     }
 
     fn check(&self) -> Result<()> {
@@ -72,8 +89,14 @@ impl Instance {
     }
 }
 
-fn read_pid(dir: &Path) -> Option<u32> {
-    fs::read_to_string(dir.join("supervisor.pid")).ok()?.trim().parse().ok()
+/// The supervisor's pid, if that process is still the supervisor: the file holds "PID START" (its start
+/// time), so a pid reused after a reboot or a crash is not taken for it.
+fn running_supervisor(dir: &Path) -> Option<u32> {
+    let text = fs::read_to_string(dir.join("supervisor.pid")).ok()?;
+    let mut fields = text.split_whitespace();
+    let pid = fields.next()?.parse().ok()?;
+    let start = fields.next()?.parse().ok()?;
+    keel_testbed::process_alive(pid, Some(start)).then_some(pid)
 }
 
 pub fn up(args: &UpArgs) -> Result<()> {
@@ -86,13 +109,14 @@ pub fn up(args: &UpArgs) -> Result<()> {
     let instance = &args.instance;
     instance.check()?;
     let dir = instance.state_dir();
-    if let Some(pid) = read_pid(&dir).filter(|pid| keel_testbed::pid_alive(*pid)) {
+    if let Some(pid) = running_supervisor(&dir) {
         bail!("Keel is already up (supervisor pid {pid}); run `cargo xtask down` first");
     }
-    if dir.exists() || netns::list_named()?.iter().any(|n| n.starts_with(&format!("{}-", instance.name))) {
+    if dir.exists() || !instance.namespaces()?.is_empty() {
         eprintln!("up: removing what an earlier `up` left");
         down(instance)?;
     }
+    deps::ensure(false)?;
 
     if !args.no_build {
         eprintln!("up: building the workspace");
@@ -121,7 +145,9 @@ pub fn up(args: &UpArgs) -> Result<()> {
         });
     }
     let mut child = command.spawn().context("start the supervisor")?;
-    fs::write(dir.join("supervisor.pid"), child.id().to_string()).context("write the supervisor pid")?;
+    let start = keel_testbed::process_start_time(child.id()).unwrap_or_default();
+    fs::write(dir.join("supervisor.pid"), format!("{} {start}\n", child.id()))
+        .context("write the supervisor pid")?;
 
     let state_path = dir.join("state.json");
     let deadline = Instant::now() + Duration::from_secs(120);
@@ -219,6 +245,7 @@ pub fn supervise(args: &SuperviseArgs) -> Result<()> {
             "cluster_address": registry_addr.to_string(),
             "local_address": forwarder.local_addr().to_string(),
             "images": [format!("{registry_addr}/busybox:latest")],
+            "pid": registry.pid(),
         },
         "nodes": nodes.iter().enumerate().map(|(i, node)| json!({
             "name": format!("node{}", i + 1),
@@ -250,7 +277,7 @@ pub fn down(instance: &Instance) -> Result<()> {
     instance.check()?;
     let dir = instance.state_dir();
     let mut removed = Vec::new();
-    if let Some(pid) = read_pid(&dir).filter(|pid| keel_testbed::pid_alive(*pid)) {
+    if let Some(pid) = running_supervisor(&dir) {
         let target = nix::unistd::Pid::from_raw(i32::try_from(pid).context("supervisor pid")?);
         let _ = nix::sys::signal::kill(target, Signal::SIGTERM);
         let deadline = Instant::now() + Duration::from_secs(30);
@@ -263,17 +290,22 @@ pub fn down(instance: &Instance) -> Result<()> {
         }
         removed.push(format!("supervisor (pid {pid})"));
     }
-    // What a crashed supervisor could not remove.
-    for name in netns::list_named()? {
-        if name.starts_with(&format!("{}-", instance.name)) {
-            netns::remove_named(&name);
-            removed.push(format!("netns {name}"));
-        }
+    // What a crashed (or killed) supervisor could not remove: the processes it started carry it as their
+    // owner, and it is gone now; then its namespaces.
+    let orphans = keel_testbed::sweep_orphans();
+    if orphans > 0 {
+        removed.push(format!("{orphans} process(es) the supervisor left"));
+    }
+    for name in instance.namespaces()? {
+        netns::remove_named(&name);
+        removed.push(format!("netns {name}"));
     }
     if dir.exists() {
         fs::remove_dir_all(&dir).with_context(|| format!("remove {}", dir.display()))?;
         removed.push(dir.display().to_string());
     }
+    // The parent, once no instance is left in it.
+    let _ = fs::remove_dir(keel_testbed::UP_STATE_DIR);
     if removed.is_empty() {
         println!("Keel was not up: nothing to remove.");
     } else {

@@ -15,8 +15,19 @@ impl Drop for Down {
     }
 }
 
+/// Runs xtask marked as a fixture process of this test: if the test process dies, the sweep of the next
+/// `cargo xtask test` kills whatever it left (the supervisor inherits the mark).
 fn xtask(args: &[&str]) -> std::process::Output {
-    Command::new(env!("CARGO_BIN_EXE_xtask")).args(args).output().expect("run xtask")
+    let me = std::process::id();
+    Command::new(env!("CARGO_BIN_EXE_xtask"))
+        .args(args)
+        .env(keel_testbed::process::OWNER_ENV, me.to_string())
+        .env(
+            keel_testbed::process::OWNER_START_ENV,
+            keel_testbed::process_start_time(me).unwrap().to_string(),
+        )
+        .output()
+        .expect("run xtask")
 }
 
 fn namespaces_of(name: &str) -> Vec<String> {
@@ -45,7 +56,7 @@ fn up_starts_the_cluster_network_and_down_removes_everything() {
     let mut made = namespaces_of(&name);
     made.sort();
     assert_eq!(made, [format!("{name}-fabric"), format!("{name}-node1"), format!("{name}-node2")]);
-    let state_dir = PathBuf::from("/run").join(&name);
+    let state_dir = PathBuf::from(keel_testbed::UP_STATE_DIR).join(&name);
     let state: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(state_dir.join("state.json")).unwrap()).unwrap();
     let supervisor = u32::try_from(state["supervisor"].as_u64().unwrap()).unwrap();
@@ -67,6 +78,8 @@ fn up_starts_the_cluster_network_and_down_removes_everything() {
         .unwrap();
     assert_eq!(v2.status, 200);
     let local = state["registry"]["local_address"].as_str().unwrap();
+    let registry_pid = u32::try_from(state["registry"]["pid"].as_u64().unwrap()).unwrap();
+    assert!(keel_testbed::pid_alive(registry_pid));
     let inspect = keel_testbed::registry::skopeo(&[
         "inspect",
         "--tls-verify=false",
@@ -86,6 +99,8 @@ fn up_starts_the_cluster_network_and_down_removes_everything() {
     assert!(matches!(status, nix::sys::wait::WaitStatus::Exited(_, 0)), "{status:?}");
     assert_eq!(namespaces_of(&name), Vec::<String>::new());
     assert!(!state_dir.exists());
+    assert!(!keel_testbed::pid_alive(registry_pid), "the registry outlived down");
+    assert!(std::net::TcpStream::connect(local).is_err(), "the registry forwarder still listens");
 
     // A second `down` finds nothing to do.
     std::mem::forget(guard);

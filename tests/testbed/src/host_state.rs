@@ -52,7 +52,7 @@ impl HostNetState {
 }
 
 /// Drops what changes without anyone changing the configuration: address lifetimes and route expiry
-/// timers counting down.
+/// timers counting down, and nftables rule counters.
 fn normalize(text: &str) -> String {
     text.lines()
         .map(|line| {
@@ -62,7 +62,7 @@ fn normalize(text: &str) -> String {
                         *skip_next = false;
                         return Some(None);
                     }
-                    if matches!(word, "valid_lft" | "preferred_lft" | "expires") {
+                    if matches!(word, "valid_lft" | "preferred_lft" | "expires" | "packets" | "bytes") {
                         *skip_next = true;
                         return Some(None);
                     }
@@ -89,6 +89,10 @@ mod tests {
         assert_eq!(
             normalize("default via fe80::1 dev eth0 proto ra metric 1024 expires 1799sec pref medium"),
             "default via fe80::1 dev eth0 proto ra metric 1024 pref medium"
+        );
+        assert_eq!(
+            normalize("ip saddr 1.2.3.4 counter packets 12 bytes 3456 drop"),
+            "ip saddr 1.2.3.4 counter drop"
         );
     }
 

@@ -37,27 +37,35 @@ pub(crate) fn become_subreaper() {
     });
 }
 
-/// Every process carrying `KEEL_TESTBED_DAEMON=marker`, and every descendant of `leader` (zombies too).
-/// Taken before a daemon is killed, so the orphans its death creates can be reaped afterwards.
-pub(crate) fn snapshot_descendants(leader: u32, marker: &str) -> Vec<u32> {
-    let mut found = marked(marker);
-    let stats: Vec<(u32, u32)> = all_pids().filter_map(|pid| Some((pid, proc_stat(pid)?.ppid))).collect();
+/// Every descendant of `leader` (zombies too), with its start time. Taken before a daemon is killed, so
+/// the processes it forked can be killed and reaped afterwards, also those that left its process group
+/// and cleared their environment (a container under a runtime's shim does both).
+pub(crate) fn snapshot_descendants(leader: u32) -> Vec<(u32, u64)> {
+    let stats: Vec<(u32, Stat)> = all_pids().filter_map(|pid| Some((pid, proc_stat(pid)?))).collect();
+    let mut found: Vec<(u32, u64)> = Vec::new();
     let mut frontier = vec![leader];
     while let Some(parent) = frontier.pop() {
-        for &(pid, ppid) in &stats {
-            if ppid == parent && !found.contains(&pid) {
-                found.push(pid);
-                frontier.push(pid);
+        for (pid, stat) in &stats {
+            if stat.ppid == parent && !found.iter().any(|(p, _)| p == pid) {
+                found.push((*pid, stat.start_time));
+                frontier.push(*pid);
             }
         }
     }
     found
 }
 
-/// SIGKILLs every process still carrying `KEEL_TESTBED_DAEMON=marker`, then for up to a second reaps those
-/// and the `earlier` snapshot that are (or become, as orphans) children of this process.
-pub(crate) fn kill_descendants(marker: &str, earlier: Vec<u32>) {
-    let mut pending = earlier;
+/// SIGKILLs the `earlier` snapshot of descendants that are still the same processes, and every process
+/// still carrying `KEEL_TESTBED_DAEMON=marker`; then for up to a second reaps those that are (or become,
+/// as orphans) children of this process.
+pub(crate) fn kill_descendants(marker: &str, earlier: Vec<(u32, u64)>) {
+    let mut pending = Vec::new();
+    for (pid, start) in earlier {
+        if owner_alive(pid, Some(start)) {
+            signal(pid, Signal::SIGKILL);
+        }
+        pending.push(pid);
+    }
     for pid in marked(marker) {
         signal(pid, Signal::SIGKILL);
         if !pending.contains(&pid) {

@@ -238,13 +238,13 @@ impl Daemon {
 
     /// Descendants of the daemon, taken before it is signalled so the orphans its death creates (which
     /// come to this subreaper process) can be reaped by [`Daemon::reap`].
-    fn descendants(&self) -> Vec<u32> {
-        crate::orphans::snapshot_descendants(self.child.id(), &self.marker)
+    fn descendants(&self) -> Vec<(u32, u64)> {
+        crate::orphans::snapshot_descendants(self.child.id())
     }
 
     /// SIGKILLs whatever is left in the process group, reaps the leader (blocking until it exits), then
     /// kills any other process that inherited the daemon's marker and reaps those and `descendants`.
-    fn reap(&mut self, descendants: Vec<u32>) -> Result<ExitStatus> {
+    fn reap(&mut self, descendants: Vec<(u32, u64)>) -> Result<ExitStatus> {
         if let Some(status) = self.status {
             return Ok(status);
         }
@@ -257,23 +257,22 @@ impl Daemon {
 }
 
 impl Drop for Daemon {
+    /// Stops the daemon and prints the tail of its log. Test runners show a test's output only when it
+    /// fails (by a panic or by returning an error), so the log is there exactly when it is needed.
     fn drop(&mut self) {
-        let status = self.stop();
-        if std::thread::panicking() {
-            let status = match status {
-                Ok(status) => status.to_string(),
-                Err(error) => format!("{error:#}"),
-            };
-            eprintln!(
-                "===== keel-testbed: daemon {} (pid {}, {status}) — last {TAIL_LINES} lines of {} =====\n{}\n\
-                 ===== end of daemon {} log =====",
-                self.name,
-                self.child.id(),
-                self.log_path.display(),
-                self.log_tail(TAIL_LINES),
-                self.name,
-            );
-        }
+        let status = match self.stop() {
+            Ok(status) => status.to_string(),
+            Err(error) => format!("{error:#}"),
+        };
+        eprintln!(
+            "===== keel-testbed: daemon {} (pid {}, {status}) — last {TAIL_LINES} lines of {} =====\n{}\n\
+             ===== end of daemon {} log =====",
+            self.name,
+            self.child.id(),
+            self.log_path.display(),
+            self.log_tail(TAIL_LINES),
+            self.name,
+        );
     }
 }
 

@@ -78,6 +78,11 @@ impl Registry {
         self.addr.to_string()
     }
 
+    /// The pid of the registry process.
+    pub fn pid(&self) -> u32 {
+        self.daemon.pid()
+    }
+
     /// The registry's daemon (its log, or to kill it).
     pub fn daemon(&mut self) -> &mut Daemon {
         &mut self.daemon

