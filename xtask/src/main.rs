@@ -33,8 +33,20 @@ enum Command {
     Supervise(up::SuperviseArgs),
 }
 
-fn main() -> Result<()> {
-    match Cli::parse().command {
+fn main() -> std::process::ExitCode {
+    // The error chain, without the backtrace anyhow would add under RUST_BACKTRACE (it shows xtask's
+    // own frames, never the failing command's).
+    match run(Cli::parse().command) {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(err) => {
+            eprintln!("error: {err:#}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}
+
+fn run(command: Command) -> Result<()> {
+    match command {
         Command::Deps(args) => deps::run(&args),
         Command::Test(args) => test::run(&args),
         Command::Up(args) => up::up(&args),

@@ -113,13 +113,15 @@ pub fn run(args: &Args) -> Result<()> {
         };
         eprintln!("  {:<26} {:<6} {:>7.1}s  {detail}", step.name, verdict, step.took.as_secs_f64());
     }
-    // The closing line CI reads: tests, plus each check step counted as one.
+    // The closing line CI reads: tests, plus each check step counted as one (and a test step that
+    // failed without a failing test — a build error, a cut-short run — as one failure).
     let checks = steps.iter().filter(|s| s.name != "tests").count();
     let failed_checks = steps.iter().filter(|s| s.name != "tests" && s.outcome.is_err()).count();
+    let tests_broken = steps.iter().any(|s| s.name == "tests" && s.outcome.is_err()) && counts.failed == 0;
     println!(
         "keel: {} passed, {} failed",
         counts.passed + checks - failed_checks,
-        counts.failed + failed_checks
+        counts.failed + failed_checks + usize::from(tests_broken)
     );
     if failed_steps > 0 {
         bail!("{failed_steps} step(s) failed");
