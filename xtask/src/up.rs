@@ -131,6 +131,8 @@ pub fn up(args: &UpArgs) -> Result<()> {
     command
         .args(["supervise", "--nodes", &args.nodes.to_string(), "--name", &instance.name])
         .args(["--registry-port", &args.registry_port.to_string()])
+        // Images `up` builds live with its state, so `down` removes them too.
+        .env("KEEL_TESTBED_CACHE", dir.join("image-cache"))
         .current_dir(util::workspace_root())
         .stdin(Stdio::null())
         .stdout(log.try_clone().context("duplicate the log file")?)
