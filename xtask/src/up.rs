@@ -247,6 +247,7 @@ pub fn supervise(args: &SuperviseArgs) -> Result<()> {
             "cluster_address": registry_addr.to_string(),
             "local_address": forwarder.local_addr().to_string(),
             "images": [format!("{registry_addr}/busybox:latest")],
+            "busybox_digest": busybox.manifest_digest()?,
             "pid": registry.pid(),
         },
         "nodes": nodes.iter().enumerate().map(|(i, node)| json!({

@@ -86,8 +86,9 @@ fn up_starts_the_cluster_network_and_down_removes_everything() {
         &format!("docker://{local}/busybox:latest"),
     ])
     .unwrap();
-    let digest = keel_testbed::images::busybox_image().unwrap().manifest_digest().unwrap();
-    assert!(inspect.contains(&digest), "{inspect}");
+    let digest = state["registry"]["busybox_digest"].as_str().unwrap();
+    assert!(digest.starts_with("sha256:"), "{digest}");
+    assert!(inspect.contains(digest), "{inspect}");
     drop((listener, node1, node2));
 
     let out = xtask(&["down", "--name", &name]);
