@@ -1,10 +1,12 @@
 //! `cargo xtask bench testbed`: what the fixtures every root test uses cost, against iproute2 doing the
 //! same work. Tests make many hosts and run many commands in them, so this is the testbed's overhead.
 //!
-//! - host_add: a new host on a fabric (namespace, veth into the bridge, lo and eth0 up, address,
-//!   default route) through the testbed's netlink, vs the same steps as `ip` commands.
+//! - host_add: a new host on a fabric (namespace, veth into the bridge with its peer made in the host,
+//!   lo and eth0 up, address, default route) through the testbed's netlink, vs the same steps as the
+//!   fewest `ip` commands.
 //! - exec: run `true` inside a host: the testbed's pre_exec setns vs `ip netns exec` vs
 //!   `nsenter --net=`.
+//! - netns_create: creating a named namespace alone, the part of host_add that is the kernel's.
 //! - enter: run a closure inside a host (thread + setns); no peer runs a closure, so its CPU time per
 //!   operation is reported beside it.
 
@@ -31,6 +33,20 @@ fn main() {
     for name in &peer_hosts {
         keel_testbed::netns::remove_named(name);
     }
+
+    // How much of host_add is creating the namespace alone (the kernel's work; no netlink, no process).
+    let mut create = Samples::default();
+    for round in 0..rounds {
+        let name = format!("{}-n{round}", fabric.prefix());
+        let (ns, took) = bench::time(|| keel_testbed::NetNs::create(&name).expect("create netns"));
+        create.push(took);
+        drop(ns);
+    }
+    report.figure(
+        "netns_create_ms",
+        "create a named network namespace: median ms",
+        &bench::ms(create.median()),
+    );
 
     let host = &hosts[0];
     let nsenter_arg = format!("--net={}", host.ns().path().display());
@@ -62,21 +78,36 @@ fn run(command: &mut Command) {
     assert!(status.success(), "{command:?} failed");
 }
 
-/// The same host as `Fabric::add_host`, made with `ip` commands; returns its namespace name.
+/// The same host as `Fabric::add_host`, made with the fewest `ip` commands (the veth's peer created in
+/// place, attached and up in one call, as the testbed does); returns its namespace name.
 fn add_host_with_ip(fabric: &Fabric, round: usize) -> String {
     let name = format!("{}-p{round}", fabric.prefix());
     let fab = fabric.ns().name();
-    let (veth, peer) = (format!("pv{round}"), format!("pp{round}"));
+    let veth = format!("pv{round}");
     // Addresses from the top of the /16, away from the testbed's own hosts.
     let address = format!("198.18.{}.{}/16", 200 + round / 250, 1 + round % 250);
     let gateway = fabric::GATEWAY.to_string();
     let steps: Vec<Vec<&str>> = vec![
         vec!["netns", "add", &name],
-        vec!["-n", fab, "link", "add", &veth, "type", "veth", "peer", "name", &peer],
-        vec!["-n", fab, "link", "set", &veth, "master", fabric::BRIDGE, "up"],
-        vec!["-n", fab, "link", "set", &peer, "netns", &name],
+        vec![
+            "-n",
+            fab,
+            "link",
+            "add",
+            &veth,
+            "master",
+            fabric::BRIDGE,
+            "up",
+            "type",
+            "veth",
+            "peer",
+            "name",
+            "eth0",
+            "netns",
+            &name,
+        ],
         vec!["-n", &name, "link", "set", "lo", "up"],
-        vec!["-n", &name, "link", "set", &peer, "name", "eth0", "up"],
+        vec!["-n", &name, "link", "set", "eth0", "up"],
         vec!["-n", &name, "address", "add", &address, "dev", "eth0"],
         vec!["-n", &name, "route", "add", "default", "via", &gateway],
     ];

@@ -90,17 +90,17 @@ impl Fabric {
         };
         let ns = NetNs::create(&format!("{}-{label}", self.prefix))?;
         let fabric_link = format!("veth{index}");
-        let peer = format!("peer{index}");
         self.ns
             .block_on(|| async {
                 let handle = netlink::connect()?;
-                netlink::add_veth_to_bridge(&handle, &fabric_link, &peer, self.bridge_index, ns.fd()).await
+                netlink::add_veth_to_bridge(&handle, &fabric_link, HOST_LINK, self.bridge_index, ns.fd())
+                    .await
             })?
             .with_context(|| format!("wire host {} to the fabric", ns.name()))?;
         ns.block_on(|| async {
             let handle = netlink::connect()?;
             netlink::set_up(&handle, "lo").await?;
-            netlink::rename_and_up(&handle, &peer, HOST_LINK).await?;
+            netlink::set_up(&handle, HOST_LINK).await?;
             netlink::add_address(&handle, HOST_LINK, IpAddr::V4(address), PREFIX_LEN).await?;
             netlink::add_default_route(&handle, GATEWAY).await
         })?

@@ -6,7 +6,8 @@ use std::os::fd::AsRawFd;
 
 use anyhow::{Context, Result, anyhow};
 use futures::TryStreamExt;
-use rtnetlink::{Handle, LinkBridge, LinkUnspec, LinkVeth, RouteMessageBuilder};
+use rtnetlink::packet_route::link::{InfoData, InfoVeth};
+use rtnetlink::{Handle, LinkBridge, LinkMessageBuilder, LinkUnspec, LinkVeth, RouteMessageBuilder};
 
 use crate::netns::NetNsFd;
 
@@ -52,8 +53,10 @@ pub(crate) async fn add_bridge(handle: &Handle, name: &str) -> Result<u32> {
     link_index(handle, name).await
 }
 
-/// Creates a veth pair `name`/`peer`, attaches `name` to the bridge `bridge_index` and sets it up, and
-/// moves `peer` into the namespace `peer_ns`.
+/// Creates a veth pair: `name` here, attached to the bridge `bridge_index` and up, and `peer` created
+/// directly inside the namespace `peer_ns` (down). Creating the peer there, rather than moving it after,
+/// saves the ≈20 ms the kernel takes to move a device between namespaces (measured with `ip`: 3 ms to
+/// create a pair with its peer in place, 3 + 23 ms to create it here and `ip link set netns` after).
 pub(crate) async fn add_veth_to_bridge(
     handle: &Handle,
     name: &str,
@@ -61,36 +64,21 @@ pub(crate) async fn add_veth_to_bridge(
     bridge_index: u32,
     peer_ns: &NetNsFd,
 ) -> Result<()> {
+    let peer_message = LinkMessageBuilder::<LinkUnspec>::new()
+        .name(peer.to_owned())
+        .setns_by_fd(peer_ns.as_fd().as_raw_fd())
+        .build();
+    let message = LinkVeth::new(name, peer)
+        .set_info_data(InfoData::Veth(InfoVeth::Peer(peer_message)))
+        .controller(bridge_index)
+        .up()
+        .build();
     handle
         .link()
-        .add(LinkVeth::new(name, peer).build())
+        .add(message)
         .execute()
         .await
-        .with_context(|| format!("create veth pair {name}/{peer}"))?;
-    let index = link_index(handle, name).await?;
-    handle
-        .link()
-        .set(LinkUnspec::new_with_index(index).controller(bridge_index).up().build())
-        .execute()
-        .await
-        .with_context(|| format!("attach {name} to the bridge"))?;
-    let peer_index = link_index(handle, peer).await?;
-    handle
-        .link()
-        .set(LinkUnspec::new_with_index(peer_index).setns_by_fd(peer_ns.as_fd().as_raw_fd()).build())
-        .execute()
-        .await
-        .with_context(|| format!("move {peer} into the host namespace"))
-}
-
-pub(crate) async fn rename_and_up(handle: &Handle, from: &str, to: &str) -> Result<()> {
-    let index = link_index(handle, from).await?;
-    handle
-        .link()
-        .set(LinkUnspec::new_with_index(index).name(to.to_owned()).up().build())
-        .execute()
-        .await
-        .with_context(|| format!("rename link {from} to {to}"))
+        .with_context(|| format!("create veth pair {name} (on the bridge) / {peer} (in the host)"))
 }
 
 pub(crate) async fn add_address(handle: &Handle, link: &str, address: IpAddr, prefix_len: u8) -> Result<()> {
