@@ -117,6 +117,13 @@ fn reply_attr(reply: ReplyAttr, res: Res<Attr>) {
     }
 }
 
+fn reply_data(reply: ReplyData, res: Res<Vec<u8>>) {
+    match res {
+        Ok(data) => reply.data(&data),
+        Err(e) => reply.error(Errno::from_i32(e)),
+    }
+}
+
 fn reply_empty(reply: ReplyEmpty, res: Res<()>) {
     match res {
         Ok(()) => reply.ok(),
@@ -204,10 +211,7 @@ impl Filesystem for Ops {
     }
 
     fn readlink(&self, _req: &Request, ino: INodeNo, reply: ReplyData) {
-        match self.with(|t| t.readlink(ino.0)) {
-            Ok(target) => reply.data(&target),
-            Err(e) => reply.error(Errno::from_i32(e)),
-        }
+        reply_data(reply, self.with(|t| t.readlink(ino.0)));
     }
 
     fn mknod(
@@ -283,10 +287,7 @@ impl Filesystem for Ops {
         _lock_owner: Option<LockOwner>,
         reply: ReplyData,
     ) {
-        match self.with(|t| t.read(ino.0, offset, size)) {
-            Ok(data) => reply.data(&data),
-            Err(e) => reply.error(Errno::from_i32(e)),
-        }
+        reply_data(reply, self.with(|t| t.read(ino.0, offset, size)));
     }
 
     fn write(
