@@ -1,0 +1,472 @@
+//! The committer: one thread that owns every write. It takes all requests queued while the previous
+//! commit was on disk (group commit), evaluates them in arrival order against the index plus the
+//! batch's own earlier changes, writes the batch in one redb transaction with an fsync, then applies
+//! it to the index, answers every writer and publishes the events. A write is acknowledged only after
+//! its fsync; readers never see a change before it is durable.
+//!
+//! The same loop expires leases, runs scheduled compactions and deletes compacted records in chunks
+//! between batches, so no other thread ever waits on redb's write lock.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::mpsc::{Receiver, RecvTimeoutError};
+use std::sync::{Arc, Mutex, PoisonError, RwLock};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use bytes::Bytes;
+use redb::{Database, Durability};
+use tokio::sync::{broadcast, oneshot};
+
+use super::disk::{LEASES, META, REVISIONS, Record, table_key};
+use super::index::{Change, Entry, Index, RecordId, key_value};
+use crate::error::{Result, StoreError};
+use crate::types::{
+    Compare, Event, EventKind, KeyValue, Lease, LeaseId, OpResult, Revision, Txn, TxnOp, TxnResponse,
+};
+
+/// The most requests one group commit takes.
+const MAX_BATCH: usize = 1024;
+/// The most compacted records deleted per commit, so a large compaction never stalls writers.
+const GARBAGE_CHUNK: usize = 4096;
+
+/// A request to the committer, with where to answer.
+#[derive(Debug)]
+pub(crate) enum Request {
+    Txn { txn: Txn, reply: oneshot::Sender<Result<TxnResponse>> },
+    GrantLease { ttl_secs: i64, reply: oneshot::Sender<Result<Lease>> },
+    RevokeLease { id: LeaseId, reply: oneshot::Sender<Result<()>> },
+    Compact { revision: Revision, reply: oneshot::Sender<Result<()>> },
+}
+
+/// The changes of one group commit, in revision order, as watchers receive them.
+#[derive(Debug)]
+pub(crate) struct Batch {
+    pub events: Vec<Event>,
+}
+
+/// A granted lease as the committer tracks it.
+#[derive(Debug)]
+pub(crate) struct LeaseState {
+    pub ttl_secs: i64,
+    pub deadline: Instant,
+    pub keys: HashSet<String>,
+}
+
+/// What the store handle, the watches and the committer share.
+#[derive(Debug)]
+pub(crate) struct Shared {
+    /// Written only by the committer, after each commit; read by every range and watch.
+    pub index: RwLock<Index>,
+    pub db: Database,
+    /// Taken (dropped) by the committer when it stops, which ends every watch.
+    pub events: Mutex<Option<broadcast::Sender<Arc<Batch>>>>,
+    /// Written by the committer (grants, revokes, attached keys) and by keep-alives (deadlines).
+    pub leases: Mutex<HashMap<LeaseId, LeaseState>>,
+    /// Set after the engine failed: the store then refuses writes until reopened.
+    pub failed: Mutex<Option<StoreError>>,
+}
+
+pub(crate) fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// When the committer compacts on its own.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Schedule {
+    /// Every interval, compact to the revision that was current one interval before (as
+    /// kube-apiserver does with etcd); `None` leaves compaction to callers.
+    pub compaction_interval: Option<Duration>,
+}
+
+/// Runs until every request sender is gone.
+pub(crate) fn run(
+    shared: &Shared,
+    requests: &Receiver<Request>,
+    mut garbage: Vec<RecordId>,
+    schedule: Schedule,
+) {
+    let mut next_lease_id = initial_lease_id();
+    let mut compaction = schedule.compaction_interval.map(|every| (Instant::now() + every, 0));
+    loop {
+        let now = Instant::now();
+        let mut wake = now + Duration::from_secs(1);
+        if let Some((at, _)) = compaction {
+            wake = wake.min(at);
+        }
+        if let Some(deadline) = lock(&shared.leases).values().map(|l| l.deadline).min() {
+            wake = wake.min(deadline);
+        }
+        if !garbage.is_empty() {
+            wake = now;
+        }
+        let mut batch = Vec::new();
+        match requests.recv_timeout(wake.saturating_duration_since(now)) {
+            Ok(request) => batch.push(request),
+            Err(RecvTimeoutError::Timeout) => {}
+            Err(RecvTimeoutError::Disconnected) => break,
+        }
+        while batch.len() < MAX_BATCH {
+            match requests.try_recv() {
+                Ok(request) => batch.push(request),
+                Err(_) => break,
+            }
+        }
+        let expired = expired_leases(shared);
+        if let Some((at, target)) = &mut compaction
+            && Instant::now() >= *at
+        {
+            let current = read(&shared.index).current;
+            if *target > read(&shared.index).compacted {
+                let (reply, _ignored) = oneshot::channel();
+                batch.push(Request::Compact { revision: *target, reply });
+            }
+            *target = current;
+            *at = Instant::now() + schedule.compaction_interval.unwrap_or_default();
+        }
+        if batch.is_empty() && expired.is_empty() && garbage.is_empty() {
+            continue;
+        }
+        let failed = lock(&shared.failed).clone();
+        if let Some(error) = failed {
+            refuse(batch, &error);
+            continue;
+        }
+        commit(shared, batch, expired, &mut garbage, &mut next_lease_id);
+    }
+    lock(&shared.events).take();
+}
+
+fn read(index: &RwLock<Index>) -> std::sync::RwLockReadGuard<'_, Index> {
+    index.read().unwrap_or_else(PoisonError::into_inner)
+}
+
+fn initial_lease_id() -> LeaseId {
+    let nanos = SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_nanos()).unwrap_or(1);
+    // Positive, spread like etcd's ids, and far from overflowing when incremented.
+    ((nanos as i64) & 0x3fff_ffff_ffff_ffff).max(1)
+}
+
+fn expired_leases(shared: &Shared) -> Vec<LeaseId> {
+    let now = Instant::now();
+    lock(&shared.leases).iter().filter(|(_, lease)| lease.deadline <= now).map(|(id, _)| *id).collect()
+}
+
+fn refuse(batch: Vec<Request>, error: &StoreError) {
+    for request in batch {
+        // A writer that stopped waiting has nobody to tell.
+        let _gone = match request {
+            Request::Txn { reply, .. } => reply.send(Err(error.clone())).is_err(),
+            Request::GrantLease { reply, .. } => reply.send(Err(error.clone())).is_err(),
+            Request::RevokeLease { reply, .. } => reply.send(Err(error.clone())).is_err(),
+            Request::Compact { reply, .. } => reply.send(Err(error.clone())).is_err(),
+        };
+    }
+}
+
+/// An answer to send once the batch is durable.
+enum Reply {
+    Txn(oneshot::Sender<Result<TxnResponse>>, Result<TxnResponse>),
+    Lease(oneshot::Sender<Result<Lease>>, Result<Lease>),
+    Done(oneshot::Sender<Result<()>>, Result<()>),
+}
+
+/// The batch being evaluated: its changes on top of the index.
+struct Pending<'a> {
+    index: &'a Index,
+    /// The latest state of every key this batch changed (`None`: deleted), with its record id.
+    overlay: HashMap<String, Option<(KeyValue, u32)>>,
+    revision: Revision,
+    compacted: Revision,
+    records: Vec<Record>,
+    events: Vec<Event>,
+    granted: Vec<(LeaseId, i64)>,
+    revoked: Vec<LeaseId>,
+    compact_to: Option<Revision>,
+}
+
+impl Pending<'_> {
+    fn lookup(&self, key: &str) -> Option<(KeyValue, u32)> {
+        match self.overlay.get(key) {
+            Some(state) => state.clone(),
+            None => {
+                let kv = self.index.latest(key)?;
+                let sub = self.index.latest_entry(key)?.id.sub;
+                Some((kv, sub))
+            }
+        }
+    }
+
+    fn holds(&self, compare: &Compare) -> bool {
+        let current = self.lookup(compare.key());
+        match compare {
+            Compare::Exists(_) => current.is_some(),
+            Compare::Absent(_) => current.is_none(),
+            Compare::ModRevision(_, revision) => current.map_or(0, |(kv, _)| kv.mod_revision) == *revision,
+        }
+    }
+
+    /// Applies `ops` at revision `self.revision + 1` if any of them changes something.
+    fn apply(&mut self, ops: Vec<TxnOp>) -> Vec<OpResult> {
+        let revision = self.revision + 1;
+        let mut sub = 0;
+        let mut results = Vec::with_capacity(ops.len());
+        for op in ops {
+            match op {
+                TxnOp::Get { key } => results.push(OpResult::Get(self.lookup(&key).map(|(kv, _)| kv))),
+                TxnOp::Put { key, value, lease } => {
+                    let prev = self.lookup(&key);
+                    let entry = Entry {
+                        id: RecordId { revision, sub },
+                        create_revision: prev.as_ref().map_or(revision, |(kv, _)| kv.create_revision),
+                        version: prev.as_ref().map_or(1, |(kv, _)| kv.version + 1),
+                        lease,
+                    };
+                    self.change(key, entry, Some(value), prev.clone());
+                    results.push(OpResult::Put { prev: prev.map(|(kv, _)| kv) });
+                    sub += 1;
+                }
+                TxnOp::Delete { key } => {
+                    let prev = self.lookup(&key);
+                    if prev.is_some() {
+                        let entry = Entry {
+                            id: RecordId { revision, sub },
+                            create_revision: 0,
+                            version: 0,
+                            lease: 0,
+                        };
+                        self.change(key, entry, None, prev.clone());
+                        sub += 1;
+                    }
+                    results.push(OpResult::Delete { prev: prev.map(|(kv, _)| kv) });
+                }
+            }
+        }
+        if sub > 0 {
+            self.revision = revision;
+        }
+        results
+    }
+
+    fn change(&mut self, key: String, entry: Entry, value: Option<Bytes>, prev: Option<(KeyValue, u32)>) {
+        let prev_id = prev.as_ref().map(|(kv, sub)| RecordId { revision: kv.mod_revision, sub: *sub });
+        let (kind, kv) = match &value {
+            Some(value) => (EventKind::Put, key_value(&key, &entry, value.clone())),
+            None => (EventKind::Delete, deleted(&key, entry.id.revision)),
+        };
+        self.overlay.insert(key.clone(), value.is_some().then(|| (kv.clone(), entry.id.sub)));
+        self.events.push(Event { kind, kv, prev_kv: prev.map(|(kv, _)| kv) });
+        self.records.push(Record { key, entry, value, prev: prev_id });
+    }
+
+    fn txn(&mut self, txn: Txn, leases: &HashMap<LeaseId, LeaseState>) -> Result<TxnResponse> {
+        let succeeded = txn.compares.iter().all(|c| self.holds(c));
+        let ops = if succeeded { txn.success } else { txn.failure };
+        for op in &ops {
+            if let TxnOp::Put { lease, .. } = op
+                && *lease != 0
+                && (!leases.contains_key(lease) || self.revoked.contains(lease))
+            {
+                return Err(StoreError::LeaseNotFound { id: *lease });
+            }
+        }
+        let results = self.apply(ops);
+        Ok(TxnResponse { succeeded, revision: self.revision, results })
+    }
+
+    /// Deletes the lease's keys in one revision.
+    fn revoke(&mut self, id: LeaseId, leases: &HashMap<LeaseId, LeaseState>) -> Result<()> {
+        let lease = leases.get(&id).filter(|_| !self.revoked.contains(&id));
+        let lease = lease.ok_or(StoreError::LeaseNotFound { id })?;
+        let mut keys: Vec<&String> = lease.keys.iter().collect();
+        keys.sort();
+        let ops = keys
+            .into_iter()
+            .filter(|key| self.lookup(key).is_some_and(|(kv, _)| kv.lease == id))
+            .map(|key| TxnOp::delete(key.clone()))
+            .collect();
+        self.apply(ops);
+        self.revoked.push(id);
+        Ok(())
+    }
+
+    fn compact(&mut self, revision: Revision) -> Result<()> {
+        let compacted = self.compact_to.unwrap_or(self.compacted);
+        if revision <= compacted {
+            return Err(StoreError::Compacted { requested: revision, compacted });
+        }
+        if revision > self.revision {
+            return Err(StoreError::FutureRevision { requested: revision, current: self.revision });
+        }
+        self.compact_to = Some(revision);
+        Ok(())
+    }
+}
+
+/// What a watch sees of a deleted key.
+pub(crate) fn deleted(key: &str, revision: Revision) -> KeyValue {
+    KeyValue {
+        key: key.to_owned(),
+        value: Bytes::new(),
+        create_revision: 0,
+        mod_revision: revision,
+        version: 0,
+        lease: 0,
+    }
+}
+
+fn commit(
+    shared: &Shared,
+    batch: Vec<Request>,
+    expired: Vec<LeaseId>,
+    garbage: &mut Vec<RecordId>,
+    next_lease_id: &mut LeaseId,
+) {
+    let index = read(&shared.index);
+    let leases = lock(&shared.leases);
+    let mut pending = Pending {
+        index: &index,
+        overlay: HashMap::new(),
+        revision: index.current,
+        compacted: index.compacted,
+        records: Vec::new(),
+        events: Vec::new(),
+        granted: Vec::new(),
+        revoked: Vec::new(),
+        compact_to: None,
+    };
+    let mut replies = Vec::with_capacity(batch.len());
+    for id in expired {
+        let _already_revoked = pending.revoke(id, &leases);
+    }
+    for request in batch {
+        match request {
+            Request::Txn { txn, reply } => {
+                let result = pending.txn(txn, &leases);
+                replies.push(Reply::Txn(reply, result));
+            }
+            Request::GrantLease { ttl_secs, reply } => {
+                while leases.contains_key(next_lease_id) {
+                    *next_lease_id += 1;
+                }
+                let id = *next_lease_id;
+                *next_lease_id += 1;
+                pending.granted.push((id, ttl_secs));
+                let ttl = Duration::from_secs(ttl_secs.unsigned_abs());
+                replies.push(Reply::Lease(reply, Ok(Lease { id, ttl })));
+            }
+            Request::RevokeLease { id, reply } => {
+                let result = pending.revoke(id, &leases);
+                replies.push(Reply::Done(reply, result));
+            }
+            Request::Compact { revision, reply } => {
+                let result = pending.compact(revision);
+                replies.push(Reply::Done(reply, result));
+            }
+        }
+    }
+    drop(leases);
+    let Pending { records, events, granted, revoked, compact_to, revision, .. } = pending;
+    drop(index);
+
+    let chunk: Vec<RecordId> = garbage.drain(..garbage.len().min(GARBAGE_CHUNK)).collect();
+    let written = write(&shared.db, &records, &granted, &revoked, compact_to, revision, &chunk);
+    if let Err(error) = written {
+        let error = StoreError::Engine(format!("committing revision {revision}: {error}"));
+        tracing::error!(%error, "the embedded store stops accepting writes");
+        *lock(&shared.failed) = Some(error.clone());
+        garbage.extend(chunk);
+        for reply in replies {
+            send(reply, Some(&error));
+        }
+        return;
+    }
+
+    {
+        let mut index = shared.index.write().unwrap_or_else(PoisonError::into_inner);
+        let mut leases = lock(&shared.leases);
+        for record in records {
+            if let Some(prev) = index.latest(&record.key)
+                && prev.lease != 0
+                && let Some(lease) = leases.get_mut(&prev.lease)
+            {
+                lease.keys.remove(&record.key);
+            }
+            if record.value.is_some()
+                && record.entry.lease != 0
+                && let Some(lease) = leases.get_mut(&record.entry.lease)
+            {
+                lease.keys.insert(record.key.clone());
+            }
+            index.apply(Change { key: record.key, entry: record.entry, value: record.value });
+        }
+        index.current = revision;
+        for id in revoked {
+            leases.remove(&id);
+        }
+        for (id, ttl_secs) in granted {
+            let deadline = Instant::now() + Duration::from_secs(ttl_secs.unsigned_abs());
+            leases.insert(id, LeaseState { ttl_secs, deadline, keys: HashSet::new() });
+        }
+        if let Some(to) = compact_to {
+            garbage.extend(index.compact(to));
+        }
+    }
+    for reply in replies {
+        send(reply, None);
+    }
+    if !events.is_empty()
+        && let Some(sender) = lock(&shared.events).as_ref()
+    {
+        // No receiver means no watch: nothing to deliver.
+        let _no_watchers = sender.send(Arc::new(Batch { events }));
+    }
+}
+
+fn send(reply: Reply, error: Option<&StoreError>) {
+    // A writer that stopped waiting has nobody to tell; its write stands, as with etcd.
+    let _gone = match reply {
+        Reply::Txn(to, result) => to.send(error.map_or(result, |e| Err(e.clone()))).is_err(),
+        Reply::Lease(to, result) => to.send(error.map_or(result, |e| Err(e.clone()))).is_err(),
+        Reply::Done(to, result) => to.send(error.map_or(result, |e| Err(e.clone()))).is_err(),
+    };
+}
+
+/// One redb transaction, fsynced before it returns.
+fn write(
+    db: &Database,
+    records: &[Record],
+    granted: &[(LeaseId, i64)],
+    revoked: &[LeaseId],
+    compact_to: Option<Revision>,
+    revision: Revision,
+    garbage: &[RecordId],
+) -> Result<(), redb::Error> {
+    let mut txn = db.begin_write()?;
+    let durable = !records.is_empty() || !granted.is_empty() || !revoked.is_empty() || compact_to.is_some();
+    // Garbage alone need not be durable now: if it is lost, the next open finds it again.
+    txn.set_durability(if durable { Durability::Immediate } else { Durability::None })?;
+    {
+        let mut table = txn.open_table(REVISIONS)?;
+        for record in records {
+            table.insert(table_key(record.entry.id), record.encode().as_slice())?;
+        }
+        for id in garbage {
+            table.remove(table_key(*id))?;
+        }
+        let mut meta = txn.open_table(META)?;
+        if !records.is_empty() {
+            meta.insert("revision", revision.to_le_bytes().as_slice())?;
+        }
+        if let Some(to) = compact_to {
+            meta.insert("compacted", to.to_le_bytes().as_slice())?;
+        }
+        let mut leases = txn.open_table(LEASES)?;
+        for (id, ttl) in granted {
+            leases.insert(id, ttl)?;
+        }
+        for id in revoked {
+            leases.remove(id)?;
+        }
+    }
+    txn.commit()?;
+    Ok(())
+}

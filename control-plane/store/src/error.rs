@@ -1,0 +1,37 @@
+//! [`StoreError`]: every way a store request can fail, the same for every backend.
+
+use std::path::PathBuf;
+
+use crate::types::{LeaseId, Revision};
+
+/// A failed store request. Cloneable: one engine failure answers every transaction of a group commit.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum StoreError {
+    /// The revision asked for was compacted away (the API server answers 410 Gone).
+    #[error("required revision {requested} has been compacted (compacted revision {compacted})")]
+    Compacted { requested: Revision, compacted: Revision },
+    /// The revision asked for is newer than the store's.
+    #[error("required revision {requested} is a future revision (current revision {current})")]
+    FutureRevision { requested: Revision, current: Revision },
+    #[error("invalid key {key:?}: {reason}")]
+    InvalidKey { key: String, reason: &'static str },
+    #[error("request of {size} bytes exceeds the {limit}-byte request limit")]
+    RequestTooLarge { size: usize, limit: usize },
+    #[error("invalid request: {0}")]
+    InvalidRequest(String),
+    #[error("lease {id} not found")]
+    LeaseNotFound { id: LeaseId },
+    /// The backend cannot be reached or did not answer in time; the request may be retried.
+    #[error("store unavailable: {0}")]
+    Unavailable(String),
+    /// The embedded data directory cannot be used; nothing in it was changed.
+    #[error("data directory {}: {reason}", path.display())]
+    DataDir { path: PathBuf, reason: String },
+    /// The storage engine failed; the embedded store refuses further writes until reopened.
+    #[error("storage engine: {0}")]
+    Engine(String),
+    #[error("the store is closed")]
+    Closed,
+}
+
+pub type Result<T, E = StoreError> = std::result::Result<T, E>;

@@ -1,0 +1,119 @@
+//! keel-store: where resource objects live. A [`Store`] has the etcd v3 semantics the API server needs
+//! (one global revision, create/mod revisions and versions per key, transactions guarded by revisions,
+//! ordered watches with previous values, compaction, leases), with two backends behind it:
+//!
+//! - [`embedded::EmbeddedStore`], the default: one data directory, redb underneath, group commit, watch
+//!   fan-out in process. No etcd to run.
+//! - an etcd 3.4+ cluster through etcd-client, under a key prefix of its own (next).
+//!
+//! One conformance suite (tests/conformance) runs the same test functions against both.
+
+pub mod embedded;
+mod error;
+mod types;
+pub mod validate;
+
+use std::fmt;
+use std::pin::Pin;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use bytes::Bytes;
+use futures::Stream;
+
+pub use error::{Result, StoreError};
+pub use types::*;
+
+/// The events of a watch in revision order, with no gaps. It ends after an error (a compacted start
+/// revision, a closed store); dropping it cancels the watch.
+pub type WatchStream = Pin<Box<dyn Stream<Item = Result<Event>> + Send>>;
+
+/// The outcome of a guarded write: done at a revision, or refused because the key was not as expected.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Outcome {
+    /// Written at `revision`; `prev` is what the key held before.
+    Written { revision: Revision, prev: Option<KeyValue> },
+    /// The guard failed; `current` is the key as it is now.
+    Conflict { current: Option<KeyValue> },
+}
+
+/// The store contract: etcd v3 semantics, as the API server uses them.
+#[async_trait]
+pub trait Store: Send + Sync + fmt::Debug {
+    /// Reads a key or a prefix, at the latest or a given revision.
+    async fn range(&self, request: RangeRequest) -> Result<RangeResponse>;
+
+    /// Runs a transaction atomically: one revision for all its changes.
+    async fn txn(&self, txn: Txn) -> Result<TxnResponse>;
+
+    /// Watches every key under `prefix`: events with revision ≥ `start` (`None`: only changes after
+    /// now), each with the key's previous value. A `start` older than the compacted revision yields
+    /// [`StoreError::Compacted`] as the stream's only item.
+    async fn watch(&self, prefix: &str, start: Option<Revision>) -> Result<WatchStream>;
+
+    /// Forgets every revision of a key older than `revision` except the one visible at `revision`.
+    /// Reads and watches from before it then fail with [`StoreError::Compacted`].
+    async fn compact(&self, revision: Revision) -> Result<()>;
+
+    /// The store's current revision, read consistently (no write acknowledged before this call is newer).
+    async fn current_revision(&self) -> Result<Revision>;
+
+    /// Grants a lease; keys put with it are deleted when it expires or is revoked.
+    async fn grant_lease(&self, ttl: Duration) -> Result<Lease>;
+
+    /// Revokes a lease, deleting its keys in one revision.
+    async fn revoke_lease(&self, id: LeaseId) -> Result<()>;
+
+    /// Renews a lease for its full TTL; returns that TTL.
+    async fn keep_alive(&self, id: LeaseId) -> Result<Duration>;
+
+    /// One key at the latest revision.
+    async fn get(&self, key: &str) -> Result<Option<KeyValue>> {
+        Ok(self.range(RangeRequest::key(key)).await?.kvs.pop())
+    }
+
+    /// Writes a key unconditionally; returns the revision.
+    async fn put(&self, key: &str, value: Bytes) -> Result<Revision> {
+        Ok(self.txn(Txn::new().and_then([TxnOp::put(key, value)])).await?.revision)
+    }
+
+    /// Creates a key that must not exist (`lease` 0 for none).
+    async fn create(&self, key: &str, value: Bytes, lease: LeaseId) -> Result<Outcome> {
+        let txn = Txn::new()
+            .when([Compare::Absent(key.into())])
+            .and_then([TxnOp::put_with_lease(key, value, lease)])
+            .or_else([TxnOp::get(key)]);
+        outcome(self.txn(txn).await?)
+    }
+
+    /// Replaces a key whose mod_revision is `expected` (optimistic concurrency).
+    async fn update(&self, key: &str, value: Bytes, expected: Revision, lease: LeaseId) -> Result<Outcome> {
+        let txn = Txn::new()
+            .when([Compare::ModRevision(key.into(), expected)])
+            .and_then([TxnOp::put_with_lease(key, value, lease)])
+            .or_else([TxnOp::get(key)]);
+        outcome(self.txn(txn).await?)
+    }
+
+    /// Deletes a key that exists, and whose mod_revision is `expected` when given.
+    async fn delete(&self, key: &str, expected: Option<Revision>) -> Result<Outcome> {
+        let guard = match expected {
+            Some(revision) => Compare::ModRevision(key.into(), revision),
+            None => Compare::Exists(key.into()),
+        };
+        let txn = Txn::new().when([guard]).and_then([TxnOp::delete(key)]).or_else([TxnOp::get(key)]);
+        outcome(self.txn(txn).await?)
+    }
+}
+
+/// Reads a single-op guarded transaction back as an [`Outcome`].
+fn outcome(response: TxnResponse) -> Result<Outcome> {
+    let mut results = response.results.into_iter();
+    match (response.succeeded, results.next()) {
+        (true, Some(OpResult::Put { prev } | OpResult::Delete { prev })) => {
+            Ok(Outcome::Written { revision: response.revision, prev })
+        }
+        (false, Some(OpResult::Get(current))) => Ok(Outcome::Conflict { current }),
+        (_, other) => Err(StoreError::Engine(format!("a guarded single-op transaction answered {other:?}"))),
+    }
+}

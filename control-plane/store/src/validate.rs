@@ -1,0 +1,138 @@
+//! Checks every backend runs before a request leaves the caller, so bad input gets the same error
+//! everywhere and nothing of it is written.
+
+use crate::error::{Result, StoreError};
+use crate::types::{MAX_KEY_BYTES, MAX_REQUEST_BYTES, MAX_TXN_OPS, RangeRequest, Txn, TxnOp};
+
+/// A key is a non-empty absolute path of printable characters, at most [`MAX_KEY_BYTES`] long.
+pub fn key(key: &str) -> Result<()> {
+    let invalid = |reason| Err(StoreError::InvalidKey { key: key.to_owned(), reason });
+    if key.is_empty() {
+        return invalid("empty");
+    }
+    if !key.starts_with('/') {
+        return invalid("does not start with '/'");
+    }
+    if key.len() > MAX_KEY_BYTES {
+        return invalid("longer than 4096 bytes");
+    }
+    if key.chars().any(char::is_control) {
+        return invalid("contains a control character");
+    }
+    Ok(())
+}
+
+/// A range's prefix and continuation key are keys, and the continuation lies under the prefix.
+pub fn range(request: &RangeRequest) -> Result<()> {
+    key(&request.prefix)?;
+    // A continuation need not be a key: Kubernetes continues from `last_key + "\0"`.
+    if let Some(from) = &request.from
+        && (!from.starts_with(&request.prefix) || request.exact || from.len() > MAX_KEY_BYTES + 1)
+    {
+        return Err(StoreError::InvalidRequest(format!(
+            "continuation key {from:?} is not under the range {:?}",
+            request.prefix
+        )));
+    }
+    if request.revision.is_some_and(|r| r < 0) {
+        return Err(StoreError::InvalidRequest(format!("negative revision {:?}", request.revision)));
+    }
+    if request.limit == Some(0) {
+        return Err(StoreError::InvalidRequest("limit 0: ask for no limit instead".into()));
+    }
+    Ok(())
+}
+
+/// Every key valid, at most [`MAX_TXN_OPS`] operations per branch, no key written twice in one
+/// branch (etcd's "duplicate key given in txn request"), and the whole request within
+/// [`MAX_REQUEST_BYTES`].
+pub fn txn(txn: &Txn) -> Result<()> {
+    let mut size = 0;
+    for compare in &txn.compares {
+        key(compare.key())?;
+        size += compare.key().len() + 16;
+    }
+    for branch in [&txn.success, &txn.failure] {
+        if branch.len() > MAX_TXN_OPS {
+            return Err(StoreError::InvalidRequest(format!(
+                "{} operations in one transaction branch, more than the limit of {MAX_TXN_OPS}",
+                branch.len()
+            )));
+        }
+        let mut written: Vec<&str> = Vec::new();
+        for op in branch {
+            key(op.key())?;
+            size += op.key().len() + 16;
+            if let TxnOp::Put { value, .. } = op {
+                size += value.len();
+            }
+            if !matches!(op, TxnOp::Get { .. }) {
+                if written.contains(&op.key()) {
+                    return Err(StoreError::InvalidRequest(format!(
+                        "duplicate key {:?} given in one transaction branch",
+                        op.key()
+                    )));
+                }
+                written.push(op.key());
+            }
+        }
+    }
+    if size > MAX_REQUEST_BYTES {
+        return Err(StoreError::RequestTooLarge { size, limit: MAX_REQUEST_BYTES });
+    }
+    Ok(())
+}
+
+/// The first key after every key starting with `prefix` (etcd's `GetPrefixRangeEnd`), as bytes: the
+/// prefix with its last byte below 0xff raised by one.
+pub fn prefix_end(prefix: &[u8]) -> Vec<u8> {
+    let mut end = prefix.to_vec();
+    while let Some(last) = end.pop() {
+        if last < 0xff {
+            end.push(last + 1);
+            return end;
+        }
+    }
+    // Only 0xff bytes: every key from the prefix on ("\0" means "to the end" in etcd).
+    vec![0]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn keys() {
+        assert!(key("/registry/pods/default/nginx").is_ok());
+        for bad in ["", "registry/pods", "/a\0b", "/a\nb"] {
+            assert!(matches!(key(bad), Err(StoreError::InvalidKey { .. })), "{bad:?} accepted");
+        }
+        assert!(key(&format!("/{}", "a".repeat(MAX_KEY_BYTES))).is_err());
+    }
+
+    #[test]
+    fn txn_limits() {
+        let big = Txn::new().and_then([TxnOp::put("/k", vec![0; MAX_REQUEST_BYTES])]);
+        assert!(matches!(txn(&big), Err(StoreError::RequestTooLarge { .. })));
+        let dup = Txn::new().and_then([TxnOp::put("/k", "a"), TxnOp::delete("/k")]);
+        assert!(matches!(txn(&dup), Err(StoreError::InvalidRequest(_))));
+        let read_twice = Txn::new().and_then([TxnOp::get("/k"), TxnOp::put("/k", "a")]);
+        assert!(txn(&read_twice).is_ok());
+        let many = Txn::new().and_then((0..=MAX_TXN_OPS).map(|i| TxnOp::put(format!("/k{i}"), "v")));
+        assert!(txn(&many).is_err());
+    }
+
+    #[test]
+    fn continuation_under_prefix() {
+        assert!(range(&RangeRequest::prefix("/a/").from("/a/x")).is_ok());
+        assert!(range(&RangeRequest::prefix("/a/").from("/a/x\0")).is_ok());
+        assert!(range(&RangeRequest::prefix("/a/").from("/b/x")).is_err());
+    }
+
+    #[test]
+    fn prefix_ends() {
+        assert_eq!(prefix_end(b"/a/"), b"/a0");
+        assert_eq!(prefix_end(b"/a\xff"), b"/b");
+        assert_eq!(prefix_end(b"\xff"), b"\0");
+    }
+}

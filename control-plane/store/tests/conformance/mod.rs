@@ -1,0 +1,518 @@
+//! The store conformance suite: the same test functions for every backend. A backend's test file
+//! defines how to open a fresh store and invokes `conformance_tests!` with it.
+//!
+//! `Fixture::disrupt` is called in the middle of the load tests; a backend that can lose a member
+//! (the 3-member etcd cluster) kills one there, the others do nothing.
+
+#![allow(dead_code, reason = "each backend's test binary uses the suite through its own macro call")]
+
+use std::collections::{BTreeMap, HashSet};
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::{Context, Result, ensure};
+use bytes::Bytes;
+use futures::StreamExt;
+use keel_store::{
+    Compare, Event, EventKind, KeyValue, MAX_REQUEST_BYTES, OpResult, Outcome, RangeRequest, Revision, Store,
+    StoreError, Txn, TxnOp, WatchStream,
+};
+
+/// A fresh store and whatever keeps it alive.
+pub trait Fixture: Send + Sync {
+    fn store(&self) -> Arc<dyn Store>;
+    /// Kills a member of the backend if it has one to spare; a no-op otherwise.
+    fn disrupt(&self) -> Result<()>;
+}
+
+/// Generates one `#[tokio::test]` per suite function, each on a fresh fixture from `$open`.
+#[macro_export]
+macro_rules! conformance_tests {
+    ($open:expr) => {
+        $crate::conformance_tests!(@each $open;
+            create_update_delete, txn_branches_and_revisions, txn_bad_input_writes_nothing,
+            range_pagination_at_fixed_revision, count_only_and_exact, conflicts_under_concurrent_writers,
+            watch_order_no_gaps_under_load, watch_from_past_revision, delete_events_carry_prev_value,
+            watch_prefix_isolation, compaction, lease_expiry, lease_revoke_and_keep_alive,
+            current_revision_is_consistent);
+    };
+    (@each $open:expr; $($name:ident),*) => {
+        $(
+            #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+            async fn $name() -> anyhow::Result<()> {
+                let fixture = $open.await?;
+                conformance::$name(&fixture).await
+            }
+        )*
+    };
+}
+
+fn b(value: &str) -> Bytes {
+    Bytes::copy_from_slice(value.as_bytes())
+}
+
+fn written(outcome: Outcome) -> Result<(Revision, Option<KeyValue>)> {
+    match outcome {
+        Outcome::Written { revision, prev } => Ok((revision, prev)),
+        Outcome::Conflict { current } => anyhow::bail!("expected a write, got a conflict with {current:?}"),
+    }
+}
+
+fn conflict(outcome: Outcome) -> Result<Option<KeyValue>> {
+    match outcome {
+        Outcome::Conflict { current } => Ok(current),
+        Outcome::Written { revision, .. } => anyhow::bail!("expected a conflict, got a write at {revision}"),
+    }
+}
+
+/// Reads `count` events from `watch`, failing after `timeout` without them.
+async fn take_events(watch: &mut WatchStream, count: usize, timeout: Duration) -> Result<Vec<Event>> {
+    let mut events = Vec::with_capacity(count);
+    let deadline = tokio::time::Instant::now() + timeout;
+    while events.len() < count {
+        let next = tokio::time::timeout_at(deadline, watch.next())
+            .await
+            .with_context(|| format!("only {} of {count} events arrived", events.len()))?;
+        events.push(next.context("the watch ended")??);
+    }
+    Ok(events)
+}
+
+/// Asserts nothing more arrives on `watch` for a moment.
+async fn assert_quiet(watch: &mut WatchStream) -> Result<()> {
+    match tokio::time::timeout(Duration::from_millis(300), watch.next()).await {
+        Err(_elapsed) => Ok(()),
+        Ok(item) => anyhow::bail!("unexpected watch item {item:?}"),
+    }
+}
+
+pub async fn create_update_delete(fixture: &impl Fixture) -> Result<()> {
+    let store = fixture.store();
+    let key = "/registry/pods/default/nginx";
+    let (created, prev) = written(store.create(key, b("v1"), 0).await?)?;
+    ensure!(prev.is_none());
+    let kv = store.get(key).await?.context("created key missing")?;
+    ensure!((kv.create_revision, kv.mod_revision, kv.version) == (created, created, 1), "{kv:?}");
+    ensure!(kv.value == b("v1"));
+
+    let existing = conflict(store.create(key, b("v2"), 0).await?)?;
+    ensure!(existing.as_ref() == Some(&kv), "create over an existing key answered {existing:?}");
+
+    let (updated, prev) = written(store.update(key, b("v2"), created, 0).await?)?;
+    ensure!(updated > created);
+    ensure!(prev.as_ref() == Some(&kv));
+    let stale = conflict(store.update(key, b("v3"), created, 0).await?)?.context("key vanished")?;
+    ensure!((stale.mod_revision, stale.version, stale.value.clone()) == (updated, 2, b("v2")), "{stale:?}");
+    ensure!(stale.create_revision == created);
+
+    let current = conflict(store.delete(key, Some(created)).await?)?;
+    ensure!(current.map(|kv| kv.mod_revision) == Some(updated));
+    let (deleted, prev) = written(store.delete(key, Some(updated)).await?)?;
+    ensure!(deleted > updated && prev.map(|kv| kv.value) == Some(b("v2")));
+    ensure!(store.get(key).await?.is_none());
+    ensure!(conflict(store.delete(key, None).await?)?.is_none(), "deleting a missing key");
+    ensure!(conflict(store.update(key, b("x"), updated, 0).await?)?.is_none(), "updating a deleted key");
+
+    // Re-created: a new life, version 1 again.
+    let (again, _) = written(store.create(key, b("v4"), 0).await?)?;
+    let kv = store.get(key).await?.context("re-created key missing")?;
+    ensure!((kv.create_revision, kv.version) == (again, 1), "{kv:?}");
+    ensure!(store.current_revision().await? == again);
+    Ok(())
+}
+
+pub async fn txn_branches_and_revisions(fixture: &impl Fixture) -> Result<()> {
+    let store = fixture.store();
+    let base = store.put("/t/a", b("a")).await?;
+    // Several writes: one revision, consecutive to the last.
+    let txn = Txn::new()
+        .when([
+            Compare::Exists("/t/a".into()),
+            Compare::Absent("/t/b".into()),
+            Compare::ModRevision("/t/a".into(), base),
+        ])
+        .and_then([
+            TxnOp::put("/t/b", b("b")),
+            TxnOp::delete("/t/a"),
+            TxnOp::get("/t/b"),
+            TxnOp::put("/t/c", b("c")),
+        ])
+        .or_else([TxnOp::get("/t/a")]);
+    let response = store.txn(txn.clone()).await?;
+    ensure!(response.succeeded && response.revision == base + 1, "{response:?}");
+    ensure!(matches!(&response.results[0], OpResult::Put { prev: None }));
+    ensure!(matches!(&response.results[1], OpResult::Delete { prev: Some(kv) } if kv.value == b("a")));
+    ensure!(matches!(&response.results[2], OpResult::Get(Some(kv)) if kv.mod_revision == base + 1));
+    let range = store.range(RangeRequest::prefix("/t/")).await?;
+    let keys: Vec<_> = range.kvs.iter().map(|kv| (kv.key.as_str(), kv.mod_revision)).collect();
+    ensure!(keys == [("/t/b", base + 1), ("/t/c", base + 1)], "{keys:?}");
+
+    // The same transaction again fails its compares and runs the failure branch, writing nothing.
+    let response = store.txn(txn).await?;
+    ensure!(!response.succeeded && response.revision == base + 1, "{response:?}");
+    ensure!(response.results == [OpResult::Get(None)]);
+
+    // Deleting a missing key changes nothing: no new revision.
+    let response = store.txn(Txn::new().and_then([TxnOp::delete("/t/missing")])).await?;
+    ensure!(response.revision == base + 1 && response.results == [OpResult::Delete { prev: None }]);
+    ensure!(store.current_revision().await? == base + 1);
+    Ok(())
+}
+
+pub async fn txn_bad_input_writes_nothing(fixture: &impl Fixture) -> Result<()> {
+    let store = fixture.store();
+    let before = store.put("/bad/ok", b("ok")).await?;
+    let too_big = Bytes::from(vec![b'x'; MAX_REQUEST_BYTES + 1]);
+    let error = store.put("/bad/big", too_big.clone()).await.expect_err("an oversized value was accepted");
+    ensure!(matches!(error, StoreError::RequestTooLarge { .. }), "{error}");
+    // Several fine ops and one oversized: all refused.
+    let txn = Txn::new().and_then([TxnOp::put("/bad/a", b("a")), TxnOp::put("/bad/b", too_big)]);
+    ensure!(matches!(store.txn(txn).await, Err(StoreError::RequestTooLarge { .. })));
+    for key in ["", "no-slash", "/with\0nul", "/with\nnewline"] {
+        let error = store.put(key, b("v")).await.expect_err("a malformed key was accepted");
+        ensure!(matches!(error, StoreError::InvalidKey { .. }), "{key:?}: {error}");
+        ensure!(matches!(store.get(key).await, Err(StoreError::InvalidKey { .. })));
+    }
+    let txn = Txn::new().and_then([TxnOp::put("/bad/c", b("c")), TxnOp::put("bad", b("d"))]);
+    ensure!(matches!(store.txn(txn).await, Err(StoreError::InvalidKey { .. })));
+    let duplicate = Txn::new().and_then([TxnOp::put("/bad/d", b("1")), TxnOp::put("/bad/d", b("2"))]);
+    ensure!(matches!(store.txn(duplicate).await, Err(StoreError::InvalidRequest(_))));
+    let unknown_lease =
+        Txn::new().and_then([TxnOp::put("/bad/e", b("e")), TxnOp::put_with_lease("/bad/f", b("f"), 12345)]);
+    let error = store.txn(unknown_lease).await.expect_err("an unknown lease was accepted");
+    ensure!(matches!(error, StoreError::LeaseNotFound { id: 12345 }), "{error}");
+
+    let range = store.range(RangeRequest::prefix("/bad/")).await?;
+    ensure!(range.kvs.len() == 1 && range.kvs[0].key == "/bad/ok", "partial writes: {:?}", range.kvs);
+    ensure!(store.current_revision().await? == before, "a refused request moved the revision");
+    let bad_from = store.range(RangeRequest::prefix("/bad/").from("/other")).await;
+    ensure!(matches!(bad_from, Err(StoreError::InvalidRequest(_))), "{bad_from:?}");
+    Ok(())
+}
+
+pub async fn range_pagination_at_fixed_revision(fixture: &impl Fixture) -> Result<()> {
+    let store = fixture.store();
+    for i in 0..25 {
+        store.put(&format!("/p/item-{i:02}"), b(&format!("v{i}"))).await?;
+    }
+    store.put("/p-other", b("outside the prefix")).await?;
+    let snapshot = store.range(RangeRequest::prefix("/p/")).await?;
+    ensure!(snapshot.kvs.len() == 25 && snapshot.count == 25 && !snapshot.more);
+    let at = snapshot.revision;
+
+    let mut pages = Vec::new();
+    let mut from: Option<String> = None;
+    loop {
+        let mut request = RangeRequest::prefix("/p/").limit(10).at(at);
+        if let Some(from) = &from {
+            request = request.from(from.clone());
+        }
+        let page = store.range(request).await?;
+        ensure!(page.revision == at, "page read at {} instead of {at}", page.revision);
+        ensure!(page.count >= page.kvs.len());
+        // Change the data between pages: the pages must not notice.
+        let n = pages.len();
+        store.put(&format!("/p/item-{n:02}"), b("changed")).await?;
+        store.delete(&format!("/p/item-{:02}", 20 + n), None).await?;
+        store.put(&format!("/p/new-{n}"), b("new")).await?;
+        pages.extend(page.kvs.iter().cloned());
+        match page.kvs.last() {
+            Some(last) if page.more => from = Some(format!("{}\0", last.key)),
+            _ => break,
+        }
+    }
+    ensure!(pages == snapshot.kvs, "paged reads at revision {at} differ from the snapshot");
+    let latest = store.range(RangeRequest::prefix("/p/")).await?;
+    ensure!(latest.revision > at && latest.kvs != snapshot.kvs);
+    let future = store.range(RangeRequest::prefix("/p/").at(latest.revision + 100)).await;
+    ensure!(matches!(future, Err(StoreError::FutureRevision { .. })), "{future:?}");
+    Ok(())
+}
+
+pub async fn count_only_and_exact(fixture: &impl Fixture) -> Result<()> {
+    let store = fixture.store();
+    for key in ["/c/a", "/c/ab", "/c/b", "/ca"] {
+        store.put(key, b(key)).await?;
+    }
+    let count = store.range(RangeRequest::prefix("/c/").count_only()).await?;
+    ensure!(count.count == 3 && count.kvs.is_empty() && !count.more, "{count:?}");
+    let limited = store.range(RangeRequest::prefix("/c/").limit(2)).await?;
+    ensure!(limited.count == 3 && limited.kvs.len() == 2 && limited.more, "{limited:?}");
+    let exact = store.range(RangeRequest::key("/c/a")).await?;
+    ensure!(exact.kvs.len() == 1 && exact.kvs[0].key == "/c/a" && exact.count == 1, "{exact:?}");
+    ensure!(store.range(RangeRequest::key("/c/")).await?.kvs.is_empty());
+    Ok(())
+}
+
+pub async fn conflicts_under_concurrent_writers(fixture: &impl Fixture) -> Result<()> {
+    const WRITERS: usize = 16;
+    const INCREMENTS: usize = 25;
+    let store = fixture.store();
+    let key = "/counter";
+    store.create(key, b("0"), 0).await?;
+    let mut tasks = Vec::new();
+    for _ in 0..WRITERS {
+        let store = store.clone();
+        tasks.push(tokio::spawn(async move {
+            let (mut revisions, mut conflicts) = (Vec::new(), 0usize);
+            for _ in 0..INCREMENTS {
+                let mut current = store.get(key).await?.context("counter missing")?;
+                loop {
+                    let n: u64 = std::str::from_utf8(&current.value)?.parse()?;
+                    match store.update(key, b(&(n + 1).to_string()), current.mod_revision, 0).await? {
+                        Outcome::Written { revision, .. } => {
+                            revisions.push(revision);
+                            break;
+                        }
+                        Outcome::Conflict { current: now } => {
+                            conflicts += 1;
+                            current = now.context("counter deleted")?;
+                        }
+                    }
+                }
+            }
+            anyhow::Ok((revisions, conflicts))
+        }));
+        if tasks.len() == WRITERS / 2 {
+            fixture.disrupt()?;
+        }
+    }
+    let mut revisions = HashSet::new();
+    let mut conflicts = 0;
+    for task in tasks {
+        let (mine, seen) = task.await??;
+        conflicts += seen;
+        for revision in mine {
+            ensure!(revisions.insert(revision), "two writers got revision {revision}");
+        }
+    }
+    let kv = store.get(key).await?.context("counter missing")?;
+    ensure!(kv.value == b(&(WRITERS * INCREMENTS).to_string()), "lost updates: {:?}", kv.value);
+    ensure!(kv.version == (WRITERS * INCREMENTS + 1) as i64);
+    ensure!(conflicts > 0, "{WRITERS} concurrent writers never conflicted");
+    Ok(())
+}
+
+pub async fn watch_order_no_gaps_under_load(fixture: &impl Fixture) -> Result<()> {
+    const WRITERS: usize = 8;
+    const WRITES: usize = 100;
+    let store = fixture.store();
+    store.put("/outside", b("x")).await?;
+    let mut watch = store.watch("/w/", None).await?;
+    let mut tasks = Vec::new();
+    for w in 0..WRITERS {
+        let store = store.clone();
+        tasks.push(tokio::spawn(async move {
+            // The revisions of this writer's changes under /w/ (a delete of a missing key changes nothing).
+            let mut changes = Vec::new();
+            for i in 0..WRITES {
+                let key = format!("/w/key-{}", (w * 7 + i) % 20);
+                if i % 10 == 9 {
+                    let response = store.txn(Txn::new().and_then([TxnOp::delete(key)])).await?;
+                    if matches!(response.results[..], [OpResult::Delete { prev: Some(_) }]) {
+                        changes.push(response.revision);
+                    }
+                } else {
+                    changes.push(store.put(&key, b(&format!("w{w}-{i}"))).await?);
+                }
+                if i % 17 == 0 {
+                    store.put("/outside", b("y")).await?;
+                }
+            }
+            anyhow::Ok(changes)
+        }));
+    }
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    fixture.disrupt()?;
+    let mut changes = HashSet::new();
+    for task in tasks {
+        for revision in task.await?? {
+            ensure!(changes.insert(revision), "two changes acknowledged at revision {revision}");
+        }
+    }
+    let events = take_events(&mut watch, changes.len(), Duration::from_secs(60)).await?;
+    assert_quiet(&mut watch).await?;
+    let mut state: BTreeMap<String, KeyValue> = BTreeMap::new();
+    let mut last = 0;
+    for event in &events {
+        ensure!(event.revision() > last, "event at {} after {last}", event.revision());
+        last = event.revision();
+        ensure!(changes.contains(&event.revision()), "an event at unacknowledged revision {last}");
+        ensure!(event.kv.key.starts_with("/w/"), "foreign key {}", event.kv.key);
+        let prev = state.get(&event.kv.key);
+        ensure!(
+            event.prev_kv.as_ref() == prev,
+            "prev_kv of {:?} is {:?}, expected {prev:?}",
+            event.kv,
+            event.prev_kv
+        );
+        match event.kind {
+            EventKind::Put => state.insert(event.kv.key.clone(), event.kv.clone()),
+            EventKind::Delete => state.remove(&event.kv.key),
+        };
+    }
+    let latest = store.range(RangeRequest::prefix("/w/")).await?;
+    let expected: Vec<KeyValue> = state.into_values().collect();
+    ensure!(latest.kvs == expected, "replaying the events does not give the store's contents");
+    Ok(())
+}
+
+pub async fn watch_from_past_revision(fixture: &impl Fixture) -> Result<()> {
+    let store = fixture.store();
+    let first = store.put("/h/a", b("1")).await?;
+    store.put("/h/b", b("2")).await?;
+    store.put("/h/a", b("3")).await?;
+    store.delete("/h/b", None).await?;
+    let mut watch = store.watch("/h/", Some(first + 1)).await?;
+    let events = take_events(&mut watch, 3, Duration::from_secs(10)).await?;
+    let summary: Vec<_> = events.iter().map(|e| (e.kind, e.kv.key.as_str(), e.revision())).collect();
+    ensure!(
+        summary
+            == [
+                (EventKind::Put, "/h/b", first + 1),
+                (EventKind::Put, "/h/a", first + 2),
+                (EventKind::Delete, "/h/b", first + 3)
+            ],
+        "{summary:?}"
+    );
+    ensure!(events[1].prev_kv.as_ref().map(|kv| kv.value.clone()) == Some(b("1")));
+    ensure!(events[1].kv.version == 2 && events[1].kv.create_revision == first);
+    // Then live events follow the history with no gap.
+    let live = store.put("/h/c", b("4")).await?;
+    let next = take_events(&mut watch, 1, Duration::from_secs(10)).await?;
+    ensure!(next[0].revision() == live && next[0].kv.key == "/h/c");
+    Ok(())
+}
+
+pub async fn delete_events_carry_prev_value(fixture: &impl Fixture) -> Result<()> {
+    let store = fixture.store();
+    let mut watch = store.watch("/d/", None).await?;
+    let created = store.put("/d/x", b("first")).await?;
+    store.put("/d/x", b("second")).await?;
+    let (deleted, _) = written(store.delete("/d/x", None).await?)?;
+    let events = take_events(&mut watch, 3, Duration::from_secs(10)).await?;
+    let delete = &events[2];
+    ensure!(delete.kind == EventKind::Delete, "{delete:?}");
+    ensure!(delete.kv.key == "/d/x" && delete.kv.mod_revision == deleted && delete.kv.value.is_empty());
+    ensure!((delete.kv.create_revision, delete.kv.version) == (0, 0));
+    let prev = delete.prev_kv.as_ref().context("delete event without its previous value")?;
+    ensure!(prev.value == b("second") && prev.create_revision == created && prev.version == 2, "{prev:?}");
+    Ok(())
+}
+
+pub async fn watch_prefix_isolation(fixture: &impl Fixture) -> Result<()> {
+    let store = fixture.store();
+    let mut watch = store.watch("/iso/a/", None).await?;
+    store.put("/iso/ab", b("no")).await?;
+    store.put("/iso/b/x", b("no")).await?;
+    let yes = store.put("/iso/a/x", b("yes")).await?;
+    let events = take_events(&mut watch, 1, Duration::from_secs(10)).await?;
+    ensure!(events[0].revision() == yes);
+    assert_quiet(&mut watch).await
+}
+
+pub async fn compaction(fixture: &impl Fixture) -> Result<()> {
+    let store = fixture.store();
+    let r1 = store.put("/k/a", b("1")).await?;
+    let r2 = store.put("/k/a", b("2")).await?;
+    let r3 = store.put("/k/b", b("3")).await?;
+    store.delete("/k/b", None).await?;
+    let r5 = store.put("/k/a", b("5")).await?;
+    store.compact(r3).await?;
+
+    let old = store.range(RangeRequest::prefix("/k/").at(r2)).await;
+    ensure!(matches!(old, Err(StoreError::Compacted { requested, .. }) if requested == r2), "{old:?}");
+    let at = store.range(RangeRequest::prefix("/k/").at(r3)).await?;
+    let values: Vec<_> = at.kvs.iter().map(|kv| (kv.key.as_str(), kv.value.clone())).collect();
+    ensure!(values == [("/k/a", b("2")), ("/k/b", b("3"))], "{values:?}");
+
+    let mut watch = store.watch("/k/", Some(r1)).await?;
+    match tokio::time::timeout(Duration::from_secs(10), watch.next()).await? {
+        Some(Err(StoreError::Compacted { compacted, .. })) => {
+            ensure!(compacted == r3, "compacted at {compacted}");
+        }
+        other => anyhow::bail!("a watch from a compacted revision answered {other:?}"),
+    }
+    ensure!(
+        tokio::time::timeout(Duration::from_secs(10), watch.next()).await?.is_none(),
+        "the watch went on"
+    );
+    // From the compaction revision itself, history is still there.
+    let mut watch = store.watch("/k/", Some(r3)).await?;
+    let events = take_events(&mut watch, 3, Duration::from_secs(10)).await?;
+    ensure!(events.iter().map(Event::revision).collect::<Vec<_>>() == [r3, r3 + 1, r5]);
+
+    let again = store.compact(r2).await;
+    ensure!(matches!(again, Err(StoreError::Compacted { .. })), "{again:?}");
+    let future = store.compact(r5 + 10).await;
+    ensure!(matches!(future, Err(StoreError::FutureRevision { .. })), "{future:?}");
+    store.compact(r5).await?;
+    let latest = store.range(RangeRequest::prefix("/k/")).await?;
+    ensure!(latest.kvs.len() == 1 && latest.kvs[0].value == b("5") && latest.kvs[0].version == 3);
+    Ok(())
+}
+
+pub async fn lease_expiry(fixture: &impl Fixture) -> Result<()> {
+    let store = fixture.store();
+    let lease = store.grant_lease(Duration::from_secs(1)).await?;
+    ensure!(lease.id != 0 && lease.ttl >= Duration::from_secs(1), "{lease:?}");
+    let mut watch = store.watch("/events/", None).await?;
+    store.create("/events/e1", b("event"), lease.id).await?;
+    store.put("/events/keep", b("no lease")).await?;
+    let kv = store.get("/events/e1").await?.context("leased key missing")?;
+    ensure!(kv.lease == lease.id);
+    let events = take_events(&mut watch, 3, lease.ttl + Duration::from_secs(30)).await?;
+    let expired = &events[2];
+    ensure!(expired.kind == EventKind::Delete && expired.kv.key == "/events/e1", "{expired:?}");
+    ensure!(expired.prev_kv.as_ref().map(|kv| kv.lease) == Some(lease.id));
+    ensure!(store.get("/events/e1").await?.is_none());
+    ensure!(store.get("/events/keep").await?.is_some());
+    let gone = store.keep_alive(lease.id).await;
+    ensure!(matches!(gone, Err(StoreError::LeaseNotFound { .. })), "{gone:?}");
+    Ok(())
+}
+
+pub async fn lease_revoke_and_keep_alive(fixture: &impl Fixture) -> Result<()> {
+    let store = fixture.store();
+    let lease = store.grant_lease(Duration::from_secs(60)).await?;
+    ensure!(store.keep_alive(lease.id).await? >= Duration::from_secs(60));
+    let mut watch = store.watch("/l/", None).await?;
+    let txn = Txn::new().and_then([
+        TxnOp::put_with_lease("/l/a", b("a"), lease.id),
+        TxnOp::put_with_lease("/l/b", b("b"), lease.id),
+    ]);
+    let written = store.txn(txn).await?.revision;
+    // Re-putting a key without the lease detaches it.
+    store.put("/l/b", b("b2")).await?;
+    store.revoke_lease(lease.id).await?;
+    let events = take_events(&mut watch, 4, Duration::from_secs(10)).await?;
+    let revoked = &events[3];
+    ensure!(
+        revoked.kind == EventKind::Delete && revoked.kv.key == "/l/a" && revoked.revision() > written + 1
+    );
+    ensure!(store.get("/l/b").await?.is_some_and(|kv| kv.lease == 0));
+    assert_quiet(&mut watch).await?;
+    let again = store.revoke_lease(lease.id).await;
+    ensure!(matches!(again, Err(StoreError::LeaseNotFound { .. })), "{again:?}");
+    Ok(())
+}
+
+pub async fn current_revision_is_consistent(fixture: &impl Fixture) -> Result<()> {
+    let store = fixture.store();
+    let mut tasks = Vec::new();
+    for i in 0..8 {
+        let store = store.clone();
+        tasks.push(tokio::spawn(async move {
+            for j in 0..20 {
+                let revision = store.put(&format!("/cr/{i}"), b(&j.to_string())).await?;
+                let current = store.current_revision().await?;
+                ensure!(current >= revision, "current revision {current} before an acknowledged {revision}");
+            }
+            anyhow::Ok(())
+        }));
+    }
+    for task in tasks {
+        task.await??;
+    }
+    Ok(())
+}
