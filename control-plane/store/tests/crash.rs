@@ -36,10 +36,21 @@ impl Rng {
     }
 }
 
+/// One acknowledged write: writer, its write number, the revision.
+type Ack = (usize, u64, i64);
+
 /// One `keel-storeutl load` run and the thread collecting its acknowledgements.
 struct Writer {
     child: Child,
-    acks: JoinHandle<Result<Vec<(usize, u64, i64)>>>,
+    acks: Option<JoinHandle<Result<Vec<Ack>>>>,
+}
+
+impl Drop for Writer {
+    /// A failed round leaves no writer behind.
+    fn drop(&mut self) {
+        let _already_gone = self.child.kill();
+        let _reaped = self.child.wait();
+    }
 }
 
 impl Writer {
@@ -65,7 +76,7 @@ impl Writer {
             }
             Ok(acks)
         });
-        Ok(Writer { child, acks })
+        Ok(Writer { child, acks: Some(acks) })
     }
 
     /// Waits until the writer has acknowledged something (it is mid-write from then on).
@@ -81,16 +92,17 @@ impl Writer {
         Ok(())
     }
 
-    fn kill(mut self) -> Result<Vec<(usize, u64, i64)>> {
+    fn kill(mut self) -> Result<Vec<Ack>> {
         // Already gone (a power loss makes its writes fail) is fine too.
-        let _ = self.child.kill();
+        let _already_gone = self.child.kill();
         self.child.wait()?;
-        self.acks.join().map_err(|_| anyhow::anyhow!("the ack reader panicked"))?
+        let acks = self.acks.take().context("acks already collected")?;
+        acks.join().map_err(|_| anyhow::anyhow!("the ack reader panicked"))?
     }
 }
 
 /// Opens the store and checks every acknowledged write of `prefix` is there, whole.
-async fn verify(data_dir: &Path, prefix: &str, acks: &[(usize, u64, i64)]) -> Result<usize> {
+async fn verify(data_dir: &Path, prefix: &str, acks: &[Ack]) -> Result<usize> {
     let store = EmbeddedStore::open(Options::new(data_dir)).context("reopening after the crash")?;
     let written = store.range(RangeRequest::prefix(prefix)).await?;
     let by_key: BTreeMap<&str, _> = written.kvs.iter().map(|kv| (kv.key.as_str(), kv)).collect();

@@ -368,7 +368,7 @@ fn commit(
     drop(index);
 
     let chunk: Vec<RecordId> = garbage.drain(..garbage.len().min(GARBAGE_CHUNK)).collect();
-    let written = write(&shared.db, &records, &granted, &revoked, compact_to, revision, &chunk);
+    let written = write(&shared.db, &records, &granted, &revoked, compact_to, &chunk);
     if let Err(error) = written {
         let error = StoreError::Engine(format!("committing revision {revision}: {error}"));
         tracing::error!(%error, "the embedded store stops accepting writes");
@@ -437,14 +437,14 @@ fn write(
     granted: &[(LeaseId, i64)],
     revoked: &[LeaseId],
     compact_to: Option<Revision>,
-    revision: Revision,
     garbage: &[RecordId],
 ) -> Result<(), redb::Error> {
     let mut txn = db.begin_write()?;
     let durable = !records.is_empty() || !granted.is_empty() || !revoked.is_empty() || compact_to.is_some();
     // Garbage alone need not be durable now: if it is lost, the next open finds it again.
     txn.set_durability(if durable { Durability::Immediate } else { Durability::None })?;
-    {
+    // Only the tables this batch changes are opened: an opened table is rewritten at commit.
+    if !records.is_empty() || !garbage.is_empty() {
         let mut table = txn.open_table(REVISIONS)?;
         for record in records {
             table.insert(table_key(record.entry.id), record.encode().as_slice())?;
@@ -452,13 +452,11 @@ fn write(
         for id in garbage {
             table.remove(table_key(*id))?;
         }
-        let mut meta = txn.open_table(META)?;
-        if !records.is_empty() {
-            meta.insert("revision", revision.to_le_bytes().as_slice())?;
-        }
-        if let Some(to) = compact_to {
-            meta.insert("compacted", to.to_le_bytes().as_slice())?;
-        }
+    }
+    if let Some(to) = compact_to {
+        txn.open_table(META)?.insert("compacted", to.to_le_bytes().as_slice())?;
+    }
+    if !granted.is_empty() || !revoked.is_empty() {
         let mut leases = txn.open_table(LEASES)?;
         for (id, ttl) in granted {
             leases.insert(id, ttl)?;

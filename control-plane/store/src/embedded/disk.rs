@@ -2,9 +2,11 @@
 //! loading it back into an [`Index`].
 //!
 //! Tables:
-//! - `meta`: `format` (the data directory's identity and version), `revision` (the newest committed
-//!   revision), `compacted` (the compaction revision).
+//! - `meta`: `format` (the data directory's identity and version), `compacted` (the compaction
+//!   revision).
 //! - `revisions`: `(revision, sub)` → one record per changed key, in commit order (etcd's key bucket).
+//!   The newest record's revision is the store's revision: every revision has a record, and
+//!   compaction never deletes the newest one of any key.
 //! - `leases`: lease id → TTL in seconds.
 
 use std::fs::{self, File};
@@ -179,7 +181,6 @@ fn initialize(db: &Database) -> Result<(), redb::Error> {
     {
         let mut meta = txn.open_table(META)?;
         meta.insert("format", FORMAT)?;
-        meta.insert("revision", 0i64.to_le_bytes().as_slice())?;
         meta.insert("compacted", 0i64.to_le_bytes().as_slice())?;
         txn.open_table(REVISIONS)?;
         txn.open_table(LEASES)?;
@@ -213,7 +214,6 @@ fn load(db: Database) -> Result<Loaded> {
         }
         None => return Err(engine("no keel-store format marker: a foreign redb file")),
     }
-    let revision = meta_i64("revision")?;
     let compacted = meta_i64("compacted")?;
     let mut index = Index::default();
     let revisions = txn.open_table(REVISIONS).map_err(engine)?;
@@ -223,10 +223,9 @@ fn load(db: Database) -> Result<Loaded> {
         let record = Record::decode(RecordId { revision: rev as Revision, sub }, value.value())?;
         index.apply(Change { key: record.key, entry: record.entry, value: record.value });
     }
-    if index.current > revision {
-        return Err(engine(format!("records up to revision {} but meta says {revision}", index.current)));
+    if index.current < compacted {
+        return Err(engine(format!("compacted at {compacted} but records end at revision {}", index.current)));
     }
-    index.current = revision;
     let garbage = index.compact(compacted);
     let leases = txn
         .open_table(LEASES)

@@ -65,6 +65,26 @@ fn conflict(outcome: Outcome) -> Result<Option<KeyValue>> {
     }
 }
 
+/// Runs `op` again while the backend answers [`StoreError::Unavailable`] (a member was killed under
+/// it). Such a failure is ambiguous for a write, as with etcd itself: it may have been applied.
+async fn retrying<T, F, Fut>(mut op: F) -> Result<T>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = keel_store::Result<T>>,
+{
+    let mut attempts = 0;
+    loop {
+        match op().await {
+            Err(StoreError::Unavailable(reason)) if attempts < 50 => {
+                attempts += 1;
+                eprintln!("retrying after: {reason}");
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+            result => return Ok(result?),
+        }
+    }
+}
+
 /// Reads `count` events from `watch`, failing after `timeout` without them.
 async fn take_events(watch: &mut WatchStream, count: usize, timeout: Duration) -> Result<Vec<Event>> {
     let mut events = Vec::with_capacity(count);
@@ -249,25 +269,37 @@ pub async fn conflicts_under_concurrent_writers(fixture: &impl Fixture) -> Resul
     const INCREMENTS: usize = 25;
     let store = fixture.store();
     let key = "/counter";
-    store.create(key, b("0"), 0).await?;
+    // The value is `count writer step`: a writer whose update failed ambiguously recognises its own.
+    store.create(key, b("0 - -"), 0).await?;
     let mut tasks = Vec::new();
-    for _ in 0..WRITERS {
+    for w in 0..WRITERS {
         let store = store.clone();
         tasks.push(tokio::spawn(async move {
             let (mut revisions, mut conflicts) = (Vec::new(), 0usize);
-            for _ in 0..INCREMENTS {
-                let mut current = store.get(key).await?.context("counter missing")?;
+            for step in 0..INCREMENTS {
+                let mut current = retrying(|| store.get(key)).await?.context("counter missing")?;
+                let mine = format!("{w} {step}");
                 loop {
-                    let n: u64 = std::str::from_utf8(&current.value)?.parse()?;
-                    match store.update(key, b(&(n + 1).to_string()), current.mod_revision, 0).await? {
-                        Outcome::Written { revision, .. } => {
+                    let text = std::str::from_utf8(&current.value)?.to_owned();
+                    let n: u64 = text.split(' ').next().unwrap_or_default().parse()?;
+                    let update = store.update(key, b(&format!("{} {mine}", n + 1)), current.mod_revision, 0);
+                    match update.await {
+                        Ok(Outcome::Written { revision, .. }) => {
                             revisions.push(revision);
                             break;
                         }
-                        Outcome::Conflict { current: now } => {
+                        Ok(Outcome::Conflict { current: now }) => {
                             conflicts += 1;
                             current = now.context("counter deleted")?;
                         }
+                        Err(StoreError::Unavailable(_)) => {
+                            current = retrying(|| store.get(key)).await?.context("counter missing")?;
+                            if current.value.ends_with(format!(" {mine}").as_bytes()) {
+                                revisions.push(current.mod_revision);
+                                break;
+                            }
+                        }
+                        Err(other) => return Err(other.into()),
                     }
                 }
             }
@@ -286,8 +318,9 @@ pub async fn conflicts_under_concurrent_writers(fixture: &impl Fixture) -> Resul
             ensure!(revisions.insert(revision), "two writers got revision {revision}");
         }
     }
-    let kv = store.get(key).await?.context("counter missing")?;
-    ensure!(kv.value == b(&(WRITERS * INCREMENTS).to_string()), "lost updates: {:?}", kv.value);
+    let kv = retrying(|| store.get(key)).await?.context("counter missing")?;
+    let count: usize = std::str::from_utf8(&kv.value)?.split(' ').next().unwrap_or_default().parse()?;
+    ensure!(count == WRITERS * INCREMENTS, "lost updates: {:?}", kv.value);
     ensure!(kv.version == (WRITERS * INCREMENTS + 1) as i64);
     ensure!(conflicts > 0, "{WRITERS} concurrent writers never conflicted");
     Ok(())
@@ -303,20 +336,22 @@ pub async fn watch_order_no_gaps_under_load(fixture: &impl Fixture) -> Result<()
     for w in 0..WRITERS {
         let store = store.clone();
         tasks.push(tokio::spawn(async move {
-            // The revisions of this writer's changes under /w/ (a delete of a missing key changes nothing).
+            // The revisions of this writer's acknowledged changes under /w/ (a delete of a missing key
+            // changes nothing).
             let mut changes = Vec::new();
             for i in 0..WRITES {
                 let key = format!("/w/key-{}", (w * 7 + i) % 20);
                 if i % 10 == 9 {
-                    let response = store.txn(Txn::new().and_then([TxnOp::delete(key)])).await?;
+                    let delete = || store.txn(Txn::new().and_then([TxnOp::delete(key.clone())]));
+                    let response = retrying(delete).await?;
                     if matches!(response.results[..], [OpResult::Delete { prev: Some(_) }]) {
                         changes.push(response.revision);
                     }
                 } else {
-                    changes.push(store.put(&key, b(&format!("w{w}-{i}"))).await?);
+                    changes.push(retrying(|| store.put(&key, b(&format!("w{w}-{i}")))).await?);
                 }
                 if i % 17 == 0 {
-                    store.put("/outside", b("y")).await?;
+                    retrying(|| store.put("/outside", b("y"))).await?;
                 }
             }
             anyhow::Ok(changes)
@@ -330,27 +365,30 @@ pub async fn watch_order_no_gaps_under_load(fixture: &impl Fixture) -> Result<()
             ensure!(changes.insert(revision), "two changes acknowledged at revision {revision}");
         }
     }
-    let events = take_events(&mut watch, changes.len(), Duration::from_secs(60)).await?;
+    // Every acknowledged change has its event; an ambiguous write that was applied has one too. The
+    // end marker is the last event.
+    let end = store.put("/w/end", b("end")).await?;
+    let mut events = Vec::new();
+    while events.last().is_none_or(|e: &Event| e.revision() < end) {
+        events.extend(take_events(&mut watch, 1, Duration::from_secs(60)).await?);
+    }
     assert_quiet(&mut watch).await?;
     let mut state: BTreeMap<String, KeyValue> = BTreeMap::new();
     let mut last = 0;
     for event in &events {
         ensure!(event.revision() > last, "event at {} after {last}", event.revision());
         last = event.revision();
-        ensure!(changes.contains(&event.revision()), "an event at unacknowledged revision {last}");
         ensure!(event.kv.key.starts_with("/w/"), "foreign key {}", event.kv.key);
         let prev = state.get(&event.kv.key);
-        ensure!(
-            event.prev_kv.as_ref() == prev,
-            "prev_kv of {:?} is {:?}, expected {prev:?}",
-            event.kv,
-            event.prev_kv
-        );
+        ensure!(event.prev_kv.as_ref() == prev, "prev_kv of {:?} is {:?}, expected {prev:?}", event.kv, event.prev_kv);
         match event.kind {
             EventKind::Put => state.insert(event.kv.key.clone(), event.kv.clone()),
             EventKind::Delete => state.remove(&event.kv.key),
         };
     }
+    let seen: HashSet<Revision> = events.iter().map(Event::revision).collect();
+    let missing: Vec<&Revision> = changes.iter().filter(|r| !seen.contains(r)).collect();
+    ensure!(missing.is_empty(), "acknowledged changes without an event: {missing:?}");
     let latest = store.range(RangeRequest::prefix("/w/")).await?;
     let expected: Vec<KeyValue> = state.into_values().collect();
     ensure!(latest.kvs == expected, "replaying the events does not give the store's contents");
