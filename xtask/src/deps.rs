@@ -25,6 +25,7 @@ pub const PACKAGES: &[(&str, &str)] = &[
     ("crun", "the second OCI runtime keel-shim drives"),
     ("etcd-server", "etcd: the store backend for multi-node control planes, and a test peer"),
     ("etcd-client", "etcdctl: tests talk to etcd with it"),
+    ("openssl", "the openssl CLI: tests make the certificates of a TLS etcd with it"),
     ("containernetworking-plugins", "the reference CNI plugins, peers of keel-cni"),
     ("containerd", "the CRI runtime keel-kubelet must drive, a peer of keel-shim"),
     ("docker-registry", "a local OCI registry: no test needs the internet"),

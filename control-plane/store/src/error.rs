@@ -21,7 +21,9 @@ pub enum StoreError {
     InvalidRequest(String),
     #[error("lease {id} not found")]
     LeaseNotFound { id: LeaseId },
-    /// The backend cannot be reached or did not answer in time; the request may be retried.
+    /// The backend cannot be reached or did not answer in time; the request may be retried. For a
+    /// write this is ambiguous, as with etcd: a member that died with the write in flight may have
+    /// applied it, so a retried guarded write can meet its own earlier success as a conflict.
     #[error("store unavailable: {0}")]
     Unavailable(String),
     /// The embedded data directory cannot be used; nothing in it was changed.

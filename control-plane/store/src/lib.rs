@@ -4,12 +4,13 @@
 //!
 //! - [`embedded::EmbeddedStore`], the default: one data directory, redb underneath, group commit, watch
 //!   fan-out in process. No etcd to run.
-//! - an etcd 3.4+ cluster through etcd-client, under a key prefix of its own (next).
+//! - [`etcd::EtcdStore`]: an etcd 3.4+ cluster through etcd-client, under a key prefix of its own.
 //!
 //! One conformance suite (tests/conformance) runs the same test functions against both.
 
 pub mod embedded;
 mod error;
+pub mod etcd;
 mod types;
 pub mod validate;
 

@@ -12,9 +12,14 @@ pub type Revision = i64;
 /// A lease id (etcd's int64 lease ids; `0` means no lease).
 pub type LeaseId = i64;
 
-/// etcd's default `--max-request-bytes` (1.5 MiB): the largest request either backend accepts, so a value
-/// that fits one fits both.
+/// etcd's default `--max-request-bytes` (1.5 MiB): the largest request either backend accepts. Requests
+/// are measured with room for etcd's framing and key prefix ([`crate::validate::txn`]), so a request
+/// that fits one backend fits both.
 pub const MAX_REQUEST_BYTES: usize = 1536 * 1024;
+
+/// The longest key prefix the etcd backend accepts; each key of a request is measured with this much
+/// room for it.
+pub const MAX_PREFIX_BYTES: usize = 256;
 
 /// The longest key accepted. Kubernetes keys are `/registry/<resource>/<namespace>/<name>` with names of
 /// at most 253 characters; anything near this length is a bug in the caller, not data.
@@ -241,6 +246,7 @@ impl Event {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Lease {
     pub id: LeaseId,
-    /// The time to live granted (whole seconds, at least 1, as etcd grants them).
+    /// The time to live granted: whole seconds, at least the one asked for. etcd raises a TTL below its
+    /// minimum (2 s with its default election settings); the embedded store grants what is asked.
     pub ttl: Duration,
 }

@@ -2,7 +2,16 @@
 //! everywhere and nothing of it is written.
 
 use crate::error::{Result, StoreError};
-use crate::types::{MAX_KEY_BYTES, MAX_REQUEST_BYTES, MAX_TXN_OPS, RangeRequest, Txn, TxnOp};
+use crate::types::{
+    MAX_KEY_BYTES, MAX_PREFIX_BYTES, MAX_REQUEST_BYTES, MAX_TXN_OPS, RangeRequest, Txn, TxnOp,
+};
+
+/// What a request costs beyond its keys and values: etcd's request header (ids, user name, auth
+/// revision) and message framing.
+const REQUEST_OVERHEAD: usize = 1024;
+/// What each compare or op costs beyond its key and value: its framing and fields (etcd's protobuf
+/// encoding needs under 40 bytes) and room for the etcd backend's key prefix.
+const OP_OVERHEAD: usize = 64 + MAX_PREFIX_BYTES;
 
 /// A key is a non-empty absolute path of printable characters, at most [`MAX_KEY_BYTES`] long.
 pub fn key(key: &str) -> Result<()> {
@@ -43,14 +52,19 @@ pub fn range(request: &RangeRequest) -> Result<()> {
     Ok(())
 }
 
+/// The largest value a transaction putting only `key` may carry.
+pub fn max_value_bytes(key: &str) -> usize {
+    MAX_REQUEST_BYTES - REQUEST_OVERHEAD - OP_OVERHEAD - key.len()
+}
+
 /// Every key valid, at most [`MAX_TXN_OPS`] operations per branch, no key written twice in one
 /// branch (etcd's "duplicate key given in txn request"), and the whole request within
-/// [`MAX_REQUEST_BYTES`].
+/// [`MAX_REQUEST_BYTES`], measured with room for etcd's framing and key prefix.
 pub fn txn(txn: &Txn) -> Result<()> {
-    let mut size = 0;
+    let mut size = REQUEST_OVERHEAD;
     for compare in &txn.compares {
         key(compare.key())?;
-        size += compare.key().len() + 16;
+        size += compare.key().len() + OP_OVERHEAD;
     }
     for branch in [&txn.success, &txn.failure] {
         if branch.len() > MAX_TXN_OPS {
@@ -62,7 +76,7 @@ pub fn txn(txn: &Txn) -> Result<()> {
         let mut written: Vec<&str> = Vec::new();
         for op in branch {
             key(op.key())?;
-            size += op.key().len() + 16;
+            size += op.key().len() + OP_OVERHEAD;
             if let TxnOp::Put { value, .. } = op {
                 size += value.len();
             }
@@ -114,6 +128,10 @@ mod tests {
     fn txn_limits() {
         let big = Txn::new().and_then([TxnOp::put("/k", vec![0; MAX_REQUEST_BYTES])]);
         assert!(matches!(txn(&big), Err(StoreError::RequestTooLarge { .. })));
+        let largest = Txn::new().and_then([TxnOp::put("/k", vec![0; max_value_bytes("/k")])]);
+        assert!(txn(&largest).is_ok());
+        let over = Txn::new().and_then([TxnOp::put("/k", vec![0; max_value_bytes("/k") + 1])]);
+        assert!(txn(&over).is_err());
         let dup = Txn::new().and_then([TxnOp::put("/k", "a"), TxnOp::delete("/k")]);
         assert!(matches!(txn(&dup), Err(StoreError::InvalidRequest(_))));
         let read_twice = Txn::new().and_then([TxnOp::get("/k"), TxnOp::put("/k", "a")]);

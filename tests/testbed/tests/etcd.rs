@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, ensure};
 use common::assert_gone;
-use keel_testbed::etcd::{EtcdCluster, etcdctl};
+use keel_testbed::etcd::{EtcdCluster, EtcdConfig, etcdctl};
 
 fn run(mut cmd: Command) -> Result<String> {
     let output = cmd.output().with_context(|| format!("running {cmd:?}"))?;
@@ -88,6 +88,49 @@ fn three_members_survive_a_crash_and_rejoin() -> Result<()> {
     for pid in all_pids.into_iter().chain([restarted_pid]) {
         assert_gone(pid, "etcd member");
     }
+    Ok(())
+}
+
+#[test]
+fn tls_client_certificates_and_auth() -> Result<()> {
+    let mut cluster = EtcdCluster::start_with(EtcdConfig::new(1).client_cert_auth())?;
+    let endpoint = cluster.endpoint(0)?;
+    ensure!(endpoint.starts_with("https://127.0.0.1:"), "{endpoint}");
+    let files = cluster.tls().context("no certificates")?.clone();
+    for file in [&files.ca_cert, &files.server_cert, &files.server_key, &files.client_cert, &files.client_key]
+    {
+        ensure!(file.is_file(), "{} missing", file.display());
+    }
+    ensure!(cluster.info(0)?.health != cluster.info(0)?.client, "/health is not served apart from TLS");
+    assert!(cluster.healthy(0)?);
+    let mut put = cluster.etcdctl();
+    put.args(["put", "/keel/tls", "secure"]);
+    assert_eq!(run(put)?.trim(), "OK");
+    // The CA alone is not enough: the members require a client certificate.
+    let mut anonymous = etcdctl(&endpoint);
+    anonymous.arg(format!("--cacert={}", files.ca_cert.display())).args([
+        "--dial-timeout=1s",
+        "--command-timeout=1s",
+        "get",
+        "/keel/tls",
+    ]);
+    ensure!(run(anonymous).is_err(), "a client without a certificate was served");
+
+    cluster.enable_auth("pw-1")?;
+    let mut get = cluster.etcdctl();
+    get.args(["get", "/keel/tls", "--print-value-only"]);
+    assert_eq!(run(get)?.trim(), "secure");
+    let mut wrong = etcdctl(&endpoint);
+    wrong
+        .arg(format!("--cacert={}", files.ca_cert.display()))
+        .arg(format!("--cert={}", files.client_cert.display()))
+        .arg(format!("--key={}", files.client_key.display()))
+        .args(["--user=root:wrong", "get", "/keel/tls"]);
+    ensure!(run(wrong).is_err(), "a wrong password was accepted");
+    ensure!(cluster.enable_auth("again").is_err(), "auth enabled twice");
+
+    cluster.member(0)?.restart()?;
+    assert!(cluster.healthy(0)?, "the restarted TLS member is not healthy");
     Ok(())
 }
 

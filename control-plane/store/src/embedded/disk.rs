@@ -224,7 +224,10 @@ fn load(db: Database) -> Result<Loaded> {
         index.apply(Change { key: record.key, entry: record.entry, value: record.value });
     }
     if index.current < compacted {
-        return Err(engine(format!("compacted at {compacted} but records end at revision {}", index.current)));
+        return Err(engine(format!(
+            "compacted at {compacted} but records end at revision {}",
+            index.current
+        )));
     }
     let garbage = index.compact(compacted);
     let leases = txn

@@ -181,7 +181,12 @@ pub async fn txn_branches_and_revisions(fixture: &impl Fixture) -> Result<()> {
 
 pub async fn txn_bad_input_writes_nothing(fixture: &impl Fixture) -> Result<()> {
     let store = fixture.store();
-    let before = store.put("/bad/ok", b("ok")).await?;
+    store.put("/bad/ok", b("ok")).await?;
+    // The largest value the contract accepts fits every backend; one byte more fits none.
+    let largest = keel_store::validate::max_value_bytes("/bad/largest");
+    let before = store.put("/bad/largest", Bytes::from(vec![b'l'; largest])).await?;
+    let over = store.put("/bad/largest", Bytes::from(vec![b'l'; largest + 1])).await;
+    ensure!(matches!(over, Err(StoreError::RequestTooLarge { .. })), "{over:?}");
     let too_big = Bytes::from(vec![b'x'; MAX_REQUEST_BYTES + 1]);
     let error = store.put("/bad/big", too_big.clone()).await.expect_err("an oversized value was accepted");
     ensure!(matches!(error, StoreError::RequestTooLarge { .. }), "{error}");
@@ -203,7 +208,8 @@ pub async fn txn_bad_input_writes_nothing(fixture: &impl Fixture) -> Result<()> 
     ensure!(matches!(error, StoreError::LeaseNotFound { id: 12345 }), "{error}");
 
     let range = store.range(RangeRequest::prefix("/bad/")).await?;
-    ensure!(range.kvs.len() == 1 && range.kvs[0].key == "/bad/ok", "partial writes: {:?}", range.kvs);
+    let keys: Vec<&str> = range.kvs.iter().map(|kv| kv.key.as_str()).collect();
+    ensure!(keys == ["/bad/largest", "/bad/ok"], "partial writes: {keys:?}");
     ensure!(store.current_revision().await? == before, "a refused request moved the revision");
     let bad_from = store.range(RangeRequest::prefix("/bad/").from("/other")).await;
     ensure!(matches!(bad_from, Err(StoreError::InvalidRequest(_))), "{bad_from:?}");
@@ -380,7 +386,12 @@ pub async fn watch_order_no_gaps_under_load(fixture: &impl Fixture) -> Result<()
         last = event.revision();
         ensure!(event.kv.key.starts_with("/w/"), "foreign key {}", event.kv.key);
         let prev = state.get(&event.kv.key);
-        ensure!(event.prev_kv.as_ref() == prev, "prev_kv of {:?} is {:?}, expected {prev:?}", event.kv, event.prev_kv);
+        ensure!(
+            event.prev_kv.as_ref() == prev,
+            "prev_kv of {:?} is {:?}, expected {prev:?}",
+            event.kv,
+            event.prev_kv
+        );
         match event.kind {
             EventKind::Put => state.insert(event.kv.key.clone(), event.kv.clone()),
             EventKind::Delete => state.remove(&event.kv.key),
