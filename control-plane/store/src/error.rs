@@ -29,7 +29,9 @@ pub enum StoreError {
     /// The embedded data directory cannot be used; nothing in it was changed.
     #[error("data directory {}: {reason}", path.display())]
     DataDir { path: PathBuf, reason: String },
-    /// The storage engine failed; the embedded store refuses further writes until reopened.
+    /// The storage engine failed; the embedded store refuses further writes until reopened. For the
+    /// write that met the failure this is ambiguous like [`StoreError::Unavailable`]: its commit may
+    /// have reached the disk before the failure was seen.
     #[error("storage engine: {0}")]
     Engine(String),
     #[error("the store is closed")]

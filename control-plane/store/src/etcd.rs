@@ -427,7 +427,7 @@ impl Store for EtcdStore {
                     TxnOp::Put { lease, .. } if *lease != 0 => Some(*lease),
                     _ => None,
                 });
-                let size = txn_size(&txn, inner.prefix.len());
+                let size = validate::txn_bytes(&txn);
                 return Err(inner
                     .error(failure, About { lease: lease.unwrap_or(0), size, ..About::default() })
                     .await);
@@ -502,9 +502,7 @@ impl Store for EtcdStore {
 
     async fn grant_lease(&self, ttl: Duration) -> Result<Lease> {
         let inner = &self.inner;
-        let ttl_secs = i64::try_from(ttl.as_secs() + u64::from(ttl.subsec_nanos() > 0))
-            .map_err(|_| StoreError::InvalidRequest(format!("lease TTL {ttl:?} is too long")))?
-            .max(1);
+        let ttl_secs = validate::lease_ttl(ttl)?;
         let what = format!("etcd lease grant ({ttl_secs} s)");
         let attempt = || {
             let mut lease = inner.lease.clone();
@@ -538,13 +536,14 @@ impl Store for EtcdStore {
         let inner = &self.inner;
         let what = format!("etcd lease keep-alive {id}");
         let renew = || async {
-            // etcd-client reads (and checks) the first answer itself; the second one carries the TTL.
-            let (mut keeper, mut answers) = inner.lease.clone().keep_alive(id).await?;
-            keeper.keep_alive().await?;
-            match answers.message().await? {
-                Some(answer) if answer.ttl() > 0 => Ok(answer.ttl()),
-                Some(_) => Err(ec::Error::LeaseKeepAliveError("lease not found".into())),
-                None => Err(ec::Error::LeaseKeepAliveError("the keep-alive stream ended".into())),
+            // etcd-client sends one renewal and checks its answer (lease found) but keeps its TTL to
+            // itself; the granted TTL is then read, not renewed a second time.
+            let mut lease = inner.lease.clone();
+            lease.keep_alive(id).await?;
+            let status = lease.time_to_live(id, None).await?;
+            match status.granted_ttl() {
+                ttl if ttl > 0 && status.ttl() > 0 => Ok(ttl),
+                _ => Err(ec::Error::LeaseKeepAliveError("lease not found".into())),
             }
         };
         match inner.call(&what, Retry::Always, renew).await {
@@ -552,14 +551,4 @@ impl Store for EtcdStore {
             Err(failure) => Err(inner.error(failure, About { lease: id, ..About::default() }).await),
         }
     }
-}
-
-/// The size [`validate::txn`] counts, with the prefix added to every key.
-fn txn_size(txn: &Txn, prefix: usize) -> usize {
-    let ops = txn.success.iter().chain(&txn.failure);
-    let values: usize =
-        ops.clone().map(|op| if let TxnOp::Put { value, .. } = op { value.len() } else { 0 }).sum();
-    let keys: usize =
-        txn.compares.iter().map(Compare::key).chain(ops.map(TxnOp::key)).map(|k| k.len() + prefix + 16).sum();
-    keys + values
 }

@@ -25,7 +25,11 @@ pub const MAX_PREFIX_BYTES: usize = 256;
 /// at most 253 characters; anything near this length is a bug in the caller, not data.
 pub const MAX_KEY_BYTES: usize = 4096;
 
-/// The most operations one transaction may carry (etcd's default `--max-txn-ops`).
+/// etcd's `MaxLeaseTTL`: the longest lease either backend grants.
+pub const MAX_LEASE_TTL_SECS: i64 = 9_000_000_000;
+
+/// The most compares, and the most operations per branch, one transaction may carry (etcd's default
+/// `--max-txn-ops`).
 pub const MAX_TXN_OPS: usize = 128;
 
 /// A key as stored, with its value and revisions (etcd's `mvccpb.KeyValue`).

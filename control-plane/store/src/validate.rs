@@ -3,7 +3,8 @@
 
 use crate::error::{Result, StoreError};
 use crate::types::{
-    MAX_KEY_BYTES, MAX_PREFIX_BYTES, MAX_REQUEST_BYTES, MAX_TXN_OPS, RangeRequest, Txn, TxnOp,
+    Compare, MAX_KEY_BYTES, MAX_LEASE_TTL_SECS, MAX_PREFIX_BYTES, MAX_REQUEST_BYTES, MAX_TXN_OPS,
+    RangeRequest, Txn, TxnOp,
 };
 
 /// What a request costs beyond its keys and values: etcd's request header (ids, user name, auth
@@ -54,17 +55,43 @@ pub fn range(request: &RangeRequest) -> Result<()> {
 
 /// The largest value a transaction putting only `key` may carry.
 pub fn max_value_bytes(key: &str) -> usize {
-    MAX_REQUEST_BYTES - REQUEST_OVERHEAD - OP_OVERHEAD - key.len()
+    MAX_REQUEST_BYTES.saturating_sub(REQUEST_OVERHEAD + OP_OVERHEAD + key.len())
+}
+
+/// The size a transaction is measured at against [`MAX_REQUEST_BYTES`].
+pub fn txn_bytes(txn: &Txn) -> usize {
+    let ops = txn.success.iter().chain(&txn.failure);
+    let values: usize =
+        ops.clone().map(|op| if let TxnOp::Put { value, .. } = op { value.len() } else { 0 }).sum();
+    let keys: usize =
+        txn.compares.iter().map(Compare::key).chain(ops.map(TxnOp::key)).map(|k| k.len() + OP_OVERHEAD).sum();
+    REQUEST_OVERHEAD + keys + values
+}
+
+/// A lease TTL in whole seconds as both backends grant it: rounded up, at least 1, at most etcd's
+/// maximum ([`MAX_LEASE_TTL_SECS`], "too large lease TTL").
+pub fn lease_ttl(ttl: std::time::Duration) -> Result<i64> {
+    let secs = ttl.as_secs().saturating_add(u64::from(ttl.subsec_nanos() > 0)).max(1);
+    match i64::try_from(secs) {
+        Ok(secs) if secs <= MAX_LEASE_TTL_SECS => Ok(secs),
+        _ => Err(StoreError::InvalidRequest(format!(
+            "too large lease TTL {ttl:?}: at most {MAX_LEASE_TTL_SECS} seconds"
+        ))),
+    }
 }
 
 /// Every key valid, at most [`MAX_TXN_OPS`] operations per branch, no key written twice in one
 /// branch (etcd's "duplicate key given in txn request"), and the whole request within
 /// [`MAX_REQUEST_BYTES`], measured with room for etcd's framing and key prefix.
 pub fn txn(txn: &Txn) -> Result<()> {
-    let mut size = REQUEST_OVERHEAD;
+    if txn.compares.len() > MAX_TXN_OPS {
+        return Err(StoreError::InvalidRequest(format!(
+            "{} compares in one transaction, more than the limit of {MAX_TXN_OPS}",
+            txn.compares.len()
+        )));
+    }
     for compare in &txn.compares {
         key(compare.key())?;
-        size += compare.key().len() + OP_OVERHEAD;
     }
     for branch in [&txn.success, &txn.failure] {
         if branch.len() > MAX_TXN_OPS {
@@ -76,10 +103,6 @@ pub fn txn(txn: &Txn) -> Result<()> {
         let mut written: Vec<&str> = Vec::new();
         for op in branch {
             key(op.key())?;
-            size += op.key().len() + OP_OVERHEAD;
-            if let TxnOp::Put { value, .. } = op {
-                size += value.len();
-            }
             if !matches!(op, TxnOp::Get { .. }) {
                 if written.contains(&op.key()) {
                     return Err(StoreError::InvalidRequest(format!(
@@ -91,6 +114,7 @@ pub fn txn(txn: &Txn) -> Result<()> {
             }
         }
     }
+    let size = txn_bytes(txn);
     if size > MAX_REQUEST_BYTES {
         return Err(StoreError::RequestTooLarge { size, limit: MAX_REQUEST_BYTES });
     }
@@ -138,6 +162,20 @@ mod tests {
         assert!(txn(&read_twice).is_ok());
         let many = Txn::new().and_then((0..=MAX_TXN_OPS).map(|i| TxnOp::put(format!("/k{i}"), "v")));
         assert!(txn(&many).is_err());
+        let compares = Txn::new().when((0..=MAX_TXN_OPS).map(|i| Compare::Exists(format!("/k{i}"))));
+        assert!(txn(&compares).is_err());
+        assert_eq!(max_value_bytes(&"k".repeat(2 * MAX_REQUEST_BYTES)), 0);
+    }
+
+    #[test]
+    fn lease_ttls() {
+        use std::time::Duration;
+        assert_eq!(lease_ttl(Duration::from_millis(1)).unwrap(), 1);
+        assert_eq!(lease_ttl(Duration::from_millis(1500)).unwrap(), 2);
+        assert_eq!(lease_ttl(Duration::ZERO).unwrap(), 1);
+        assert_eq!(lease_ttl(Duration::from_secs(MAX_LEASE_TTL_SECS as u64)).unwrap(), MAX_LEASE_TTL_SECS);
+        assert!(lease_ttl(Duration::from_secs(MAX_LEASE_TTL_SECS as u64 + 1)).is_err());
+        assert!(lease_ttl(Duration::MAX).is_err());
     }
 
     #[test]

@@ -8,7 +8,7 @@ use std::io::{BufRead, BufReader};
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::thread::JoinHandle;
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use anyhow::{Context, Result, bail, ensure};
 use keel_store::embedded::{EmbeddedStore, Options};
@@ -43,6 +43,8 @@ type Ack = (usize, u64, i64);
 struct Writer {
     child: Child,
     acks: Option<JoinHandle<Result<Vec<Ack>>>>,
+    /// Told once the first write is acknowledged.
+    first_ack: std::sync::mpsc::Receiver<()>,
 }
 
 impl Drop for Writer {
@@ -64,6 +66,7 @@ impl Writer {
             .spawn()
             .context("starting keel-storeutl load")?;
         let stdout = child.stdout.take().context("no stdout")?;
+        let (told, first_ack) = std::sync::mpsc::channel();
         let acks = std::thread::spawn(move || {
             let mut acks = Vec::new();
             for line in BufReader::new(stdout).lines() {
@@ -73,23 +76,24 @@ impl Writer {
                     ["ACK", w, n, revision] => acks.push((w.parse()?, n.parse()?, revision.parse()?)),
                     _ => bail!("unexpected output line {line:?}"),
                 }
+                if acks.len() == 1 {
+                    let _test_gone = told.send(());
+                }
             }
             Ok(acks)
         });
-        Ok(Writer { child, acks: Some(acks) })
+        Ok(Writer { child, acks: Some(acks), first_ack })
     }
 
-    /// Waits until the writer has acknowledged something (it is mid-write from then on).
-    fn wait_started(&mut self, data_dir: &Path) -> Result<()> {
-        let deadline = Instant::now() + Duration::from_secs(30);
-        while !data_dir.join("keel-store.redb").exists() || self.child.try_wait()?.is_some() {
-            if let Some(status) = self.child.try_wait()? {
-                bail!("keel-storeutl load exited early with {status}");
-            }
-            ensure!(Instant::now() < deadline, "keel-storeutl load did not start");
-            std::thread::sleep(Duration::from_millis(5));
+    /// Waits until the writer has acknowledged a write (it is mid-write from then on).
+    fn wait_started(&mut self) -> Result<()> {
+        match self.first_ack.recv_timeout(Duration::from_secs(30)) {
+            Ok(()) => Ok(()),
+            Err(_) => match self.child.try_wait()? {
+                Some(status) => bail!("keel-storeutl load exited before its first write with {status}"),
+                None => bail!("keel-storeutl load acknowledged nothing in 30 s"),
+            },
         }
-        Ok(())
     }
 
     fn kill(mut self) -> Result<Vec<Ack>> {
@@ -135,7 +139,7 @@ async fn sigkill_at_random_moments() -> Result<()> {
     for round in 0..20 {
         let prefix = format!("/crash/{round}/");
         let mut writer = Writer::start(&data, &prefix)?;
-        writer.wait_started(&data)?;
+        writer.wait_started()?;
         std::thread::sleep(Duration::from_millis(rng.between(10, 250)));
         let acks = writer.kill()?;
         total += verify(&data, &prefix, &acks).await.with_context(|| format!("round {round}"))?;
@@ -158,7 +162,7 @@ async fn power_loss_at_random_moments() -> Result<()> {
     for round in 0..10 {
         let prefix = format!("/power/{round}/");
         let mut writer = Writer::start(&data, &prefix)?;
-        writer.wait_started(&data)?;
+        writer.wait_started()?;
         std::thread::sleep(Duration::from_millis(rng.between(20, 300)));
         fs.power_loss()?;
         let acks = writer.kill()?;
@@ -166,5 +170,54 @@ async fn power_loss_at_random_moments() -> Result<()> {
     }
     ensure!(total > 0, "no write was acknowledged in 10 rounds");
     eprintln!("10 power-loss rounds: {total} acknowledged writes, all present");
+    Ok(())
+}
+
+/// CPU ticks (utime + stime) the store's committer thread has used so far.
+fn committer_ticks() -> Result<u64> {
+    for task in std::fs::read_dir("/proc/self/task")? {
+        let task = task?.path();
+        if std::fs::read_to_string(task.join("comm"))?.trim().starts_with("keel-store-com") {
+            let stat = std::fs::read_to_string(task.join("stat"))?;
+            let fields: Vec<&str> = stat.rsplit_once(") ").context("stat format")?.1.split(' ').collect();
+            return Ok(fields[11].parse::<u64>()? + fields[12].parse::<u64>()?);
+        }
+    }
+    bail!("no committer thread")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_engine_failure_stops_writes_not_reads() -> Result<()> {
+    use keel_store::StoreError;
+    keel_testbed::require_root()?;
+    let dir = tempfile::tempdir()?;
+    let mountpoint = dir.path().join("mnt");
+    std::fs::create_dir(&mountpoint)?;
+    let mut fs = DurableFs::mount(&mountpoint)?;
+    let data = fs.mountpoint().join("data");
+    {
+        let store = EmbeddedStore::open(Options::new(&data))?;
+        let kept = store.put("/f/kept", bytes::Bytes::from_static(b"durable")).await?;
+        let lease = store.grant_lease(Duration::from_secs(1)).await?;
+        store.create("/f/leased", bytes::Bytes::from_static(b"x"), lease.id).await?;
+        // The disk goes away under the store: its file now fails every write.
+        fs.power_loss()?;
+        let failed = store.put("/f/lost", bytes::Bytes::from_static(b"x")).await;
+        ensure!(matches!(failed, Err(StoreError::Engine(_))), "{failed:?}");
+        let after = store.put("/f/after", bytes::Bytes::from_static(b"x")).await;
+        ensure!(matches!(after, Err(StoreError::Engine(_))), "{after:?}");
+        // What was committed before is still served.
+        ensure!(store.get("/f/kept").await?.is_some_and(|kv| kv.mod_revision == kept));
+        // Idle (with an expired lease it can no longer revoke), the committer waits instead of spinning.
+        tokio::time::sleep(Duration::from_millis(1500)).await;
+        let before = committer_ticks()?;
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        let used = committer_ticks()? - before;
+        ensure!(used < 20, "the failed committer used {used} CPU ticks in 1 s while idle");
+    }
+    // Remounted, the store opens with everything acknowledged.
+    let store = EmbeddedStore::open(Options::new(&data))?;
+    ensure!(store.get("/f/kept").await?.is_some());
+    ensure!(store.get("/f/lost").await?.is_none());
     Ok(())
 }

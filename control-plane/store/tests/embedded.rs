@@ -212,3 +212,122 @@ async fn scheduled_compaction() -> Result<()> {
     assert_eq!(store.get("/s/a").await?.map(|kv| kv.value), Some(b("more")));
     Ok(())
 }
+
+#[tokio::test]
+async fn storeutl_check_reports_and_refuses() -> Result<()> {
+    let dir = tempfile::tempdir()?;
+    {
+        let store = EmbeddedStore::open(options(dir.path()))?;
+        store.put("/u/a", b("1")).await?;
+        store.put("/u/b", b("2")).await?;
+        store.delete("/u/a", None).await?;
+    }
+    let check = |path: &std::path::Path| {
+        std::process::Command::new(env!("CARGO_BIN_EXE_keel-storeutl")).arg("check").arg(path).output()
+    };
+    let output = check(&dir.path().join("data"))?;
+    assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
+    assert!(String::from_utf8_lossy(&output.stdout).contains("revision 3, 1 keys"), "{output:?}");
+    std::fs::write(dir.path().join("data").join("stray"), "x")?;
+    let output = check(&dir.path().join("data"))?;
+    assert!(!output.status.success());
+    assert!(
+        String::from_utf8_lossy(&output.stderr).contains("not a keel-store data directory"),
+        "{output:?}"
+    );
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_watch_from_the_future_that_falls_behind_starts_where_asked() -> Result<()> {
+    use futures::StreamExt;
+    let fixture = open().await?;
+    let store = fixture.store.clone();
+    let mut watch = store.watch("/f/", Some(1200)).await?;
+    // More commits than the broadcast holds, all before the start revision.
+    for i in 0..1100 {
+        store.put(&format!("/f/{}", i % 10), b("early")).await?;
+    }
+    assert!(tokio::time::timeout(std::time::Duration::from_millis(500), watch.next()).await.is_err());
+    for i in 1100..1250 {
+        store.put(&format!("/f/{}", i % 10), b("late")).await?;
+    }
+    let first = watch.next().await.expect("the watch ended")?;
+    assert_eq!(first.revision(), 1200);
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn slow_watches_catch_up_under_concurrent_writers() -> Result<()> {
+    use futures::StreamExt;
+    let fixture = open().await?;
+    let store = fixture.store.clone();
+    let start = store.current_revision().await? + 1;
+    let mut watch = store.watch("/busy/", None).await?;
+    // 64 writers: group commits of many revisions each, far more of them than the broadcast holds.
+    let mut tasks = Vec::new();
+    for w in 0..64 {
+        let store = store.clone();
+        tasks.push(tokio::spawn(async move {
+            for i in 0..60 {
+                store.put(&format!("/busy/{w}"), b(&i.to_string())).await?;
+            }
+            anyhow::Ok(())
+        }));
+    }
+    for task in tasks {
+        task.await??;
+    }
+    let end = store.current_revision().await?;
+    for expected in start..=end {
+        let event = watch.next().await.expect("the watch ended")?;
+        assert_eq!(event.revision(), expected);
+    }
+    Ok(())
+}
+
+#[tokio::test]
+async fn debug_output_holds_no_values() -> Result<()> {
+    let fixture = open().await?;
+    fixture.store.put("/registry/secrets/default/db", b("hunter2-password")).await?;
+    let shown = format!("{:?}", fixture.store);
+    assert!(!shown.contains("hunter2"), "{shown}");
+    assert!(shown.contains("revision: 1"), "{shown}");
+    Ok(())
+}
+
+#[tokio::test]
+async fn leases_outlive_a_restart_then_expire() -> Result<()> {
+    let dir = tempfile::tempdir()?;
+    let lease = {
+        let store = EmbeddedStore::open(options(dir.path()))?;
+        let lease = store.grant_lease(std::time::Duration::from_secs(2)).await?;
+        store.create("/events/e", b("x"), lease.id).await?;
+        lease
+    };
+    let store = EmbeddedStore::open(options(dir.path()))?;
+    // Restarted leases get their whole TTL again, as etcd does.
+    assert!(store.get("/events/e").await?.is_some_and(|kv| kv.lease == lease.id));
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    while store.get("/events/e").await?.is_some() {
+        assert!(std::time::Instant::now() < deadline, "the restored lease never expired");
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    assert!(matches!(store.keep_alive(lease.id).await, Err(keel_store::StoreError::LeaseNotFound { .. })));
+    Ok(())
+}
+
+#[test]
+fn private_files_and_a_volume_root() -> Result<()> {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::tempdir()?;
+    let data = dir.path().join("a").join("b").join("data");
+    drop(EmbeddedStore::open(Options::new(&data))?);
+    assert_eq!(std::fs::metadata(&data)?.permissions().mode() & 0o777, 0o700);
+    assert_eq!(std::fs::metadata(data.join("keel-store.redb"))?.permissions().mode() & 0o777, 0o600);
+    // A data directory at the root of its own ext4 volume holds lost+found.
+    let volume = dir.path().join("volume");
+    std::fs::create_dir_all(volume.join("lost+found"))?;
+    drop(EmbeddedStore::open(Options::new(&volume))?);
+    Ok(())
+}

@@ -25,6 +25,8 @@ use crate::types::{
 
 /// The most requests one group commit takes.
 const MAX_BATCH: usize = 1024;
+/// A group commit stops taking requests once they carry this many bytes.
+const MAX_BATCH_BYTES: usize = 64 * 1024 * 1024;
 /// The most compacted records deleted per commit, so a large compaction never stalls writers.
 const GARBAGE_CHUNK: usize = 4096;
 
@@ -35,6 +37,21 @@ pub(crate) enum Request {
     GrantLease { ttl_secs: i64, reply: oneshot::Sender<Result<Lease>> },
     RevokeLease { id: LeaseId, reply: oneshot::Sender<Result<()>> },
     Compact { revision: Revision, reply: oneshot::Sender<Result<()>> },
+}
+
+impl Request {
+    /// Roughly what the request holds in memory: its keys and values.
+    fn bytes(&self) -> usize {
+        match self {
+            Request::Txn { txn, .. } => txn
+                .success
+                .iter()
+                .chain(&txn.failure)
+                .map(|op| op.key().len() + if let TxnOp::Put { value, .. } = op { value.len() } else { 0 })
+                .sum(),
+            _ => 0,
+        }
+    }
 }
 
 /// The changes of one group commit, in revision order, as watchers receive them.
@@ -52,7 +69,6 @@ pub(crate) struct LeaseState {
 }
 
 /// What the store handle, the watches and the committer share.
-#[derive(Debug)]
 pub(crate) struct Shared {
     /// Written only by the committer, after each commit; read by every range and watch.
     pub index: RwLock<Index>,
@@ -63,6 +79,13 @@ pub(crate) struct Shared {
     pub leases: Mutex<HashMap<LeaseId, LeaseState>>,
     /// Set after the engine failed: the store then refuses writes until reopened.
     pub failed: Mutex<Option<StoreError>>,
+}
+
+impl std::fmt::Debug for Shared {
+    /// Never the data: Secrets live in the index.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Shared").finish_non_exhaustive()
+    }
 }
 
 pub(crate) fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -77,6 +100,15 @@ pub(crate) struct Schedule {
     pub compaction_interval: Option<Duration>,
 }
 
+/// Ends every watch when the committer stops, also when it panics: their broadcast sender goes.
+struct CloseWatches<'a>(&'a Shared);
+
+impl Drop for CloseWatches<'_> {
+    fn drop(&mut self) {
+        lock(&self.0.events).take();
+    }
+}
+
 /// Runs until every request sender is gone.
 pub(crate) fn run(
     shared: &Shared,
@@ -84,9 +116,19 @@ pub(crate) fn run(
     mut garbage: Vec<RecordId>,
     schedule: Schedule,
 ) {
+    let _close_watches = CloseWatches(shared);
     let mut next_lease_id = initial_lease_id();
-    let mut compaction = schedule.compaction_interval.map(|every| (Instant::now() + every, 0));
+    let mut compaction = schedule.compaction_interval.map(|every| (after(every), 0));
     loop {
+        let failed = lock(&shared.failed).clone();
+        if let Some(error) = failed {
+            // After an engine failure only requests matter: each is refused.
+            match requests.recv() {
+                Ok(request) => refuse(vec![request], &error),
+                Err(_) => break,
+            }
+            continue;
+        }
         let now = Instant::now();
         let mut wake = now + Duration::from_secs(1);
         if let Some((at, _)) = compaction {
@@ -104,35 +146,42 @@ pub(crate) fn run(
             Err(RecvTimeoutError::Timeout) => {}
             Err(RecvTimeoutError::Disconnected) => break,
         }
-        while batch.len() < MAX_BATCH {
+        let mut bytes = batch.iter().map(Request::bytes).sum::<usize>();
+        while batch.len() < MAX_BATCH && bytes < MAX_BATCH_BYTES {
             match requests.try_recv() {
-                Ok(request) => batch.push(request),
+                Ok(request) => {
+                    bytes += request.bytes();
+                    batch.push(request);
+                }
                 Err(_) => break,
             }
         }
-        let expired = expired_leases(shared);
         if let Some((at, target)) = &mut compaction
             && Instant::now() >= *at
         {
-            let current = read(&shared.index).current;
-            if *target > read(&shared.index).compacted {
+            let (current, compacted) = {
+                let index = read(&shared.index);
+                (index.current, index.compacted)
+            };
+            if *target > compacted {
                 let (reply, _ignored) = oneshot::channel();
                 batch.push(Request::Compact { revision: *target, reply });
             }
             *target = current;
-            *at = Instant::now() + schedule.compaction_interval.unwrap_or_default();
+            *at = after(schedule.compaction_interval.unwrap_or_default());
         }
-        if batch.is_empty() && expired.is_empty() && garbage.is_empty() {
+        let expiring = lock(&shared.leases).values().any(|lease| lease.deadline <= Instant::now());
+        if batch.is_empty() && !expiring && garbage.is_empty() {
             continue;
         }
-        let failed = lock(&shared.failed).clone();
-        if let Some(error) = failed {
-            refuse(batch, &error);
-            continue;
-        }
-        commit(shared, batch, expired, &mut garbage, &mut next_lease_id);
+        commit(shared, batch, &mut garbage, &mut next_lease_id);
     }
-    lock(&shared.events).take();
+}
+
+/// `now + ttl`, or as far as the clock goes.
+pub(crate) fn after(ttl: Duration) -> Instant {
+    let now = Instant::now();
+    now.checked_add(ttl).unwrap_or_else(|| now + Duration::from_secs(u64::from(u32::MAX)))
 }
 
 fn read(index: &RwLock<Index>) -> std::sync::RwLockReadGuard<'_, Index> {
@@ -143,11 +192,6 @@ fn initial_lease_id() -> LeaseId {
     let nanos = SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_nanos()).unwrap_or(1);
     // Positive, spread like etcd's ids, and far from overflowing when incremented.
     ((nanos as i64) & 0x3fff_ffff_ffff_ffff).max(1)
-}
-
-fn expired_leases(shared: &Shared) -> Vec<LeaseId> {
-    let now = Instant::now();
-    lock(&shared.leases).iter().filter(|(_, lease)| lease.deadline <= now).map(|(id, _)| *id).collect()
 }
 
 fn refuse(batch: Vec<Request>, error: &StoreError) {
@@ -180,6 +224,8 @@ struct Pending<'a> {
     events: Vec<Event>,
     granted: Vec<(LeaseId, i64)>,
     revoked: Vec<LeaseId>,
+    /// Keys this batch put with a lease, by lease (the lease's key set learns them after the commit).
+    leased: HashMap<LeaseId, Vec<String>>,
     compact_to: Option<Revision>,
 }
 
@@ -253,6 +299,9 @@ impl Pending<'_> {
             None => (EventKind::Delete, deleted(&key, entry.id.revision)),
         };
         self.overlay.insert(key.clone(), value.is_some().then(|| (kv.clone(), entry.id.sub)));
+        if value.is_some() && entry.lease != 0 {
+            self.leased.entry(entry.lease).or_default().push(key.clone());
+        }
         self.events.push(Event { kind, kv, prev_kv: prev.map(|(kv, _)| kv) });
         self.records.push(Record { key, entry, value, prev: prev_id });
     }
@@ -276,12 +325,14 @@ impl Pending<'_> {
     fn revoke(&mut self, id: LeaseId, leases: &HashMap<LeaseId, LeaseState>) -> Result<()> {
         let lease = leases.get(&id).filter(|_| !self.revoked.contains(&id));
         let lease = lease.ok_or(StoreError::LeaseNotFound { id })?;
-        let mut keys: Vec<&String> = lease.keys.iter().collect();
+        let mut keys: Vec<String> = lease.keys.iter().cloned().collect();
+        keys.extend(self.leased.get(&id).into_iter().flatten().cloned());
         keys.sort();
+        keys.dedup();
         let ops = keys
             .into_iter()
             .filter(|key| self.lookup(key).is_some_and(|(kv, _)| kv.lease == id))
-            .map(|key| TxnOp::delete(key.clone()))
+            .map(TxnOp::delete)
             .collect();
         self.apply(ops);
         self.revoked.push(id);
@@ -313,13 +364,7 @@ pub(crate) fn deleted(key: &str, revision: Revision) -> KeyValue {
     }
 }
 
-fn commit(
-    shared: &Shared,
-    batch: Vec<Request>,
-    expired: Vec<LeaseId>,
-    garbage: &mut Vec<RecordId>,
-    next_lease_id: &mut LeaseId,
-) {
+fn commit(shared: &Shared, batch: Vec<Request>, garbage: &mut Vec<RecordId>, next_lease_id: &mut LeaseId) {
     let index = read(&shared.index);
     let leases = lock(&shared.leases);
     let mut pending = Pending {
@@ -331,9 +376,15 @@ fn commit(
         events: Vec::new(),
         granted: Vec::new(),
         revoked: Vec::new(),
+        leased: HashMap::new(),
         compact_to: None,
     };
     let mut replies = Vec::with_capacity(batch.len());
+    // Read under the lease lock keep-alives take: a lease renewed in time is not revoked.
+    let now = Instant::now();
+    let mut expired: Vec<LeaseId> =
+        leases.iter().filter(|(_, lease)| lease.deadline <= now).map(|(id, _)| *id).collect();
+    expired.sort_unstable();
     for id in expired {
         let _already_revoked = pending.revoke(id, &leases);
     }
@@ -403,7 +454,7 @@ fn commit(
             leases.remove(&id);
         }
         for (id, ttl_secs) in granted {
-            let deadline = Instant::now() + Duration::from_secs(ttl_secs.unsigned_abs());
+            let deadline = after(Duration::from_secs(ttl_secs.unsigned_abs()));
             leases.insert(id, LeaseState { ttl_secs, deadline, keys: HashSet::new() });
         }
         if let Some(to) = compact_to {

@@ -10,6 +10,7 @@
 //! - `leases`: lease id → TTL in seconds.
 
 use std::fs::{self, File};
+use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt, PermissionsExt};
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::path::{Path, PathBuf};
 
@@ -136,13 +137,17 @@ pub(crate) fn open(dir: &Path, cache_bytes: usize) -> Result<Loaded> {
 fn prepare_dir(dir: &Path) -> Result<bool, String> {
     match fs::metadata(dir) {
         Ok(meta) if !meta.is_dir() => return Err("exists and is not a directory".into()),
-        Ok(_) => {}
-        Err(_) => {
-            fs::create_dir_all(dir).map_err(|e| format!("cannot create it: {e}"))?;
-            if let Some(parent) = dir.parent() {
-                sync_dir(parent).map_err(|e| format!("syncing its parent: {e}"))?;
+        Ok(meta) => {
+            if meta.permissions().mode() & 0o077 != 0 {
+                // As etcd does: say so, but leave the operator's directory as it is.
+                tracing::warn!(
+                    dir = %dir.display(),
+                    mode = format!("{:o}", meta.permissions().mode() & 0o777),
+                    "the data directory is readable by others; 0700 keeps Secrets private"
+                );
             }
         }
+        Err(_) => create_dir(dir)?,
     }
     let entries = fs::read_dir(dir).map_err(|e| format!("cannot read it: {e}"))?;
     let mut foreign: Vec<PathBuf> = Vec::new();
@@ -151,6 +156,8 @@ fn prepare_dir(dir: &Path) -> Result<bool, String> {
         let entry = entry.map_err(|e| format!("cannot read it: {e}"))?;
         if entry.file_name() == DB_FILE {
             has_db = true;
+        } else if entry.file_name() == "lost+found" {
+            // The data directory is the root of a filesystem of its own.
         } else if entry.file_name() == NEW_DB_FILE {
             fs::remove_file(entry.path())
                 .map_err(|e| format!("removing a half-created {NEW_DB_FILE}: {e}"))?;
@@ -165,10 +172,40 @@ fn prepare_dir(dir: &Path) -> Result<bool, String> {
     Ok(has_db)
 }
 
+/// Creates `dir` (mode 0700: Secrets live here) and any missing parents, each made durable in its
+/// parent.
+fn create_dir(dir: &Path) -> Result<(), String> {
+    let mut missing = vec![dir];
+    while let Some(parent) = missing.last().and_then(|d| d.parent()).filter(|p| !p.as_os_str().is_empty()) {
+        if parent.exists() {
+            break;
+        }
+        missing.push(parent);
+    }
+    fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(dir)
+        .map_err(|e| format!("cannot create it: {e}"))?;
+    for created in missing {
+        if let Some(parent) = created.parent().filter(|p| !p.as_os_str().is_empty()) {
+            sync_dir(parent).map_err(|e| format!("syncing {}: {e}", parent.display()))?;
+        }
+    }
+    Ok(())
+}
+
 /// Creates and initializes the database under a temporary name, then renames it into place: a crash
 /// never leaves a database without its format marker.
 fn create(dir: &Path, path: &Path) -> Result<(), String> {
     let new = dir.join(NEW_DB_FILE);
+    // Empty and private first (mode 0600: Secrets live here); redb initializes an empty file.
+    fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(&new)
+        .map_err(|e| format!("creating {}: {e}", new.display()))?;
     let db = Database::create(&new).map_err(|e| format!("creating {}: {e}", new.display()))?;
     initialize(&db).map_err(|e| format!("initializing {}: {e}", new.display()))?;
     drop(db);

@@ -56,13 +56,24 @@ pub(crate) struct Change {
     pub value: Option<Bytes>,
 }
 
-#[derive(Debug, Default)]
+#[derive(Default)]
 pub(crate) struct Index {
     keys: BTreeMap<String, History>,
     /// The newest committed revision.
     pub current: Revision,
     /// Revisions before this are forgotten (0: never compacted).
     pub compacted: Revision,
+}
+
+impl std::fmt::Debug for Index {
+    /// Counts, never values (Secrets live here).
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Index")
+            .field("keys", &self.keys.len())
+            .field("current", &self.current)
+            .field("compacted", &self.compacted)
+            .finish()
+    }
 }
 
 impl Index {
@@ -235,7 +246,6 @@ mod tests {
         assert_eq!(index.compacted, 5);
         let ids: Vec<Revision> = index.compact(6).iter().map(|id| id.revision).collect();
         assert_eq!(ids, vec![5]);
-        assert_eq!(ids.len(), 1);
         // The tombstone at the compaction revision stays for watchers starting there.
         assert!(index.latest_entry("/c").is_some());
     }

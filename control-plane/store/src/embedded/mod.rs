@@ -53,7 +53,6 @@ impl Options {
 
 /// The embedded store. Dropping it stops the committer after the batch in flight; the data directory
 /// is released once every watch of it is dropped too.
-#[derive(Debug)]
 pub struct EmbeddedStore {
     shared: Arc<Shared>,
     requests: Option<SyncSender<Request>>,
@@ -66,13 +65,12 @@ impl EmbeddedStore {
     /// foreign, corrupted or open in another process, leaving it untouched.
     pub fn open(options: Options) -> Result<EmbeddedStore> {
         let loaded = disk::open(&options.data_dir, options.cache_bytes)?;
-        let now = Instant::now();
         let mut leases: HashMap<LeaseId, LeaseState> = loaded
             .leases
             .iter()
             .map(|&(id, ttl_secs)| {
                 // As etcd does on a restart, every lease gets its whole TTL again.
-                let deadline = now + Duration::from_secs(ttl_secs.unsigned_abs());
+                let deadline = commit::after(Duration::from_secs(ttl_secs.unsigned_abs()));
                 (id, LeaseState { ttl_secs, deadline, keys: Default::default() })
             })
             .collect();
@@ -185,6 +183,21 @@ impl EmbeddedStore {
     }
 }
 
+impl std::fmt::Debug for EmbeddedStore {
+    /// Where it stands, never what it holds (Secrets live here).
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let (current, compacted) = {
+            let index = self.shared.index.read().unwrap_or_else(PoisonError::into_inner);
+            (index.current, index.compacted)
+        };
+        f.debug_struct("EmbeddedStore")
+            .field("data_dir", &self.data_dir)
+            .field("revision", &current)
+            .field("compacted", &compacted)
+            .finish_non_exhaustive()
+    }
+}
+
 fn engine(error: impl std::fmt::Display) -> StoreError {
     StoreError::Engine(error.to_string())
 }
@@ -228,9 +241,7 @@ impl Store for EmbeddedStore {
     }
 
     async fn grant_lease(&self, ttl: Duration) -> Result<Lease> {
-        let ttl_secs = i64::try_from(ttl.as_secs() + u64::from(ttl.subsec_nanos() > 0))
-            .map_err(|_| StoreError::InvalidRequest(format!("lease TTL {ttl:?} is too long")))?
-            .max(1);
+        let ttl_secs = validate::lease_ttl(ttl)?;
         self.request(|reply| Request::GrantLease { ttl_secs, reply }).await
     }
 
@@ -240,9 +251,11 @@ impl Store for EmbeddedStore {
 
     async fn keep_alive(&self, id: LeaseId) -> Result<Duration> {
         let mut leases = lock(&self.shared.leases);
-        let lease = leases.get_mut(&id).ok_or(StoreError::LeaseNotFound { id })?;
+        // Past its deadline a lease is gone, even if the committer has not revoked it yet.
+        let lease = leases.get_mut(&id).filter(|lease| lease.deadline > Instant::now());
+        let lease = lease.ok_or(StoreError::LeaseNotFound { id })?;
         let ttl = Duration::from_secs(lease.ttl_secs.unsigned_abs());
-        lease.deadline = Instant::now() + ttl;
+        lease.deadline = commit::after(ttl);
         Ok(ttl)
     }
 }

@@ -17,8 +17,10 @@ use crate::WatchStream;
 use crate::error::{Result, StoreError};
 use crate::types::{Event, EventKind, KeyValue, Revision};
 
-/// Revisions read from disk per step of a catch-up, to bound the memory a far-behind watch takes.
+/// Revisions read from disk per step of a catch-up, and the bytes of values after which a step ends
+/// early, to bound the memory a far-behind watch takes.
 const CATCH_UP_REVISIONS: Revision = 1000;
+const CATCH_UP_BYTES: usize = 16 * 1024 * 1024;
 
 struct Watch {
     shared: Arc<Shared>,
@@ -139,10 +141,16 @@ fn catch_up(shared: &Shared, prefix: &str, from: Revision, to: Revision) -> Resu
         sub: u32::MAX,
     });
     let mut events = Vec::new();
+    let mut bytes_read = 0;
     for row in table.range(range).map_err(|e| engine(&e))? {
         let (id, bytes) = row.map_err(|e| engine(&e))?;
         let (revision, sub) = id.value();
         let id = RecordId { revision: revision as Revision, sub };
+        if bytes_read > CATCH_UP_BYTES && sub == 0 {
+            // A whole revision at a time: this one is read by the next step.
+            return Ok((events, id.revision));
+        }
+        bytes_read += bytes.value().len();
         let record = Record::decode(id, bytes.value())?;
         if !record.key.starts_with(prefix) {
             continue;
@@ -160,7 +168,7 @@ fn catch_up(shared: &Shared, prefix: &str, from: Revision, to: Revision) -> Resu
         };
         events.push(Event { kind, kv, prev_kv });
     }
-    Ok((events, last + 1))
+    Ok((events, (last + 1).max(from)))
 }
 
 fn put_value(record: Record) -> Option<KeyValue> {

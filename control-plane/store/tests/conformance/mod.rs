@@ -34,7 +34,8 @@ macro_rules! conformance_tests {
             range_pagination_at_fixed_revision, count_only_and_exact, conflicts_under_concurrent_writers,
             watch_order_no_gaps_under_load, watch_from_past_revision, delete_events_carry_prev_value,
             watch_prefix_isolation, compaction, lease_expiry, lease_revoke_and_keep_alive,
-            current_revision_is_consistent);
+            current_revision_is_consistent, lease_put_racing_revoke, keep_alive_keeps_a_lease,
+            watches_started_under_load, limits_of_leases_and_compares);
     };
     (@each $open:expr; $($name:ident),*) => {
         $(
@@ -426,6 +427,8 @@ pub async fn watch_from_past_revision(fixture: &impl Fixture) -> Result<()> {
     );
     ensure!(events[1].prev_kv.as_ref().map(|kv| kv.value.clone()) == Some(b("1")));
     ensure!(events[1].kv.version == 2 && events[1].kv.create_revision == first);
+    let deleted = events[2].prev_kv.as_ref().context("a past delete event without its previous value")?;
+    ensure!(deleted.value == b("2") && deleted.mod_revision == first + 1, "{deleted:?}");
     // Then live events follow the history with no gap.
     let live = store.put("/h/c", b("4")).await?;
     let next = take_events(&mut watch, 1, Duration::from_secs(10)).await?;
@@ -563,5 +566,108 @@ pub async fn current_revision_is_consistent(fixture: &impl Fixture) -> Result<()
     for task in tasks {
         task.await??;
     }
+    Ok(())
+}
+
+pub async fn lease_put_racing_revoke(fixture: &impl Fixture) -> Result<()> {
+    let store = fixture.store();
+    for i in 0..20 {
+        let lease = store.grant_lease(Duration::from_secs(60)).await?;
+        let key = format!("/race/{i}");
+        let put = store.txn(Txn::new().and_then([TxnOp::put_with_lease(key.clone(), b("v"), lease.id)]));
+        let (put, revoke) = tokio::join!(put, store.revoke_lease(lease.id));
+        revoke?;
+        match put {
+            Ok(_) | Err(StoreError::LeaseNotFound { .. }) => {}
+            Err(other) => return Err(other.into()),
+        }
+        // Whichever came first, a revoked lease leaves none of its keys.
+        ensure!(store.get(&key).await?.is_none(), "{key} outlived its revoked lease");
+    }
+    Ok(())
+}
+
+pub async fn keep_alive_keeps_a_lease(fixture: &impl Fixture) -> Result<()> {
+    let store = fixture.store();
+    // etcd's shortest lease (2 s with its default election settings) on both backends.
+    let lease = store.grant_lease(Duration::from_secs(2)).await?;
+    store.create("/kept/a", b("a"), lease.id).await?;
+    for _ in 0..10 {
+        tokio::time::sleep(lease.ttl / 4).await;
+        ensure!(store.keep_alive(lease.id).await? == lease.ttl);
+    }
+    // 2.5 TTLs later, still there.
+    ensure!(store.get("/kept/a").await?.is_some(), "a kept-alive lease expired");
+    let deadline = tokio::time::Instant::now() + lease.ttl + Duration::from_secs(30);
+    while store.get("/kept/a").await?.is_some() {
+        ensure!(tokio::time::Instant::now() < deadline, "the lease never expired once left alone");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    Ok(())
+}
+
+pub async fn watches_started_under_load(fixture: &impl Fixture) -> Result<()> {
+    let store = fixture.store();
+    let start = store.put("/load/start", b("s")).await?;
+    let mut tasks = Vec::new();
+    for w in 0..4 {
+        let store = store.clone();
+        tasks.push(tokio::spawn(async move {
+            for i in 0..150 {
+                let key = format!("/load/{w}/{}", i % 5);
+                let txn = Txn::new().and_then([
+                    TxnOp::put(key.clone(), b(&i.to_string())),
+                    TxnOp::put("/load/last", b(&key)),
+                ]);
+                retrying(|| store.txn(txn.clone())).await?;
+            }
+            anyhow::Ok(())
+        }));
+    }
+    // Watches opened while the writers run: from now, and from the past.
+    let mut watches = Vec::new();
+    for i in 0..6 {
+        tokio::time::sleep(Duration::from_millis(15)).await;
+        let from = if i % 2 == 0 { None } else { Some(start + i) };
+        watches.push(store.watch("/load/", from).await?);
+    }
+    for task in tasks {
+        task.await??;
+    }
+    let end = store.put("/load/zz-end", b("end")).await?;
+    let mut full = store.watch("/load/", Some(start)).await?;
+    let history = until(&mut full, end).await?;
+    for (i, watch) in watches.iter_mut().enumerate() {
+        let events = until(watch, end).await?;
+        let first = events.first().context("a watch saw nothing")?.revision();
+        let expected: Vec<&Event> = history.iter().filter(|e| e.revision() >= first).collect();
+        ensure!(events.iter().collect::<Vec<_>>() == expected, "watch {i} from {first} has gaps or extras");
+        if i % 2 == 1 {
+            ensure!(first == start + i as Revision, "watch {i} started at {first}");
+        }
+    }
+    Ok(())
+}
+
+/// The events of `watch` up to and including revision `end`.
+async fn until(watch: &mut WatchStream, end: Revision) -> Result<Vec<Event>> {
+    let mut events: Vec<Event> = Vec::new();
+    while events.last().is_none_or(|e| e.revision() < end) {
+        events.extend(take_events(watch, 1, Duration::from_secs(60)).await?);
+    }
+    Ok(events)
+}
+
+pub async fn limits_of_leases_and_compares(fixture: &impl Fixture) -> Result<()> {
+    let store = fixture.store();
+    let huge = store.grant_lease(Duration::from_secs(keel_store::MAX_LEASE_TTL_SECS as u64 + 1)).await;
+    ensure!(matches!(huge, Err(StoreError::InvalidRequest(_))), "{huge:?}");
+    ensure!(matches!(store.grant_lease(Duration::MAX).await, Err(StoreError::InvalidRequest(_))));
+    let longest = store.grant_lease(Duration::from_secs(keel_store::MAX_LEASE_TTL_SECS as u64)).await?;
+    store.revoke_lease(longest.id).await?;
+    let compares = (0..=keel_store::MAX_TXN_OPS).map(|i| Compare::Absent(format!("/cmp/{i}")));
+    let txn = Txn::new().when(compares).and_then([TxnOp::put("/cmp/x", b("x"))]);
+    ensure!(matches!(store.txn(txn).await, Err(StoreError::InvalidRequest(_))));
+    ensure!(store.get("/cmp/x").await?.is_none());
     Ok(())
 }
