@@ -233,20 +233,24 @@ impl Pending<'_> {
     fn lookup(&self, key: &str) -> Option<(KeyValue, u32)> {
         match self.overlay.get(key) {
             Some(state) => state.clone(),
-            None => {
-                let kv = self.index.latest(key)?;
-                let sub = self.index.latest_entry(key)?.id.sub;
-                Some((kv, sub))
-            }
+            None => self.index.latest_with_sub(key),
+        }
+    }
+
+    /// The key's mod_revision if it exists, without copying it.
+    fn mod_revision(&self, key: &str) -> Option<Revision> {
+        match self.overlay.get(key) {
+            Some(state) => state.as_ref().map(|(kv, _)| kv.mod_revision),
+            None => self.index.latest_entry(key).filter(|e| !e.is_tombstone()).map(|e| e.id.revision),
         }
     }
 
     fn holds(&self, compare: &Compare) -> bool {
-        let current = self.lookup(compare.key());
+        let current = self.mod_revision(compare.key());
         match compare {
             Compare::Exists(_) => current.is_some(),
             Compare::Absent(_) => current.is_none(),
-            Compare::ModRevision(_, revision) => current.map_or(0, |(kv, _)| kv.mod_revision) == *revision,
+            Compare::ModRevision(_, revision) => current.unwrap_or(0) == *revision,
         }
     }
 

@@ -85,6 +85,14 @@ impl Index {
         Some(key_value(key, entry, value.clone()))
     }
 
+    /// The key as it is now with the sub-revision of its record, if it exists.
+    pub fn latest_with_sub(&self, key: &str) -> Option<(KeyValue, u32)> {
+        let history = self.keys.get(key)?;
+        let entry = history.entries.last()?;
+        let value = history.value.as_ref()?;
+        Some((key_value(key, entry, value.clone()), entry.id.sub))
+    }
+
     /// The entry of the key's latest revision, tombstones included.
     pub fn latest_entry(&self, key: &str) -> Option<Entry> {
         self.keys.get(key)?.entries.last().copied()
