@@ -38,6 +38,21 @@ impl Samples {
         }
     }
 
+    /// The `p`-th percentile (0–100), nearest rank.
+    pub fn percentile(&self, p: f64) -> Duration {
+        let sorted = self.sorted();
+        if sorted.is_empty() {
+            return Duration::ZERO;
+        }
+        let rank = ((p / 100.0) * sorted.len() as f64).ceil() as usize;
+        sorted[rank.clamp(1, sorted.len()) - 1]
+    }
+
+    /// Adds every sample of `other`.
+    pub fn extend(&mut self, other: &Samples) {
+        self.durations.extend_from_slice(&other.durations);
+    }
+
     pub fn min(&self) -> Duration {
         self.sorted().first().copied().unwrap_or_default()
     }
@@ -167,6 +182,19 @@ mod tests {
         s.push(Duration::from_millis(7));
         assert_eq!(s.median(), Duration::from_millis(4));
         assert_eq!((s.min(), s.max()), (Duration::from_millis(1), Duration::from_millis(7)));
+    }
+
+    #[test]
+    fn percentiles_by_nearest_rank() {
+        let mut s = Samples::default();
+        for ms in 1..=100 {
+            s.push(Duration::from_millis(ms));
+        }
+        assert_eq!(s.percentile(50.0), Duration::from_millis(50));
+        assert_eq!(s.percentile(99.0), Duration::from_millis(99));
+        assert_eq!(s.percentile(100.0), Duration::from_millis(100));
+        assert_eq!(s.percentile(0.0), Duration::from_millis(1));
+        assert_eq!(Samples::default().percentile(99.0), Duration::ZERO);
     }
 
     #[test]
