@@ -331,3 +331,30 @@ fn private_files_and_a_volume_root() -> Result<()> {
     drop(EmbeddedStore::open(Options::new(&volume))?);
     Ok(())
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn concurrent_writers_share_commits() -> Result<()> {
+    let fixture = open().await?;
+    let store = fixture.store.clone();
+    store.put("/g/first", b("x")).await?;
+    assert_eq!(store.commit_stats().commits, 1);
+    let mut tasks = Vec::new();
+    for w in 0..64 {
+        let store = store.clone();
+        tasks.push(tokio::spawn(async move {
+            for i in 0..20 {
+                store.put(&format!("/g/{w}"), b(&i.to_string())).await?;
+            }
+            anyhow::Ok(())
+        }));
+    }
+    for task in tasks {
+        task.await??;
+    }
+    let stats = store.commit_stats();
+    assert_eq!(stats.transactions, 1 + 64 * 20);
+    // Group commit: many acknowledged writes per fsync.
+    assert!(stats.commits * 4 < stats.transactions, "{stats:?}: writers did not share commits");
+    eprintln!("{stats:?}");
+    Ok(())
+}

@@ -8,6 +8,7 @@
 //! between batches, so no other thread ever waits on redb's write lock.
 
 use std::collections::{HashMap, HashSet};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc::{Receiver, RecvTimeoutError};
 use std::sync::{Arc, Mutex, PoisonError, RwLock};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
@@ -79,6 +80,9 @@ pub(crate) struct Shared {
     pub leases: Mutex<HashMap<LeaseId, LeaseState>>,
     /// Set after the engine failed: the store then refuses writes until reopened.
     pub failed: Mutex<Option<StoreError>>,
+    /// Durable commits made, and transactions acknowledged by them (group commit shares one among many).
+    pub commits: AtomicU64,
+    pub transactions: AtomicU64,
 }
 
 impl std::fmt::Debug for Shared {
@@ -423,6 +427,7 @@ fn commit(shared: &Shared, batch: Vec<Request>, garbage: &mut Vec<RecordId>, nex
     drop(index);
 
     let chunk: Vec<RecordId> = garbage.drain(..garbage.len().min(GARBAGE_CHUNK)).collect();
+    let durable = is_durable(&records, &granted, &revoked, compact_to);
     let written = write(&shared.db, &records, &granted, &revoked, compact_to, &chunk);
     if let Err(error) = written {
         let error = StoreError::Engine(format!("committing revision {revision}: {error}"));
@@ -465,6 +470,11 @@ fn commit(shared: &Shared, batch: Vec<Request>, garbage: &mut Vec<RecordId>, nex
             garbage.extend(index.compact(to));
         }
     }
+    if durable {
+        shared.commits.fetch_add(1, Ordering::Relaxed);
+    }
+    let transactions = replies.iter().filter(|reply| matches!(reply, Reply::Txn(..))).count();
+    shared.transactions.fetch_add(transactions as u64, Ordering::Relaxed);
     for reply in replies {
         send(reply, None);
     }
@@ -485,6 +495,16 @@ fn send(reply: Reply, error: Option<&StoreError>) {
     };
 }
 
+/// Whether a batch changes what must survive a crash (otherwise it only deletes compacted records).
+fn is_durable(
+    records: &[Record],
+    granted: &[(LeaseId, i64)],
+    revoked: &[LeaseId],
+    compact_to: Option<Revision>,
+) -> bool {
+    !records.is_empty() || !granted.is_empty() || !revoked.is_empty() || compact_to.is_some()
+}
+
 /// One redb transaction, fsynced before it returns.
 fn write(
     db: &Database,
@@ -495,7 +515,7 @@ fn write(
     garbage: &[RecordId],
 ) -> Result<(), redb::Error> {
     let mut txn = db.begin_write()?;
-    let durable = !records.is_empty() || !granted.is_empty() || !revoked.is_empty() || compact_to.is_some();
+    let durable = is_durable(records, granted, revoked, compact_to);
     // Garbage alone need not be durable now: if it is lost, the next open finds it again.
     txn.set_durability(if durable { Durability::Immediate } else { Durability::None })?;
     // Only the tables this batch changes are opened: an opened table is rewritten at commit.

@@ -30,6 +30,13 @@ const WATCH_BUFFER: usize = 1024;
 /// How many requests may wait for the committer before writers wait to enqueue.
 const QUEUE: usize = 16 * 1024;
 
+/// Counters of the committer (see [`EmbeddedStore::commit_stats`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CommitStats {
+    pub commits: u64,
+    pub transactions: u64,
+}
+
 /// How to open an embedded store.
 #[derive(Debug, Clone)]
 pub struct Options {
@@ -86,6 +93,8 @@ impl EmbeddedStore {
             events: Mutex::new(Some(events)),
             leases: Mutex::new(leases),
             failed: Mutex::new(None),
+            commits: Default::default(),
+            transactions: Default::default(),
         });
         let (requests, receiver) = mpsc::sync_channel(QUEUE);
         let schedule = Schedule { compaction_interval: options.compaction_interval };
@@ -107,6 +116,15 @@ impl EmbeddedStore {
 
     pub fn data_dir(&self) -> &Path {
         &self.data_dir
+    }
+
+    /// How many durable commits the store has made since it was opened, and how many transactions
+    /// they acknowledged: with concurrent writers, group commit makes the first far smaller.
+    pub fn commit_stats(&self) -> CommitStats {
+        CommitStats {
+            commits: self.shared.commits.load(std::sync::atomic::Ordering::Relaxed),
+            transactions: self.shared.transactions.load(std::sync::atomic::Ordering::Relaxed),
+        }
     }
 
     async fn request<T>(&self, make: impl FnOnce(oneshot::Sender<Result<T>>) -> Request) -> Result<T> {
