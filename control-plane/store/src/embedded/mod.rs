@@ -146,7 +146,9 @@ impl EmbeddedStore {
         answer.await.map_err(|_| StoreError::Closed)?
     }
 
-    fn read_range(&self, request: &RangeRequest) -> Result<RangeResponse> {
+    /// Reads a range from the index; what only the disk holds (older revisions) comes back as a
+    /// [`DiskRead`] to finish off the async threads.
+    fn read_range(&self, request: &RangeRequest) -> Result<Result<RangeResponse, DiskRead>> {
         let index = self.shared.index.read().unwrap_or_else(PoisonError::into_inner);
         let revision = match request.revision {
             None | Some(0) => index.current,
@@ -168,36 +170,45 @@ impl EmbeddedStore {
             count += 1;
             true
         });
-        let on_disk = found.iter().any(|f| matches!(f, Found::OnDisk { .. }));
-        // Begun under the index lock, like a watch's catch-up: the snapshot holds every record the
-        // index named, even if a compaction deletes it meanwhile.
-        let txn = if on_disk { Some(self.shared.db.begin_read().map_err(engine)?) } else { None };
-        drop(index);
-        let kvs = match txn {
-            None => found
-                .into_iter()
-                .filter_map(|f| if let Found::Ready(kv) = f { Some(kv) } else { None })
-                .collect(),
-            Some(txn) => {
-                let table = txn.open_table(REVISIONS).map_err(engine)?;
-                let mut kvs = Vec::with_capacity(found.len());
-                for item in found {
-                    kvs.push(match item {
-                        Found::Ready(kv) => kv,
-                        Found::OnDisk { key, entry } => {
-                            let bytes = table.get(table_key(entry.id)).map_err(engine)?.ok_or_else(|| {
-                                engine(format!("record {:?} of {key} is missing", entry.id))
-                            })?;
-                            let record = Record::decode(entry.id, bytes.value())?;
-                            key_value(&key, &entry, record.value.unwrap_or_default())
-                        }
-                    });
+        let more = !request.count_only && count > found.len();
+        if found.iter().any(|f| matches!(f, Found::OnDisk { .. })) {
+            // Begun under the index lock, like a watch's catch-up: the snapshot holds every record the
+            // index named, even if a compaction deletes it meanwhile.
+            let txn = self.shared.db.begin_read().map_err(engine)?;
+            return Ok(Err(DiskRead { txn, found, more, count, revision }));
+        }
+        let kvs = found.into_iter().filter_map(|f| if let Found::Ready(kv) = f { Some(kv) } else { None });
+        Ok(Ok(RangeResponse { kvs: kvs.collect(), more, count, revision }))
+    }
+}
+
+/// A range whose older revisions are still to be read from disk, in the snapshot `txn`.
+struct DiskRead {
+    txn: redb::ReadTransaction,
+    found: Vec<Found>,
+    more: bool,
+    count: usize,
+    revision: Revision,
+}
+
+impl DiskRead {
+    fn finish(self) -> Result<RangeResponse> {
+        let table = self.txn.open_table(REVISIONS).map_err(engine)?;
+        let mut kvs = Vec::with_capacity(self.found.len());
+        for item in self.found {
+            kvs.push(match item {
+                Found::Ready(kv) => kv,
+                Found::OnDisk { key, entry } => {
+                    let bytes = table
+                        .get(table_key(entry.id))
+                        .map_err(engine)?
+                        .ok_or_else(|| engine(format!("record {:?} of {key} is missing", entry.id)))?;
+                    let record = Record::decode(entry.id, bytes.value())?;
+                    key_value(&key, &entry, record.value.unwrap_or_default())
                 }
-                kvs
-            }
-        };
-        let returned = if request.count_only { 0 } else { kvs.len() };
-        Ok(RangeResponse { more: count > returned && !request.count_only, kvs, count, revision })
+            });
+        }
+        Ok(RangeResponse { kvs, more: self.more, count: self.count, revision: self.revision })
     }
 }
 
@@ -234,7 +245,12 @@ impl Drop for EmbeddedStore {
 impl Store for EmbeddedStore {
     async fn range(&self, request: RangeRequest) -> Result<RangeResponse> {
         validate::range(&request)?;
-        self.read_range(&request)
+        match self.read_range(&request)? {
+            Ok(response) => Ok(response),
+            Err(disk) => tokio::task::spawn_blocking(move || disk.finish())
+                .await
+                .map_err(|e| StoreError::Engine(format!("reading older revisions: {e}")))?,
+        }
     }
 
     async fn txn(&self, txn: Txn) -> Result<TxnResponse> {
