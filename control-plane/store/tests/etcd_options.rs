@@ -2,6 +2,8 @@
 //! outlive a member's restart, a 3-member cluster losing a member, and etcd's errors as the contract
 //! names them. Every test runs real etcd members from the testbed.
 
+mod conformance;
+
 use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -11,11 +13,11 @@ use anyhow::{Context, Result, bail, ensure};
 use bytes::Bytes;
 use futures::StreamExt;
 use keel_store::etcd::{EtcdOptions, EtcdStore, EtcdTls};
-use keel_store::{
-    Event, EventKind, MAX_REQUEST_BYTES, Outcome, RangeRequest, Revision, Store, StoreError, WatchStream,
-};
+use keel_store::{Event, EventKind, MAX_REQUEST_BYTES, Outcome, RangeRequest, Revision, Store, StoreError};
 use keel_testbed::etcd::{EtcdCluster, EtcdConfig};
 use keel_testbed::loopback::http_get;
+
+use self::conformance::take_events;
 
 fn b(value: &str) -> Bytes {
     Bytes::copy_from_slice(value.as_bytes())
@@ -35,19 +37,6 @@ async fn refused(options: EtcdOptions) -> Result<StoreError> {
         Ok(store) => bail!("connected although it should not have: {store:?}"),
         Err(error) => Ok(error),
     }
-}
-
-/// Reads `count` items from `watch`, failing after `timeout` without them.
-async fn take_events(watch: &mut WatchStream, count: usize, timeout: Duration) -> Result<Vec<Event>> {
-    let mut events = Vec::with_capacity(count);
-    let deadline = tokio::time::Instant::now() + timeout;
-    while events.len() < count {
-        let next = tokio::time::timeout_at(deadline, watch.next())
-            .await
-            .with_context(|| format!("only {} of {count} events arrived", events.len()))?;
-        events.push(next.context("the watch ended")??);
-    }
-    Ok(events)
 }
 
 async fn put_get(store: &EtcdStore, key: &str, value: &str) -> Result<()> {

@@ -87,7 +87,7 @@ where
 }
 
 /// Reads `count` events from `watch`, failing after `timeout` without them.
-async fn take_events(watch: &mut WatchStream, count: usize, timeout: Duration) -> Result<Vec<Event>> {
+pub async fn take_events(watch: &mut WatchStream, count: usize, timeout: Duration) -> Result<Vec<Event>> {
     let mut events = Vec::with_capacity(count);
     let deadline = tokio::time::Instant::now() + timeout;
     while events.len() < count {
