@@ -200,6 +200,7 @@ async fn an_engine_failure_stops_writes_not_reads() -> Result<()> {
     let data = fs.mountpoint().join("data");
     {
         let store = EmbeddedStore::open(Options::new(&data))?;
+        let mut watch = store.watch("/f/", None).await?;
         let kept = store.put("/f/kept", bytes::Bytes::from_static(b"durable")).await?;
         let lease = store.grant_lease(Duration::from_secs(1)).await?;
         store.create("/f/leased", bytes::Bytes::from_static(b"x"), lease.id).await?;
@@ -209,6 +210,15 @@ async fn an_engine_failure_stops_writes_not_reads() -> Result<()> {
         ensure!(matches!(failed, Err(StoreError::Engine(_))), "{failed:?}");
         let after = store.put("/f/after", bytes::Bytes::from_static(b"x")).await;
         ensure!(matches!(after, Err(StoreError::Engine(_))), "{after:?}");
+        // Watches end instead of waiting for events that cannot come.
+        use futures::StreamExt;
+        let mut items = Vec::new();
+        while let Some(item) = tokio::time::timeout(Duration::from_secs(10), watch.next()).await? {
+            items.push(item);
+        }
+        ensure!(matches!(items.last(), Some(Err(StoreError::Closed))), "{items:?}");
+        let late = store.watch("/f/", None).await?.next().await;
+        ensure!(matches!(late, Some(Err(StoreError::Closed))), "{late:?}");
         // What was committed before is still served.
         ensure!(store.get("/f/kept").await?.is_some_and(|kv| kv.mod_revision == kept));
         // Idle (with an expired lease it can no longer revoke), the committer waits instead of spinning.

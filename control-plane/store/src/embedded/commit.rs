@@ -433,6 +433,8 @@ fn commit(shared: &Shared, batch: Vec<Request>, garbage: &mut Vec<RecordId>, nex
         let error = StoreError::Engine(format!("committing revision {revision}: {error}"));
         tracing::error!(%error, "the embedded store stops accepting writes");
         *lock(&shared.failed) = Some(error.clone());
+        // No further events will come: watches end (with `Closed`) rather than wait forever.
+        lock(&shared.events).take();
         garbage.extend(chunk);
         for reply in replies {
             send(reply, Some(&error));
