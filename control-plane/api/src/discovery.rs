@@ -1,0 +1,128 @@
+//! The discovery documents kubectl and client libraries read first: `/api` (APIVersions), `/apis`
+//! (APIGroupList), `/apis/<group>` (APIGroup) and `/api/v1`, `/apis/<group>/<version>`
+//! (APIResourceList, subresources included as `pods/status`), built from [`crate::resources`].
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{
+    APIGroup, APIGroupList, APIResource, APIResourceList, APIVersions, GroupVersionForDiscovery,
+    ServerAddressByClientCIDR,
+};
+
+use crate::resources::{self, Resource};
+
+fn strings(items: &[&str]) -> Vec<String> {
+    items.iter().map(|s| (*s).to_owned()).collect()
+}
+
+fn optional(items: &[&str]) -> Option<Vec<String>> {
+    (!items.is_empty()).then(|| strings(items))
+}
+
+/// `/api`: the core group's versions, reachable at `server_address` (`host:port`) from anywhere.
+pub fn api_versions(server_address: &str) -> APIVersions {
+    APIVersions {
+        server_address_by_client_cidrs: vec![ServerAddressByClientCIDR {
+            client_cidr: "0.0.0.0/0".to_owned(),
+            server_address: server_address.to_owned(),
+        }],
+        versions: vec!["v1".to_owned()],
+    }
+}
+
+/// `/apis/<group>`, every group serving v1 only.
+pub fn api_group(group: &str) -> APIGroup {
+    let version = GroupVersionForDiscovery { group_version: format!("{group}/v1"), version: "v1".to_owned() };
+    APIGroup {
+        name: group.to_owned(),
+        preferred_version: Some(version.clone()),
+        server_address_by_client_cidrs: None,
+        versions: vec![version],
+    }
+}
+
+/// `/apis`.
+pub fn api_group_list() -> APIGroupList {
+    APIGroupList { groups: resources::groups().into_iter().map(api_group).collect() }
+}
+
+/// `/api/v1` or `/apis/<group>/<version>`; `None` for a group version Keel does not serve.
+pub fn api_resource_list(group: &str, version: &str) -> Option<APIResourceList> {
+    let mut list = Vec::new();
+    for resource in resources::of_group_version(group, version) {
+        list.push(api_resource(resource));
+        for sub in resource.subresources {
+            list.push(APIResource {
+                name: format!("{}/{}", resource.plural, sub.name),
+                singular_name: String::new(),
+                namespaced: resource.namespaced,
+                kind: sub.kind.to_owned(),
+                group: (!sub.group.is_empty()).then(|| sub.group.to_owned()),
+                version: (!sub.version.is_empty()).then(|| sub.version.to_owned()),
+                verbs: strings(sub.verbs),
+                ..APIResource::default()
+            });
+        }
+    }
+    if list.is_empty() {
+        return None;
+    }
+    let group_version = if group.is_empty() { version.to_owned() } else { format!("{group}/{version}") };
+    Some(APIResourceList { group_version, resources: list })
+}
+
+fn api_resource(resource: &Resource) -> APIResource {
+    APIResource {
+        name: resource.plural.to_owned(),
+        singular_name: resource.singular.to_owned(),
+        namespaced: resource.namespaced,
+        kind: resource.kind.to_owned(),
+        verbs: strings(resource.verbs),
+        short_names: optional(resource.short_names),
+        categories: optional(resource.categories),
+        ..APIResource::default()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    #[test]
+    fn core_resource_list() {
+        let list = api_resource_list("", "v1").unwrap();
+        assert_eq!(list.group_version, "v1");
+        let json = serde_json::to_value(&list).unwrap();
+        assert_eq!(json["kind"], "APIResourceList");
+        let pods = json["resources"].as_array().unwrap().iter().find(|r| r["name"] == "pods").unwrap();
+        assert_eq!(
+            pods,
+            &json!({
+                "name": "pods", "singularName": "pod", "namespaced": true, "kind": "Pod",
+                "verbs": ["create", "delete", "deletecollection", "get", "list", "patch", "update", "watch"],
+                "shortNames": ["po"], "categories": ["all"]
+            })
+        );
+        let eviction = list.resources.iter().find(|r| r.name == "pods/eviction").unwrap();
+        assert_eq!((eviction.group.as_deref(), eviction.version.as_deref()), (Some("policy"), Some("v1")));
+        assert_eq!(eviction.kind, "Eviction");
+        assert!(api_resource_list("apps", "v2").is_none());
+    }
+
+    #[test]
+    fn groups_and_versions() {
+        let groups = serde_json::to_value(api_group_list()).unwrap();
+        assert_eq!(groups["kind"], "APIGroupList");
+        // k8s-openapi also writes kind and apiVersion into each group; clients ignore them.
+        let apps = &groups["groups"][0];
+        assert_eq!(apps["name"], "apps");
+        assert_eq!(apps["versions"], json!([{"groupVersion": "apps/v1", "version": "v1"}]));
+        assert_eq!(apps["preferredVersion"], json!({"groupVersion": "apps/v1", "version": "v1"}));
+        let api = serde_json::to_value(api_versions("10.0.0.1:6443")).unwrap();
+        assert_eq!(api["versions"], json!(["v1"]));
+        assert_eq!(api["serverAddressByClientCIDRs"][0]["serverAddress"], "10.0.0.1:6443");
+        let scale = api_resource_list("apps", "v1").unwrap();
+        let scale = scale.resources.iter().find(|r| r.name == "deployments/scale").unwrap();
+        assert_eq!((scale.kind.as_str(), scale.group.as_deref()), ("Scale", Some("autoscaling")));
+    }
+}

@@ -1,0 +1,308 @@
+//! The resources Keel serves, declared once: group, version, kind, names, scope, verbs, categories
+//! and subresources as Kubernetes 1.34's kube-apiserver has them. Discovery, routing and kubectl's
+//! short names all read this table; adding a resource is one declaration here plus its strategy.
+
+/// Every verb of a collection-backed resource.
+pub const ALL_VERBS: &[&str] =
+    &["create", "delete", "deletecollection", "get", "list", "patch", "update", "watch"];
+/// Namespaces cannot be deleted as a collection.
+const NO_COLLECTION: &[&str] = &["create", "delete", "get", "list", "patch", "update", "watch"];
+const GET_PATCH_UPDATE: &[&str] = &["get", "patch", "update"];
+const CREATE: &[&str] = &["create"];
+
+/// A subresource (`pods/status`) and the object it takes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Subresource {
+    pub name: &'static str,
+    pub kind: &'static str,
+    /// The group and version of `kind` when they differ from the resource's (`Scale` is
+    /// autoscaling/v1, `Eviction` policy/v1); empty otherwise.
+    pub group: &'static str,
+    pub version: &'static str,
+    pub verbs: &'static [&'static str],
+}
+
+const fn status(kind: &'static str) -> Subresource {
+    Subresource { name: "status", kind, group: "", version: "", verbs: GET_PATCH_UPDATE }
+}
+
+const SCALE: Subresource = Subresource {
+    name: "scale",
+    kind: "Scale",
+    group: "autoscaling",
+    version: "v1",
+    verbs: GET_PATCH_UPDATE,
+};
+
+/// One served resource.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Resource {
+    /// `""` for the core group.
+    pub group: &'static str,
+    pub version: &'static str,
+    pub kind: &'static str,
+    /// The URL segment, and what errors name (`pods`).
+    pub plural: &'static str,
+    pub singular: &'static str,
+    pub namespaced: bool,
+    pub short_names: &'static [&'static str],
+    pub categories: &'static [&'static str],
+    pub verbs: &'static [&'static str],
+    pub subresources: &'static [Subresource],
+}
+
+impl Resource {
+    /// `v1` or `apps/v1`.
+    pub fn api_version(&self) -> String {
+        if self.group.is_empty() {
+            self.version.to_owned()
+        } else {
+            format!("{}/{}", self.group, self.version)
+        }
+    }
+
+    /// The store key prefix of every object of this resource, as kube-apiserver lays out etcd:
+    /// `/registry/<plural>/` with no group for built-in resources, and upstream's historical names for
+    /// services, endpoints and nodes. events.k8s.io events share core events' keys, as upstream's do
+    /// (one object, two API versions).
+    pub fn key_prefix(&self) -> String {
+        let plural = match (self.group, self.plural) {
+            ("", "services") => "services/specs",
+            ("", "endpoints") => "services/endpoints",
+            ("", "nodes") => "minions",
+            (_, plural) => plural,
+        };
+        format!("/registry/{plural}/")
+    }
+
+    /// The subresource called `name`, if this resource has it.
+    pub fn subresource(&self, name: &str) -> Option<&'static Subresource> {
+        self.subresources.iter().find(|s| s.name == name)
+    }
+}
+
+/// A declaration, with upstream's defaults: every verb, no short name, no category, no subresource.
+const fn resource(
+    group: &'static str,
+    kind: &'static str,
+    plural: &'static str,
+    singular: &'static str,
+) -> Resource {
+    Resource {
+        group,
+        version: "v1",
+        kind,
+        plural,
+        singular,
+        namespaced: true,
+        short_names: &[],
+        categories: &[],
+        verbs: ALL_VERBS,
+        subresources: &[],
+    }
+}
+
+const fn cluster(mut r: Resource) -> Resource {
+    r.namespaced = false;
+    r
+}
+
+const fn short(mut r: Resource, names: &'static [&'static str]) -> Resource {
+    r.short_names = names;
+    r
+}
+
+const fn all(mut r: Resource) -> Resource {
+    r.categories = &["all"];
+    r
+}
+
+const fn sub(mut r: Resource, subresources: &'static [Subresource]) -> Resource {
+    r.subresources = subresources;
+    r
+}
+
+/// Everything served, in kube-apiserver's discovery order (core first, then the groups as upstream
+/// lists them).
+pub const RESOURCES: &[Resource] = &[
+    // core/v1
+    sub(
+        short(
+            cluster(Resource {
+                verbs: NO_COLLECTION,
+                ..resource("", "Namespace", "namespaces", "namespace")
+            }),
+            &["ns"],
+        ),
+        &[
+            Subresource { name: "finalize", kind: "Namespace", group: "", version: "", verbs: &["update"] },
+            status("Namespace"),
+        ],
+    ),
+    sub(
+        all(short(resource("", "Pod", "pods", "pod"), &["po"])),
+        &[
+            Subresource { name: "binding", kind: "Binding", group: "", version: "", verbs: CREATE },
+            Subresource { name: "eviction", kind: "Eviction", group: "policy", version: "v1", verbs: CREATE },
+            status("Pod"),
+        ],
+    ),
+    sub(short(cluster(resource("", "Node", "nodes", "node")), &["no"]), &[status("Node")]),
+    sub(all(short(resource("", "Service", "services", "service"), &["svc"])), &[status("Service")]),
+    short(resource("", "Endpoints", "endpoints", "endpoints"), &["ep"]),
+    short(resource("", "ConfigMap", "configmaps", "configmap"), &["cm"]),
+    resource("", "Secret", "secrets", "secret"),
+    short(resource("", "ServiceAccount", "serviceaccounts", "serviceaccount"), &["sa"]),
+    short(resource("", "Event", "events", "event"), &["ev"]),
+    sub(
+        short(cluster(resource("", "PersistentVolume", "persistentvolumes", "persistentvolume")), &["pv"]),
+        &[status("PersistentVolume")],
+    ),
+    sub(
+        short(
+            resource("", "PersistentVolumeClaim", "persistentvolumeclaims", "persistentvolumeclaim"),
+            &["pvc"],
+        ),
+        &[status("PersistentVolumeClaim")],
+    ),
+    short(resource("", "LimitRange", "limitranges", "limitrange"), &["limits"]),
+    sub(
+        short(resource("", "ResourceQuota", "resourcequotas", "resourcequota"), &["quota"]),
+        &[status("ResourceQuota")],
+    ),
+    // apps/v1
+    sub(
+        all(short(resource("apps", "DaemonSet", "daemonsets", "daemonset"), &["ds"])),
+        &[status("DaemonSet")],
+    ),
+    sub(
+        all(short(resource("apps", "Deployment", "deployments", "deployment"), &["deploy"])),
+        &[SCALE, status("Deployment")],
+    ),
+    sub(
+        all(short(resource("apps", "ReplicaSet", "replicasets", "replicaset"), &["rs"])),
+        &[SCALE, status("ReplicaSet")],
+    ),
+    sub(
+        all(short(resource("apps", "StatefulSet", "statefulsets", "statefulset"), &["sts"])),
+        &[SCALE, status("StatefulSet")],
+    ),
+    // events.k8s.io/v1
+    short(resource("events.k8s.io", "Event", "events", "event"), &["ev"]),
+    // batch/v1
+    sub(all(short(resource("batch", "CronJob", "cronjobs", "cronjob"), &["cj"])), &[status("CronJob")]),
+    sub(all(resource("batch", "Job", "jobs", "job")), &[status("Job")]),
+    // policy/v1
+    sub(
+        short(
+            resource("policy", "PodDisruptionBudget", "poddisruptionbudgets", "poddisruptionbudget"),
+            &["pdb"],
+        ),
+        &[status("PodDisruptionBudget")],
+    ),
+    // rbac.authorization.k8s.io/v1
+    cluster(resource(
+        "rbac.authorization.k8s.io",
+        "ClusterRoleBinding",
+        "clusterrolebindings",
+        "clusterrolebinding",
+    )),
+    cluster(resource("rbac.authorization.k8s.io", "ClusterRole", "clusterroles", "clusterrole")),
+    resource("rbac.authorization.k8s.io", "RoleBinding", "rolebindings", "rolebinding"),
+    resource("rbac.authorization.k8s.io", "Role", "roles", "role"),
+    // storage.k8s.io/v1
+    short(cluster(resource("storage.k8s.io", "StorageClass", "storageclasses", "storageclass")), &["sc"]),
+    // scheduling.k8s.io/v1
+    short(
+        cluster(resource("scheduling.k8s.io", "PriorityClass", "priorityclasses", "priorityclass")),
+        &["pc"],
+    ),
+    // coordination.k8s.io/v1
+    resource("coordination.k8s.io", "Lease", "leases", "lease"),
+    // node.k8s.io/v1
+    cluster(resource("node.k8s.io", "RuntimeClass", "runtimeclasses", "runtimeclass")),
+    // discovery.k8s.io/v1
+    resource("discovery.k8s.io", "EndpointSlice", "endpointslices", "endpointslice"),
+];
+
+/// The groups served under /apis, in upstream's order (every one at v1).
+pub fn groups() -> Vec<&'static str> {
+    let mut groups: Vec<&'static str> = Vec::new();
+    for resource in RESOURCES {
+        if !resource.group.is_empty() && !groups.contains(&resource.group) {
+            groups.push(resource.group);
+        }
+    }
+    groups
+}
+
+/// The resource served at `/api(s)/<group>/<version>/.../<plural>`.
+pub fn find(group: &str, version: &str, plural: &str) -> Option<&'static Resource> {
+    RESOURCES.iter().find(|r| r.group == group && r.version == version && r.plural == plural)
+}
+
+/// The resources of one group version, in declaration order.
+pub fn of_group_version<'a>(
+    group: &'a str,
+    version: &'a str,
+) -> impl Iterator<Item = &'static Resource> + use<'a> {
+    RESOURCES.iter().filter(move |r| r.group == group && r.version == version)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::HashSet;
+
+    use super::*;
+
+    #[test]
+    fn names_are_unique_per_group_version() {
+        let mut seen = HashSet::new();
+        for r in RESOURCES {
+            assert!(seen.insert((r.group, r.version, r.plural)), "{} declared twice", r.plural);
+            assert_eq!(r.plural.to_lowercase(), r.plural);
+            assert!(r.singular.chars().all(|c| c.is_ascii_lowercase()), "{}", r.singular);
+        }
+    }
+
+    #[test]
+    fn lookups_and_keys() {
+        let pods = find("", "v1", "pods").unwrap();
+        assert_eq!((pods.kind, pods.namespaced, pods.short_names), ("Pod", true, &["po"][..]));
+        assert_eq!(pods.key_prefix(), "/registry/pods/");
+        assert_eq!(pods.subresource("eviction").map(|s| s.group), Some("policy"));
+        assert!(pods.subresource("exec").is_none(), "only what Keel serves is declared");
+        let deployments = find("apps", "v1", "deployments").unwrap();
+        assert_eq!(deployments.api_version(), "apps/v1");
+        assert_eq!(deployments.key_prefix(), "/registry/deployments/");
+        assert_eq!(find("", "v1", "services").unwrap().key_prefix(), "/registry/services/specs/");
+        assert_eq!(find("", "v1", "nodes").unwrap().key_prefix(), "/registry/minions/");
+        assert_eq!(
+            find("storage.k8s.io", "v1", "storageclasses").unwrap().key_prefix(),
+            "/registry/storageclasses/"
+        );
+        assert_eq!(find("events.k8s.io", "v1", "events").unwrap().key_prefix(), "/registry/events/");
+        assert!(find("", "v1", "deployments").is_none());
+        assert_eq!(find("", "v1", "namespaces").unwrap().verbs, NO_COLLECTION);
+    }
+
+    #[test]
+    fn group_order() {
+        assert_eq!(
+            groups(),
+            [
+                "apps",
+                "events.k8s.io",
+                "batch",
+                "policy",
+                "rbac.authorization.k8s.io",
+                "storage.k8s.io",
+                "scheduling.k8s.io",
+                "coordination.k8s.io",
+                "node.k8s.io",
+                "discovery.k8s.io"
+            ]
+        );
+        assert_eq!(of_group_version("apps", "v1").count(), 4);
+    }
+}
