@@ -132,6 +132,9 @@ impl std::fmt::Display for FieldError {
 pub enum ApiError {
     #[error("{resource} {name:?} not found")]
     NotFound { resource: GroupResource, name: String },
+    /// A path or resource the server does not have.
+    #[error("the server could not find the requested resource")]
+    NotFoundPath(String),
     #[error("{resource} {name:?} already exists")]
     AlreadyExists { resource: GroupResource, name: String },
     /// An optimistic-concurrency or precondition failure.
@@ -204,7 +207,7 @@ impl ApiError {
     /// The HTTP status code.
     pub fn code(&self) -> u16 {
         match self {
-            ApiError::NotFound { .. } => 404,
+            ApiError::NotFound { .. } | ApiError::NotFoundPath(_) => 404,
             ApiError::AlreadyExists { .. } | ApiError::Conflict { .. } => 409,
             ApiError::Invalid { .. } => 422,
             ApiError::BadRequest(_) => 400,
@@ -224,7 +227,7 @@ impl ApiError {
     /// The `reason` clients switch on (`metav1.StatusReason`).
     pub fn reason(&self) -> &'static str {
         match self {
-            ApiError::NotFound { .. } => "NotFound",
+            ApiError::NotFound { .. } | ApiError::NotFoundPath(_) => "NotFound",
             ApiError::AlreadyExists { .. } => "AlreadyExists",
             ApiError::Conflict { .. } => "Conflict",
             ApiError::Invalid { .. } => "Invalid",
@@ -256,6 +259,7 @@ impl ApiError {
             | ApiError::AlreadyExists { resource, name }
             | ApiError::Conflict { resource, name, .. }
             | ApiError::Forbidden { resource, name, .. } => Some(named(resource, name)),
+            ApiError::NotFoundPath(_) => Some(StatusDetails::default()),
             ApiError::Invalid { group, kind, name, causes } => Some(StatusDetails {
                 group: Some(group.clone()),
                 // Upstream names the bare kind here, without the group.

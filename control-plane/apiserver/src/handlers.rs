@@ -1,0 +1,417 @@
+//! The verbs on resources, over the store: get, list (limit/continue, at a resourceVersion), watch
+//! (from a resourceVersion, or the current state first), create, update (optimistic concurrency on
+//! resourceVersion) and delete. JSON only in this slice.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use base64::Engine as _;
+use base64::engine::general_purpose::URL_SAFE_NO_PAD;
+use bytes::Bytes;
+use futures::{Stream, StreamExt};
+use keel_api::resources::{self, Resource};
+use keel_api::status::ApiError;
+use keel_store::{EventKind, Outcome, RangeRequest, Store, StoreError};
+use serde_json::{Value, json};
+
+use crate::objects;
+use crate::request::ResourceRequest;
+
+/// What a handler answers: a status code and a JSON body, or a stream of watch events.
+pub enum Reply {
+    Json(u16, Value),
+    Watch(std::pin::Pin<Box<dyn Stream<Item = Bytes> + Send>>),
+}
+
+impl std::fmt::Debug for Reply {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Reply::Json(code, _) => write!(f, "Reply::Json({code})"),
+            Reply::Watch(_) => write!(f, "Reply::Watch"),
+        }
+    }
+}
+
+/// Query parameters the handlers read.
+#[derive(Debug, Default)]
+pub struct Query {
+    pub resource_version: Option<String>,
+    pub limit: Option<usize>,
+    pub continue_token: Option<String>,
+    pub timeout_seconds: Option<u64>,
+}
+
+impl Query {
+    pub fn parse(query: Option<&str>) -> Result<Query, ApiError> {
+        let mut parsed = Query::default();
+        for pair in query.into_iter().flat_map(|q| q.split('&')).filter(|p| !p.is_empty()) {
+            let (key, value) = pair.split_once('=').unwrap_or((pair, ""));
+            let value = percent_decode(value);
+            match key {
+                "resourceVersion" => parsed.resource_version = Some(value).filter(|v| !v.is_empty()),
+                "limit" => {
+                    let limit: usize = value
+                        .parse()
+                        .map_err(|_| ApiError::BadRequest(format!("invalid limit {value:?}")))?;
+                    parsed.limit = Some(limit).filter(|&l| l > 0);
+                }
+                "continue" => parsed.continue_token = Some(value).filter(|v| !v.is_empty()),
+                "timeoutSeconds" => {
+                    parsed.timeout_seconds =
+                        Some(value.parse().map_err(|_| {
+                            ApiError::BadRequest(format!("invalid timeoutSeconds {value:?}"))
+                        })?);
+                }
+                _ => {}
+            }
+        }
+        Ok(parsed)
+    }
+}
+
+fn percent_decode(value: &str) -> String {
+    let bytes = value.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        match bytes[i] {
+            b'%' if i + 2 < bytes.len() => {
+                match u8::from_str_radix(std::str::from_utf8(&bytes[i + 1..i + 3]).unwrap_or("zz"), 16) {
+                    Ok(b) => {
+                        out.push(b);
+                        i += 3;
+                        continue;
+                    }
+                    Err(_) => out.push(b'%'),
+                }
+            }
+            b'+' => out.push(b' '),
+            b => out.push(b),
+        }
+        i += 1;
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+/// The store's errors as the API answers them.
+pub fn store_error(error: StoreError) -> ApiError {
+    match error {
+        StoreError::Compacted { requested, compacted } => {
+            ApiError::Expired(format!("too old resource version: {requested} ({compacted})"))
+        }
+        StoreError::FutureRevision { .. } => ApiError::Timeout("Too large resource version".into()),
+        StoreError::RequestTooLarge { size, limit } => ApiError::RequestEntityTooLarge(format!(
+            "the object is {size} bytes, over the {limit}-byte limit"
+        )),
+        StoreError::InvalidKey { key, reason } => {
+            ApiError::BadRequest(format!("invalid name for key {key:?}: {reason}"))
+        }
+        StoreError::Unavailable(reason) => ApiError::ServiceUnavailable(reason),
+        other => ApiError::Internal(other.to_string()),
+    }
+}
+
+fn parse_revision(value: &str) -> Result<i64, ApiError> {
+    value.parse::<i64>().ok().filter(|r| *r >= 0).ok_or_else(|| {
+        ApiError::BadRequest(format!(
+            "invalid resource version {value:?}: a non-negative integer is expected"
+        ))
+    })
+}
+
+/// Where an object of `request` lives, and the prefix of its collection.
+fn collection_prefix(resource: &Resource, namespace: Option<&str>) -> String {
+    match namespace {
+        Some(namespace) if resource.namespaced => format!("{}{namespace}/", resource.key_prefix()),
+        _ => resource.key_prefix(),
+    }
+}
+
+/// The server's handle on the store.
+#[derive(Debug, Clone)]
+pub struct Handlers {
+    pub store: Arc<dyn Store>,
+}
+
+impl Handlers {
+    pub async fn get(&self, request: &ResourceRequest, name: &str) -> Result<Reply, ApiError> {
+        let resource = request.resource;
+        let key = objects::key(resource, request.namespace.as_deref(), name);
+        let kv = self.store.get(&key).await.map_err(store_error)?;
+        let kv = kv.ok_or_else(|| ApiError::not_found(resource.group, resource.plural, name))?;
+        Ok(Reply::Json(200, objects::from_storage(&kv.value, kv.mod_revision)?))
+    }
+
+    pub async fn list(&self, request: &ResourceRequest, query: &Query) -> Result<Reply, ApiError> {
+        let resource = request.resource;
+        let prefix = collection_prefix(resource, request.namespace.as_deref());
+        let mut range = RangeRequest::prefix(prefix.clone());
+        if let Some(token) = &query.continue_token {
+            let (revision, start) = decode_continue(token, &prefix)?;
+            range = range.at(revision).from(start);
+        } else if let Some(rv) = query.resource_version.as_deref().filter(|rv| *rv != "0") {
+            range = range.at(parse_revision(rv)?);
+        }
+        if let Some(limit) = query.limit {
+            range = range.limit(limit);
+        }
+        let response = self.store.range(range).await.map_err(store_error)?;
+        let mut items = Vec::with_capacity(response.kvs.len());
+        for kv in &response.kvs {
+            items.push(objects::from_storage(&kv.value, kv.mod_revision)?);
+        }
+        let mut metadata = json!({"resourceVersion": response.revision.to_string()});
+        if response.more
+            && let Some(last) = response.kvs.last()
+        {
+            metadata["continue"] = encode_continue(response.revision, &last.key[prefix.len()..]).into();
+            metadata["remainingItemCount"] = (response.count - response.kvs.len()).into();
+        }
+        Ok(Reply::Json(
+            200,
+            json!({
+                "kind": format!("{}List", resource.kind),
+                "apiVersion": resource.api_version(),
+                "metadata": metadata,
+                "items": items,
+            }),
+        ))
+    }
+
+    /// A watch from `resourceVersion` (events after it), or with none / "0" the current objects as
+    /// ADDED first, then what follows, as kube-apiserver does.
+    pub async fn watch(&self, request: &ResourceRequest, query: &Query) -> Result<Reply, ApiError> {
+        let resource = request.resource;
+        let prefix = collection_prefix(resource, request.namespace.as_deref());
+        let name = request.name.clone();
+        let (initial, start) = match query.resource_version.as_deref().filter(|rv| *rv != "0") {
+            Some(rv) => (Vec::new(), parse_revision(rv)? + 1),
+            None => {
+                let current =
+                    self.store.range(RangeRequest::prefix(prefix.clone())).await.map_err(store_error)?;
+                let mut initial = Vec::new();
+                for kv in current.kvs {
+                    if name.as_deref().is_none_or(|n| kv.key.ends_with(&format!("/{n}"))) {
+                        initial.push(watch_line("ADDED", objects::from_storage(&kv.value, kv.mod_revision)?));
+                    }
+                }
+                (initial, current.revision + 1)
+            }
+        };
+        let events = self.store.watch(&prefix, Some(start)).await.map_err(store_error)?;
+        let wanted = move |key: &str| name.as_deref().is_none_or(|n| key.rsplit('/').next() == Some(n));
+        let events = events.filter_map(move |event| {
+            let line = match event {
+                Ok(event) if !wanted(&event.kv.key) => None,
+                Ok(event) => {
+                    let (kind, object) = match event.kind {
+                        EventKind::Put if event.prev_kv.is_none() => {
+                            ("ADDED", decode_event(&event.kv.value, event.kv.mod_revision))
+                        }
+                        EventKind::Put => ("MODIFIED", decode_event(&event.kv.value, event.kv.mod_revision)),
+                        EventKind::Delete => {
+                            let prev = event.prev_kv.as_ref().map(|kv| kv.value.clone()).unwrap_or_default();
+                            ("DELETED", decode_event(&prev, event.kv.mod_revision))
+                        }
+                    };
+                    Some(match object {
+                        Ok(object) => watch_line(kind, object),
+                        Err(error) => watch_line("ERROR", error.to_json()),
+                    })
+                }
+                Err(error) => Some(watch_line("ERROR", store_error(error).to_json())),
+            };
+            std::future::ready(line)
+        });
+        let stream = futures::stream::iter(initial).chain(events);
+        let stream: std::pin::Pin<Box<dyn Stream<Item = Bytes> + Send>> = match query.timeout_seconds {
+            Some(seconds) => {
+                let deadline = tokio::time::sleep(Duration::from_secs(seconds));
+                Box::pin(stream.take_until(deadline))
+            }
+            None => Box::pin(stream),
+        };
+        Ok(Reply::Watch(stream))
+    }
+
+    pub async fn create(&self, request: &ResourceRequest, mut object: Value) -> Result<Reply, ApiError> {
+        let resource = request.resource;
+        let namespace = request.namespace.as_deref();
+        if let Some(namespace) = namespace {
+            self.require_namespace(namespace).await?;
+        }
+        let uid = uuid::Uuid::new_v4();
+        let random = u64::from_le_bytes(uid.as_bytes()[..8].try_into().unwrap_or_default());
+        let now = jiff::Timestamp::now().strftime("%Y-%m-%dT%H:%M:%SZ").to_string();
+        let name = objects::prepare_create(&mut object, resource, namespace, &uid.to_string(), random, &now)?;
+        let key = objects::key(resource, namespace, &name);
+        let stored = objects::for_storage(&object)?;
+        match self.store.create(&key, stored.into(), 0).await.map_err(store_error)? {
+            Outcome::Written { revision, .. } => {
+                objects::set_resource_version(&mut object, revision);
+                Ok(Reply::Json(201, object))
+            }
+            Outcome::Conflict { .. } => Err(ApiError::already_exists(resource.group, resource.plural, &name)),
+        }
+    }
+
+    pub async fn update(
+        &self,
+        request: &ResourceRequest,
+        name: &str,
+        mut object: Value,
+    ) -> Result<Reply, ApiError> {
+        let resource = request.resource;
+        objects::check_type(&object, resource)?;
+        if objects::name(&object) != name {
+            return Err(ApiError::BadRequest(format!(
+                "the name of the object ({}) does not match the name on the URL ({name})",
+                objects::name(&object)
+            )));
+        }
+        let key = objects::key(resource, request.namespace.as_deref(), name);
+        let current = self.store.get(&key).await.map_err(store_error)?;
+        let current = current.ok_or_else(|| ApiError::not_found(resource.group, resource.plural, name))?;
+        let expected = match object.pointer("/metadata/resourceVersion").and_then(Value::as_str) {
+            Some(rv) if !rv.is_empty() => parse_revision(rv)?,
+            _ => current.mod_revision,
+        };
+        let existing: Value = serde_json::from_slice(&current.value)
+            .map_err(|e| ApiError::Internal(format!("decoding the stored object: {e}")))?;
+        carry_server_fields(&existing, &mut object, resource);
+        let stored = objects::for_storage(&object)?;
+        match self.store.update(&key, stored.into(), expected, 0).await.map_err(store_error)? {
+            Outcome::Written { revision, .. } => {
+                objects::set_resource_version(&mut object, revision);
+                Ok(Reply::Json(200, object))
+            }
+            Outcome::Conflict { current: None } => {
+                Err(ApiError::not_found(resource.group, resource.plural, name))
+            }
+            Outcome::Conflict { current: Some(_) } => {
+                Err(ApiError::stale(resource.group, resource.plural, name))
+            }
+        }
+    }
+
+    pub async fn delete(&self, request: &ResourceRequest, name: &str) -> Result<Reply, ApiError> {
+        let resource = request.resource;
+        let key = objects::key(resource, request.namespace.as_deref(), name);
+        match self.store.delete(&key, None).await.map_err(store_error)? {
+            Outcome::Written { revision, prev } => {
+                let prev = prev.map(|kv| kv.value).unwrap_or_default();
+                Ok(Reply::Json(200, objects::from_storage(&prev, revision)?))
+            }
+            Outcome::Conflict { .. } => Err(ApiError::not_found(resource.group, resource.plural, name)),
+        }
+    }
+
+    /// NamespaceLifecycle: nothing is created in a namespace that does not exist.
+    async fn require_namespace(&self, namespace: &str) -> Result<(), ApiError> {
+        let namespaces = resources::find("", "v1", "namespaces")
+            .ok_or_else(|| ApiError::Internal("no namespaces".into()))?;
+        let key = objects::key(namespaces, None, namespace);
+        match self.store.get(&key).await.map_err(store_error)? {
+            Some(_) => Ok(()),
+            None => Err(ApiError::not_found("", "namespaces", namespace)),
+        }
+    }
+
+    /// Creates the namespaces every cluster has, if missing.
+    pub async fn ensure_system_namespaces(&self) -> Result<(), ApiError> {
+        let namespaces = resources::find("", "v1", "namespaces")
+            .ok_or_else(|| ApiError::Internal("no namespaces".into()))?;
+        for name in ["default", "kube-system", "kube-public", "kube-node-lease"] {
+            let request = ResourceRequest {
+                resource: namespaces,
+                namespace: None,
+                name: None,
+                subresource: None,
+                verb: crate::request::Verb::Create,
+            };
+            match self.create(&request, json!({"metadata": {"name": name}})).await {
+                Ok(_) | Err(ApiError::AlreadyExists { .. }) => {}
+                Err(error) => return Err(error),
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Keeps what the server owns across an update: uid, creationTimestamp, generation (raised when the
+/// spec changed).
+fn carry_server_fields(existing: &Value, object: &mut Value, resource: &Resource) {
+    for field in ["uid", "creationTimestamp", "generation"] {
+        if let Some(value) = existing.pointer(&format!("/metadata/{field}")) {
+            object["metadata"][field] = value.clone();
+        }
+    }
+    if let Value::Object(map) = object {
+        map.insert("apiVersion".into(), resource.api_version().into());
+        map.insert("kind".into(), resource.kind.into());
+    }
+    if existing.get("spec") != object.get("spec")
+        && let Some(generation) = existing.pointer("/metadata/generation").and_then(Value::as_i64)
+    {
+        object["metadata"]["generation"] = (generation + 1).into();
+    }
+}
+
+fn decode_event(bytes: &[u8], revision: i64) -> Result<Value, ApiError> {
+    objects::from_storage(bytes, revision)
+}
+
+fn watch_line(kind: &str, object: Value) -> Bytes {
+    let mut event = serde_json::Map::new();
+    event.insert("type".into(), kind.into());
+    event.insert("object".into(), object);
+    let mut line = serde_json::to_vec(&event).unwrap_or_default();
+    line.push(b'\n');
+    Bytes::from(line)
+}
+
+/// kube-apiserver's continue token: base64url of `{"v":"meta.k8s.io/v1","rv":R,"start":KEY}`, KEY
+/// relative to the collection, continuing after the last key returned.
+fn encode_continue(revision: i64, last: &str) -> String {
+    let token = json!({"v": "meta.k8s.io/v1", "rv": revision, "start": format!("{last}\u{0}")});
+    URL_SAFE_NO_PAD.encode(token.to_string())
+}
+
+fn decode_continue(token: &str, prefix: &str) -> Result<(i64, String), ApiError> {
+    let bad = || ApiError::BadRequest(format!("invalid continue token {token:?}"));
+    let bytes = URL_SAFE_NO_PAD.decode(token.trim_end_matches('=')).map_err(|_| bad())?;
+    let value: Value = serde_json::from_slice(&bytes).map_err(|_| bad())?;
+    let revision = value.get("rv").and_then(Value::as_i64).ok_or_else(bad)?;
+    let start = value.get("start").and_then(Value::as_str).ok_or_else(bad)?;
+    if value.get("v").and_then(Value::as_str) != Some("meta.k8s.io/v1") || start.contains("..") {
+        return Err(bad());
+    }
+    Ok((revision, format!("{prefix}{start}")))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn continue_tokens_round_trip() {
+        let token = encode_continue(42, "default/web");
+        let (revision, start) = decode_continue(&token, "/registry/pods/").unwrap();
+        assert_eq!((revision, start.as_str()), (42, "/registry/pods/default/web\u{0}"));
+        assert!(decode_continue("!!", "/p/").is_err());
+        assert!(decode_continue(&URL_SAFE_NO_PAD.encode("{}"), "/p/").is_err());
+    }
+
+    #[test]
+    fn queries() {
+        let q = Query::parse(Some("limit=5&resourceVersion=10&continue=abc%3D&timeoutSeconds=30&watch=true"))
+            .unwrap();
+        assert_eq!(
+            (q.limit, q.resource_version.as_deref(), q.continue_token.as_deref()),
+            (Some(5), Some("10"), Some("abc="))
+        );
+        assert_eq!(q.timeout_seconds, Some(30));
+        assert!(Query::parse(Some("limit=x")).is_err());
+        assert_eq!(percent_decode("a%2Fb+c%"), "a/b c%");
+    }
+}

@@ -1,0 +1,179 @@
+//! keel-apiserver: the Kubernetes REST API over a keel-store. One handler per verb
+//! ([`handlers`]), requests read as upstream's RequestInfoFactory does ([`request`]), objects as
+//! JSON ([`objects`]); discovery, version and health from keel-api.
+//!
+//! This slice serves JSON over plain HTTP: get, list (limit/continue, resourceVersion), watch,
+//! create, update, delete for every declared resource. TLS, authentication, Table, YAML, patch,
+//! validation per kind, the watch cache and admission come with the rest of issue 4.
+
+pub mod handlers;
+pub mod objects;
+pub mod request;
+
+use std::convert::Infallible;
+use std::sync::Arc;
+
+use bytes::Bytes;
+use futures::StreamExt;
+use http::{Request, Response, StatusCode, header};
+use http_body_util::combinators::UnsyncBoxBody;
+use http_body_util::{BodyExt, Full, Limited, StreamBody};
+use hyper::body::{Frame, Incoming};
+use hyper_util::rt::{TokioExecutor, TokioIo};
+use keel_api::discovery;
+use keel_api::status::ApiError;
+use keel_store::Store;
+use serde_json::{Value, json};
+use tokio::net::TcpListener;
+
+use crate::handlers::{Handlers, Query, Reply};
+use crate::request::{Target, Verb};
+
+type Body = UnsyncBoxBody<Bytes, Infallible>;
+
+/// The Kubernetes version Keel serves.
+pub const KUBERNETES_VERSION: (&str, &str) = ("1", "34");
+
+/// A running API server's shared state.
+#[derive(Debug)]
+pub struct ApiServer {
+    handlers: Handlers,
+    /// `host:port` clients reach this server at (discovery's serverAddressByClientCIDRs).
+    address: String,
+}
+
+impl ApiServer {
+    /// Prepares a server on `store`, creating the system namespaces.
+    pub async fn new(store: Arc<dyn Store>, address: String) -> Result<Arc<ApiServer>, ApiError> {
+        let server = Arc::new(ApiServer { handlers: Handlers { store }, address });
+        server.handlers.ensure_system_namespaces().await?;
+        Ok(server)
+    }
+
+    /// Serves connections from `listener` (HTTP/1.1 and HTTP/2) until the task is dropped.
+    pub async fn serve(self: Arc<Self>, listener: TcpListener) -> std::io::Result<()> {
+        loop {
+            let (stream, _) = listener.accept().await?;
+            let server = self.clone();
+            tokio::spawn(async move {
+                let service = hyper::service::service_fn(move |request| {
+                    let server = server.clone();
+                    async move { Ok::<_, Infallible>(server.handle(request).await) }
+                });
+                let builder = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new());
+                if let Err(error) = builder.serve_connection(TokioIo::new(stream), service).await {
+                    tracing::debug!(%error, "connection ended");
+                }
+            });
+        }
+    }
+
+    async fn handle(&self, request: Request<Incoming>) -> Response<Body> {
+        let (parts, body) = request.into_parts();
+        let path = parts.uri.path().to_owned();
+        let query = parts.uri.query().map(str::to_owned);
+        let content_type =
+            parts.headers.get(header::CONTENT_TYPE).and_then(|v| v.to_str().ok()).map(str::to_owned);
+        let result = self.route(&parts.method, &path, query.as_deref(), content_type.as_deref(), body).await;
+        match result {
+            Ok(Reply::Json(code, value)) => json_response(code, &value),
+            Ok(Reply::Watch(stream)) => {
+                let body = StreamBody::new(stream.map(|chunk| Ok::<_, Infallible>(Frame::data(chunk))));
+                Response::builder()
+                    .status(StatusCode::OK)
+                    .header(header::CONTENT_TYPE, "application/json")
+                    .header(header::TRANSFER_ENCODING, "chunked")
+                    .body(BodyExt::boxed_unsync(body))
+                    .unwrap_or_else(|_| json_response(500, &json!({})))
+            }
+            Err(error) => json_response(error.code(), &error.to_json()),
+        }
+    }
+
+    async fn route(
+        &self,
+        method: &http::Method,
+        path: &str,
+        query: Option<&str>,
+        content_type: Option<&str>,
+        body: Incoming,
+    ) -> Result<Reply, ApiError> {
+        let target = request::parse(method, path, query)?;
+        let request = match target {
+            Target::Version => return Ok(Reply::Json(200, version())),
+            Target::Health(_) => return Ok(Reply::Json(200, Value::String("ok".into()))),
+            Target::CoreVersions => return to_reply(discovery::api_versions(&self.address)),
+            Target::Groups => return to_reply(discovery::api_group_list()),
+            Target::Group(group) => {
+                if !keel_api::resources::groups().contains(&group.as_str()) {
+                    return Err(ApiError::NotFoundPath(path.to_owned()));
+                }
+                return to_reply(discovery::api_group(&group));
+            }
+            Target::Resources { group, version } => {
+                let list = discovery::api_resource_list(&group, &version);
+                return to_reply(list.ok_or_else(|| ApiError::NotFoundPath(path.to_owned()))?);
+            }
+            Target::Resource(request) => request,
+        };
+        if request.subresource.is_some() {
+            return Err(ApiError::MethodNotAllowed);
+        }
+        let query = Query::parse(query)?;
+        let name = request.name.clone().unwrap_or_default();
+        match request.verb {
+            Verb::Get => self.handlers.get(&request, &name).await,
+            Verb::List => self.handlers.list(&request, &query).await,
+            Verb::Watch => self.handlers.watch(&request, &query).await,
+            Verb::Create => {
+                let object = read_body(body, content_type).await?;
+                self.handlers.create(&request, object).await
+            }
+            Verb::Update => {
+                let object = read_body(body, content_type).await?;
+                self.handlers.update(&request, &name, object).await
+            }
+            Verb::Delete => self.handlers.delete(&request, &name).await,
+            Verb::Patch | Verb::DeleteCollection => Err(ApiError::MethodNotAllowed),
+        }
+    }
+}
+
+async fn read_body(body: Incoming, content_type: Option<&str>) -> Result<Value, ApiError> {
+    let bytes = Limited::new(body, objects::MAX_BODY_BYTES).collect().await.map_err(|error| {
+        if error.is::<http_body_util::LengthLimitError>() {
+            ApiError::RequestEntityTooLarge(format!("limit is {}", objects::MAX_BODY_BYTES))
+        } else {
+            ApiError::BadRequest(format!("reading the request body: {error}"))
+        }
+    })?;
+    objects::decode(&bytes.to_bytes(), content_type)
+}
+
+fn to_reply(value: impl serde::Serialize) -> Result<Reply, ApiError> {
+    serde_json::to_value(value)
+        .map(|v| Reply::Json(200, v))
+        .map_err(|e| ApiError::Internal(format!("encoding discovery: {e}")))
+}
+
+fn version() -> Value {
+    let (major, minor) = KUBERNETES_VERSION;
+    json!({
+        "major": major, "minor": minor, "gitVersion": format!("v{major}.{minor}.0-keel"),
+        "gitCommit": "", "gitTreeState": "clean", "buildDate": "1970-01-01T00:00:00Z",
+        "goVersion": "", "compiler": "rustc", "platform": "linux/amd64"
+    })
+}
+
+fn json_response(code: u16, value: &Value) -> Response<Body> {
+    let (body, content_type) = match value {
+        // Health checks answer in plain text, as upstream.
+        Value::String(text) => (Bytes::from(text.clone()), "text/plain; charset=utf-8"),
+        other => (Bytes::from(serde_json::to_vec(other).unwrap_or_default()), "application/json"),
+    };
+    Response::builder()
+        .status(StatusCode::from_u16(code).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR))
+        .header(header::CONTENT_TYPE, content_type)
+        .body(BodyExt::boxed_unsync(Full::new(body)))
+        .unwrap_or_else(|_| Response::new(BodyExt::boxed_unsync(Full::new(Bytes::new()))))
+}

@@ -1,0 +1,265 @@
+//! Objects as JSON values: reading a request body, checking its type against the URL, filling the
+//! metadata the server owns on create (name from generateName, uid, creationTimestamp, generation)
+//! and carrying the store revision as `metadata.resourceVersion`. No IO.
+
+use keel_api::resources::Resource;
+use keel_api::status::{ApiError, FieldError};
+use serde_json::{Map, Value, json};
+
+/// The largest request body accepted (kube-apiserver's 3 MiB); more is 413.
+pub const MAX_BODY_BYTES: usize = 3 * 1024 * 1024;
+
+/// Parses a request body; no Content-Type means JSON (the Python client sends none).
+pub fn decode(body: &[u8], content_type: Option<&str>) -> Result<Value, ApiError> {
+    let media = content_type.map(|c| c.split(';').next().unwrap_or(c).trim().to_ascii_lowercase());
+    match media.as_deref() {
+        None | Some("application/json" | "*/*" | "") => {}
+        Some(other) => {
+            return Err(ApiError::UnsupportedMediaType(format!(
+                "the body of the request was in an unknown format ({other}) - accepted media types include: application/json"
+            )));
+        }
+    }
+    let value: Value = serde_json::from_slice(body).map_err(|e| {
+        ApiError::BadRequest(format!("the object provided is unrecognized: json parse error: {e}"))
+    })?;
+    if !value.is_object() {
+        return Err(ApiError::BadRequest("the object provided is not a JSON object".into()));
+    }
+    Ok(value)
+}
+
+/// The body's apiVersion and kind must be the resource's (both may be left out).
+pub fn check_type(object: &Value, resource: &Resource) -> Result<(), ApiError> {
+    let expected_version = resource.api_version();
+    if let Some(version) = object.get("apiVersion").and_then(Value::as_str)
+        && version != expected_version
+    {
+        return Err(ApiError::BadRequest(format!(
+            "the API version in the data ({version}) does not match the expected API version ({expected_version})"
+        )));
+    }
+    if let Some(kind) = object.get("kind").and_then(Value::as_str)
+        && kind != resource.kind
+    {
+        return Err(ApiError::BadRequest(format!(
+            "the kind in the data ({kind}) does not match the expected kind ({})",
+            resource.kind
+        )));
+    }
+    Ok(())
+}
+
+fn metadata_mut(object: &mut Value) -> Result<&mut Map<String, Value>, ApiError> {
+    let map = object.as_object_mut().ok_or_else(|| ApiError::BadRequest("not an object".into()))?;
+    let metadata = map.entry("metadata").or_insert_with(|| json!({}));
+    metadata.as_object_mut().ok_or_else(|| ApiError::BadRequest("metadata must be an object".into()))
+}
+
+/// `metadata.name`, or empty.
+pub fn name(object: &Value) -> &str {
+    object.pointer("/metadata/name").and_then(Value::as_str).unwrap_or_default()
+}
+
+/// What kube-apiserver's name generator appends: 5 characters without vowels or look-alikes.
+fn generated_suffix(random: u64) -> String {
+    const ALPHABET: &[u8] = b"bcdfghjklmnpqrstvwxz2456789";
+    let mut n = random;
+    (0..5)
+        .map(|_| {
+            let c = ALPHABET[(n % ALPHABET.len() as u64) as usize] as char;
+            n /= ALPHABET.len() as u64;
+            c
+        })
+        .collect()
+}
+
+/// A DNS-1123 subdomain (most names) or label (namespaces): upstream's messages.
+pub fn validate_name(name: &str, label: bool) -> Option<String> {
+    let max = if label { 63 } else { 253 };
+    let shape = if label { "a lowercase RFC 1123 label" } else { "a lowercase RFC 1123 subdomain" };
+    let parts_ok = |part: &str| {
+        !part.is_empty()
+            && part.len() <= 63
+            && part.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+            && part.as_bytes()[0].is_ascii_alphanumeric()
+            && part.as_bytes()[part.len() - 1].is_ascii_alphanumeric()
+    };
+    let ok = name.len() <= max && if label { parts_ok(name) } else { name.split('.').all(parts_ok) };
+    (!ok).then(|| {
+        let chars = if label { "'-'" } else { "'-' or '.'" };
+        format!(
+            "{shape} must consist of lower case alphanumeric characters, {chars}, and must start and end with an alphanumeric character"
+        )
+    })
+}
+
+/// Fills what the server owns on create; returns the object's name. `random` feeds generateName and
+/// the uid; `now` is the creation time (RFC 3339).
+pub fn prepare_create(
+    object: &mut Value,
+    resource: &Resource,
+    namespace: Option<&str>,
+    uid: &str,
+    random: u64,
+    now: &str,
+) -> Result<String, ApiError> {
+    check_type(object, resource)?;
+    if let Value::Object(map) = object {
+        map.insert("apiVersion".into(), resource.api_version().into());
+        map.insert("kind".into(), resource.kind.into());
+    }
+    let metadata = metadata_mut(object)?;
+    if metadata.get("resourceVersion").and_then(Value::as_str).is_some_and(|rv| !rv.is_empty()) {
+        return Err(ApiError::BadRequest(
+            "resourceVersion should not be set on objects to be created".into(),
+        ));
+    }
+    let mut name = metadata.get("name").and_then(Value::as_str).unwrap_or_default().to_owned();
+    if name.is_empty()
+        && let Some(prefix) = metadata.get("generateName").and_then(Value::as_str)
+    {
+        name = format!("{prefix}{}", generated_suffix(random));
+        metadata.insert("name".into(), name.clone().into());
+    }
+    match (resource.namespaced, namespace, metadata.get("namespace").and_then(Value::as_str)) {
+        (true, Some(url), Some(body)) if !body.is_empty() && body != url => {
+            return Err(ApiError::BadRequest(
+                "the namespace of the provided object does not match the namespace sent on the request"
+                    .into(),
+            ));
+        }
+        (true, Some(url), _) => {
+            metadata.insert("namespace".into(), url.into());
+        }
+        (true, None, _) => {
+            return Err(ApiError::BadRequest("a namespaced resource needs a namespace".into()));
+        }
+        (false, _, _) => {
+            metadata.remove("namespace");
+        }
+    }
+    let mut causes = Vec::new();
+    if name.is_empty() {
+        causes.push(FieldError::required("metadata.name", "name or generateName is required"));
+    } else if let Some(problem) = validate_name(&name, resource.plural == "namespaces") {
+        causes.push(FieldError::invalid("metadata.name", &Value::String(name.clone()), &problem));
+    }
+    if !causes.is_empty() {
+        return Err(ApiError::invalid(resource.group, resource.kind, &name, causes));
+    }
+    metadata.insert("uid".into(), uid.into());
+    metadata.insert("creationTimestamp".into(), now.into());
+    metadata.remove("resourceVersion");
+    metadata.remove("deletionTimestamp");
+    if !resource.subresources.is_empty() {
+        metadata.insert("generation".into(), 1.into());
+    }
+    Ok(name)
+}
+
+/// Sets `metadata.resourceVersion` (the store revision the object was last written at).
+pub fn set_resource_version(object: &mut Value, revision: i64) {
+    if let Ok(metadata) = metadata_mut(object) {
+        metadata.insert("resourceVersion".into(), revision.to_string().into());
+    }
+}
+
+/// The object without `metadata.resourceVersion`, as stored.
+pub fn for_storage(object: &Value) -> Result<Vec<u8>, ApiError> {
+    let mut stored = object.clone();
+    if let Ok(metadata) = metadata_mut(&mut stored) {
+        metadata.remove("resourceVersion");
+    }
+    serde_json::to_vec(&stored).map_err(|e| ApiError::Internal(format!("encoding the object: {e}")))
+}
+
+/// A stored object as served, with its resourceVersion.
+pub fn from_storage(bytes: &[u8], revision: i64) -> Result<Value, ApiError> {
+    let mut object: Value = serde_json::from_slice(bytes)
+        .map_err(|e| ApiError::Internal(format!("decoding a stored object: {e}")))?;
+    set_resource_version(&mut object, revision);
+    Ok(object)
+}
+
+/// The store key of an object: `/registry/<resource>/[<namespace>/]<name>`.
+pub fn key(resource: &Resource, namespace: Option<&str>, name: &str) -> String {
+    match namespace {
+        Some(namespace) if resource.namespaced => format!("{}{namespace}/{name}", resource.key_prefix()),
+        _ => format!("{}{name}", resource.key_prefix()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use keel_api::resources::find;
+
+    use super::*;
+
+    #[test]
+    fn create_fills_server_fields() {
+        let configmaps = find("", "v1", "configmaps").unwrap();
+        let mut object = json!({"metadata": {"generateName": "cfg-"}, "data": {"a": "b"}});
+        let name =
+            prepare_create(&mut object, configmaps, Some("default"), "u-1", 12345, "2026-11-30T10:00:00Z")
+                .unwrap();
+        assert!(name.starts_with("cfg-") && name.len() == 9, "{name}");
+        assert_eq!(object["kind"], "ConfigMap");
+        assert_eq!(object["apiVersion"], "v1");
+        assert_eq!(object["metadata"]["namespace"], "default");
+        assert_eq!(object["metadata"]["uid"], "u-1");
+        assert!(object["metadata"].get("generation").is_none());
+        let deployments = find("apps", "v1", "deployments").unwrap();
+        let mut object = json!({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "web"}});
+        prepare_create(&mut object, deployments, Some("a"), "u", 1, "t").unwrap();
+        assert_eq!(object["metadata"]["generation"], 1);
+    }
+
+    #[test]
+    fn create_refuses_bad_objects() {
+        let configmaps = find("", "v1", "configmaps").unwrap();
+        let mut wrong_kind = json!({"kind": "Secret", "metadata": {"name": "a"}});
+        let error = prepare_create(&mut wrong_kind, configmaps, Some("d"), "u", 1, "t").unwrap_err();
+        assert_eq!(error.code(), 400);
+        let mut bad_name = json!({"metadata": {"name": "Not_Valid"}});
+        let error = prepare_create(&mut bad_name, configmaps, Some("d"), "u", 1, "t").unwrap_err();
+        assert_eq!((error.code(), error.reason()), (422, "Invalid"));
+        assert!(
+            error.to_string().starts_with("ConfigMap \"Not_Valid\" is invalid: metadata.name: Invalid value")
+        );
+        let mut other_ns = json!({"metadata": {"name": "a", "namespace": "x"}});
+        assert_eq!(
+            prepare_create(&mut other_ns, configmaps, Some("d"), "u", 1, "t").unwrap_err().code(),
+            400
+        );
+        let mut no_name = json!({"metadata": {}});
+        assert_eq!(prepare_create(&mut no_name, configmaps, Some("d"), "u", 1, "t").unwrap_err().code(), 422);
+        let namespaces = find("", "v1", "namespaces").unwrap();
+        let mut dotted = json!({"metadata": {"name": "a.b"}});
+        assert_eq!(prepare_create(&mut dotted, namespaces, None, "u", 1, "t").unwrap_err().code(), 422);
+    }
+
+    #[test]
+    fn bodies() {
+        assert!(decode(br#"{"a":1}"#, None).is_ok());
+        assert!(decode(br#"{"a":1}"#, Some("application/json; charset=utf-8")).is_ok());
+        assert_eq!(decode(b"{", None).unwrap_err().code(), 400);
+        assert_eq!(decode(b"[]", None).unwrap_err().code(), 400);
+        assert_eq!(decode(b"a: b", Some("text/plain")).unwrap_err().code(), 415);
+    }
+
+    #[test]
+    fn keys_and_versions() {
+        let pods = find("", "v1", "pods").unwrap();
+        assert_eq!(key(pods, Some("default"), "web"), "/registry/pods/default/web");
+        let nodes = find("", "v1", "nodes").unwrap();
+        assert_eq!(key(nodes, None, "n1"), "/registry/minions/n1");
+        let mut object = json!({"metadata": {"name": "a", "resourceVersion": "7"}});
+        let stored = for_storage(&object).unwrap();
+        assert!(!String::from_utf8_lossy(&stored).contains("resourceVersion"));
+        let served = from_storage(&stored, 9).unwrap();
+        assert_eq!(served["metadata"]["resourceVersion"], "9");
+        set_resource_version(&mut object, 3);
+        assert_eq!(object["metadata"]["resourceVersion"], "3");
+    }
+}

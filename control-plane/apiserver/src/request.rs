@@ -1,0 +1,184 @@
+//! What a request is about, read from its method, path and query as upstream's RequestInfoFactory
+//! does: the API group and version, the resource, namespace, name and subresource, and the verb.
+
+use keel_api::resources::{self, Resource};
+use keel_api::status::ApiError;
+
+/// The verbs of the Kubernetes API (RBAC's names).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Verb {
+    Get,
+    List,
+    Watch,
+    Create,
+    Update,
+    Patch,
+    Delete,
+    DeleteCollection,
+}
+
+/// A request for a resource (`/api/v1/namespaces/default/pods/web/status`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ResourceRequest {
+    pub resource: &'static Resource,
+    /// Set for namespaced resources addressed under `namespaces/<ns>/`; `None` across all namespaces.
+    pub namespace: Option<String>,
+    pub name: Option<String>,
+    pub subresource: Option<String>,
+    pub verb: Verb,
+}
+
+/// Every path the server answers.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Target {
+    Version,
+    Health(&'static str),
+    /// `/api`
+    CoreVersions,
+    /// `/apis`
+    Groups,
+    /// `/apis/<group>`
+    Group(String),
+    /// `/api/v1`, `/apis/<group>/<version>`
+    Resources {
+        group: String,
+        version: String,
+    },
+    Resource(ResourceRequest),
+}
+
+fn is_watch(query: Option<&str>) -> bool {
+    query
+        .into_iter()
+        .flat_map(|q| q.split('&'))
+        .any(|pair| matches!(pair, "watch=true" | "watch=1" | "watch"))
+}
+
+/// Reads the target of `method path?query`; unknown paths and resources are NotFound as upstream
+/// answers them (404 with a Status).
+pub fn parse(method: &http::Method, path: &str, query: Option<&str>) -> Result<Target, ApiError> {
+    let parts: Vec<&str> = path.trim_matches('/').split('/').filter(|p| !p.is_empty()).collect();
+    let not_found = || ApiError::NotFoundPath(path.to_owned());
+    let (group, version, rest) = match parts.as_slice() {
+        ["version"] => return Ok(Target::Version),
+        [health @ ("healthz" | "livez" | "readyz")] => {
+            return Ok(Target::Health(match *health {
+                "healthz" => "healthz",
+                "livez" => "livez",
+                _ => "readyz",
+            }));
+        }
+        ["api"] => return Ok(Target::CoreVersions),
+        ["apis"] => return Ok(Target::Groups),
+        ["apis", group] => return Ok(Target::Group((*group).to_owned())),
+        ["api", version] => {
+            return Ok(Target::Resources { group: String::new(), version: (*version).to_owned() });
+        }
+        ["apis", group, version] => {
+            return Ok(Target::Resources { group: (*group).to_owned(), version: (*version).to_owned() });
+        }
+        ["api", version, rest @ ..] => ("", *version, rest),
+        ["apis", group, version, rest @ ..] => (*group, *version, rest),
+        _ => return Err(not_found()),
+    };
+    // `namespaces/<ns>/<resource>...`, except the namespace object itself and its subresources.
+    let (namespace, rest): (Option<&str>, &[&str]) = match rest {
+        ["namespaces", ns, resource, ..] if !matches!(*resource, "status" | "finalize") => {
+            (Some(ns), &rest[2..])
+        }
+        _ => (None, rest),
+    };
+    let (plural, name, subresource) = match rest {
+        [plural] => (*plural, None, None),
+        [plural, name] => (*plural, Some(*name), None),
+        [plural, name, sub] => (*plural, Some(*name), Some(*sub)),
+        _ => return Err(not_found()),
+    };
+    let resource = resources::find(group, version, plural).ok_or_else(not_found)?;
+    if let Some(sub) = subresource
+        && resource.subresource(sub).is_none()
+    {
+        return Err(not_found());
+    }
+    if namespace.is_some() && !resource.namespaced {
+        return Err(not_found());
+    }
+    let verb = match (method.as_str(), name.is_some()) {
+        ("GET", true) => Verb::Get,
+        ("GET", false) if is_watch(query) => Verb::Watch,
+        ("GET", false) => Verb::List,
+        ("POST", _) => Verb::Create,
+        ("PUT", true) => Verb::Update,
+        ("PATCH", true) => Verb::Patch,
+        ("DELETE", true) => Verb::Delete,
+        ("DELETE", false) => Verb::DeleteCollection,
+        _ => return Err(ApiError::MethodNotAllowed),
+    };
+    let verb = if verb == Verb::Get && is_watch(query) { Verb::Watch } else { verb };
+    Ok(Target::Resource(ResourceRequest {
+        resource,
+        namespace: namespace.map(str::to_owned),
+        name: name.map(str::to_owned),
+        subresource: subresource.map(str::to_owned),
+        verb,
+    }))
+}
+
+#[cfg(test)]
+mod tests {
+    use http::Method;
+
+    use super::*;
+
+    fn resource(method: &Method, path: &str, query: Option<&str>) -> ResourceRequest {
+        match parse(method, path, query).unwrap() {
+            Target::Resource(request) => request,
+            other => panic!("{path} parsed as {other:?}"),
+        }
+    }
+
+    #[test]
+    fn resource_paths() {
+        let r = resource(&Method::GET, "/api/v1/namespaces/default/pods/web/status", None);
+        assert_eq!(
+            (r.resource.plural, r.namespace.as_deref(), r.name.as_deref(), r.subresource.as_deref(), r.verb),
+            ("pods", Some("default"), Some("web"), Some("status"), Verb::Get)
+        );
+        let r = resource(&Method::GET, "/api/v1/pods", Some("watch=true&resourceVersion=5"));
+        assert_eq!((r.namespace, r.verb), (None, Verb::Watch));
+        let r = resource(&Method::GET, "/api/v1/namespaces/kube-system", None);
+        assert_eq!(
+            (r.resource.plural, r.name.as_deref(), r.namespace),
+            ("namespaces", Some("kube-system"), None)
+        );
+        let r = resource(&Method::PUT, "/api/v1/namespaces/gone/finalize", None);
+        assert_eq!(
+            (r.resource.plural, r.subresource.as_deref(), r.verb),
+            ("namespaces", Some("finalize"), Verb::Update)
+        );
+        let r = resource(&Method::DELETE, "/apis/apps/v1/namespaces/a/deployments", None);
+        assert_eq!((r.resource.kind, r.verb), ("Deployment", Verb::DeleteCollection));
+        let r = resource(&Method::POST, "/api/v1/namespaces", None);
+        assert_eq!((r.resource.plural, r.verb), ("namespaces", Verb::Create));
+    }
+
+    #[test]
+    fn other_paths() {
+        assert_eq!(parse(&Method::GET, "/version", None).unwrap(), Target::Version);
+        assert_eq!(parse(&Method::GET, "/apis/apps", None).unwrap(), Target::Group("apps".into()));
+        assert_eq!(
+            parse(&Method::GET, "/api/v1", None).unwrap(),
+            Target::Resources { group: String::new(), version: "v1".into() }
+        );
+        for bad in [
+            "/api/v1/widgets",
+            "/api/v1/pods/a/exec",
+            "/api/v1/namespaces/a/nodes/n",
+            "/nope",
+            "/api/v1/a/b/c/d",
+        ] {
+            assert!(matches!(parse(&Method::GET, bad, None), Err(ApiError::NotFoundPath(_))), "{bad}");
+        }
+        assert!(matches!(parse(&Method::PUT, "/api/v1/pods", None), Err(ApiError::MethodNotAllowed)));
+    }
+}

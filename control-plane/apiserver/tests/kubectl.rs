@@ -1,0 +1,182 @@
+//! kubectl against keel-apiserver on the embedded store, over plain HTTP with JSON bodies: the first
+//! slice of issue 4 (kubectl 1.27 and 1.31; 1.32+ sends protobuf on create, which is issue 5's).
+
+use std::path::Path;
+use std::sync::Arc;
+
+use anyhow::{Context, Result, ensure};
+use keel_apiserver::ApiServer;
+use keel_store::Store;
+use keel_store::embedded::{EmbeddedStore, Options};
+use keel_testbed::kubectl::{self, Kubectl};
+use serde_json::Value;
+
+/// A server on a loopback port with its kubeconfig.
+struct Cluster {
+    kubeconfig: std::path::PathBuf,
+    _server: tokio::task::JoinHandle<std::io::Result<()>>,
+    _dir: tempfile::TempDir,
+}
+
+async fn start() -> Result<Cluster> {
+    let dir = tempfile::tempdir()?;
+    let store: Arc<dyn Store> = Arc::new(EmbeddedStore::open(Options::new(dir.path().join("data")))?);
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+    let address = listener.local_addr()?.to_string();
+    let server = ApiServer::new(store, address.clone()).await?;
+    let serving = tokio::spawn(server.serve(listener));
+    let kubeconfig = dir.path().join("kubeconfig");
+    std::fs::write(
+        &kubeconfig,
+        format!(
+            "apiVersion: v1\nkind: Config\nclusters:\n- name: keel\n  cluster:\n    server: http://{address}\n\
+             contexts:\n- name: keel\n  context:\n    cluster: keel\n    user: keel\ncurrent-context: keel\n\
+             users:\n- name: keel\n  user: {{}}\n"
+        ),
+    )?;
+    Ok(Cluster { kubeconfig, _server: serving, _dir: dir })
+}
+
+/// Runs kubectl; returns (success, stdout, stderr).
+async fn run(kubectl: &Kubectl, kubeconfig: &Path, args: &[&str]) -> Result<(bool, String, String)> {
+    let mut command = tokio::process::Command::from(kubectl.command());
+    command.arg("--kubeconfig").arg(kubeconfig).args(args);
+    let output =
+        command.output().await.with_context(|| format!("running kubectl 1.{} {args:?}", kubectl.minor))?;
+    let (out, err) = (
+        String::from_utf8_lossy(&output.stdout).into_owned(),
+        String::from_utf8_lossy(&output.stderr).into_owned(),
+    );
+    Ok((output.status.success(), out, err))
+}
+
+async fn ok(kubectl: &Kubectl, kubeconfig: &Path, args: &[&str]) -> Result<String> {
+    let (success, out, err) = run(kubectl, kubeconfig, args).await?;
+    ensure!(success, "kubectl 1.{} {args:?} failed: {err}", kubectl.minor);
+    Ok(out)
+}
+
+async fn crud_with(minor: u32) -> Result<()> {
+    let kubectl = kubectl::minor(minor)?;
+    let cluster = start().await?;
+    let k = cluster.kubeconfig.as_path();
+    let version: Value = serde_json::from_str(&ok(&kubectl, k, &["version", "-o", "json"]).await?)?;
+    ensure!(version["serverVersion"]["minor"] == "34", "{version}");
+
+    let resources = ok(&kubectl, k, &["api-resources", "--no-headers"]).await?;
+    for line in ["deployments", "pods", "configmaps", "leases", "storageclasses"] {
+        ensure!(resources.lines().any(|l| l.starts_with(line)), "api-resources lacks {line}:\n{resources}");
+    }
+    ensure!(resources.lines().any(|l| l.split_whitespace().take(2).eq(["pods", "po"])), "{resources}");
+
+    let namespaces =
+        ok(&kubectl, k, &["get", "namespaces", "-o", "jsonpath={.items[*].metadata.name}"]).await?;
+    ensure!(
+        namespaces.split(' ').collect::<Vec<_>>()
+            == ["default", "kube-node-lease", "kube-public", "kube-system"],
+        "{namespaces}"
+    );
+
+    ok(&kubectl, k, &["create", "namespace", "team-a"]).await?;
+    ok(&kubectl, k, &["create", "configmap", "cfg", "-n", "team-a", "--from-literal=a=b"]).await?;
+    let value =
+        ok(&kubectl, k, &["get", "configmap", "cfg", "-n", "team-a", "-o", "jsonpath={.data.a}"]).await?;
+    ensure!(value == "b", "{value}");
+    let object: Value =
+        serde_json::from_str(&ok(&kubectl, k, &["get", "cm", "cfg", "-n", "team-a", "-o", "json"]).await?)?;
+    ensure!(object["metadata"]["uid"].as_str().is_some_and(|u| u.len() == 36), "{object}");
+    ensure!(
+        object["metadata"]["resourceVersion"].as_str().is_some_and(|rv| rv.parse::<u64>().is_ok()),
+        "{object}"
+    );
+
+    // Pagination: kubectl lists in chunks of one, following continue tokens.
+    let chunked = ok(&kubectl, k, &["get", "namespaces", "--chunk-size=1", "-o", "name"]).await?;
+    ensure!(chunked.lines().count() == 5, "{chunked}");
+    let table = ok(&kubectl, k, &["get", "configmaps", "-n", "team-a"]).await?;
+    ensure!(table.lines().any(|l| l.starts_with("cfg ")), "{table}");
+
+    // Already exists, missing namespace: Kubernetes' answers, which kubectl prints.
+    let (success, _, err) = run(&kubectl, k, &["create", "configmap", "cfg", "-n", "team-a"]).await?;
+    ensure!(!success && err.contains(r#"configmaps "cfg" already exists"#), "{err}");
+    let (success, _, err) = run(&kubectl, k, &["create", "configmap", "x", "-n", "missing"]).await?;
+    ensure!(!success && err.contains(r#"namespaces "missing" not found"#), "{err}");
+
+    ok(&kubectl, k, &["delete", "configmap", "cfg", "-n", "team-a"]).await?;
+    let (success, _, err) = run(&kubectl, k, &["get", "configmap", "cfg", "-n", "team-a"]).await?;
+    ensure!(!success && err.contains(r#"configmaps "cfg" not found"#), "{err}");
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kubectl_1_31_crud() -> Result<()> {
+    crud_with(31).await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kubectl_1_27_crud() -> Result<()> {
+    crud_with(27).await
+}
+
+/// Reads kubectl's `-o json --output-watch-events` output until `count` events came.
+async fn read_events(
+    stdout: &mut tokio::process::ChildStdout,
+    seen: &mut String,
+    count: usize,
+) -> Result<Vec<Value>> {
+    use tokio::io::AsyncReadExt;
+    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(20);
+    let mut buffer = [0u8; 4096];
+    loop {
+        let events: Vec<Value> =
+            serde_json::Deserializer::from_str(seen).into_iter().filter_map(Result::ok).collect();
+        if events.len() >= count {
+            return Ok(events);
+        }
+        let read =
+            tokio::time::timeout_at(deadline, stdout.read(&mut buffer)).await.context("watch events")??;
+        ensure!(read > 0, "kubectl's watch ended: {seen}");
+        seen.push_str(&String::from_utf8_lossy(&buffer[..read]));
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kubectl_watch_sees_create_replace_delete() -> Result<()> {
+    let kubectl = kubectl::minor(31)?;
+    let cluster = start().await?;
+    let k = cluster.kubeconfig.as_path();
+    ok(&kubectl, k, &["create", "configmap", "marker"]).await?;
+    let mut watch = tokio::process::Command::from(kubectl.command());
+    watch
+        .arg("--kubeconfig")
+        .arg(k)
+        .args(["get", "configmaps", "-n", "default", "--watch", "-o", "json", "--output-watch-events"])
+        .stdout(std::process::Stdio::piped())
+        .kill_on_drop(true);
+    let mut watch = watch.spawn()?;
+    let mut stdout = watch.stdout.take().context("watch stdout")?;
+    let mut seen = String::new();
+    // The list kubectl starts with shows the marker; everything after it comes through the watch.
+    let listed = read_events(&mut stdout, &mut seen, 1).await?;
+    ensure!(listed[0]["object"]["metadata"]["name"] == "marker", "{listed:?}");
+
+    ok(&kubectl, k, &["create", "configmap", "w", "--from-literal=v=1"]).await?;
+    let mut object: Value = serde_json::from_str(&ok(&kubectl, k, &["get", "cm", "w", "-o", "json"]).await?)?;
+    object["data"]["v"] = "2".into();
+    let file = cluster._dir.path().join("w.json");
+    std::fs::write(&file, object.to_string())?;
+    let file = file.to_str().context("path")?;
+    // OpenAPI, which kubectl validates against, is issue 5's: --validate=false until then.
+    ok(&kubectl, k, &["replace", "--validate=false", "-f", file]).await?;
+    // The same resourceVersion again is stale: Kubernetes' conflict.
+    let (success, _, err) = run(&kubectl, k, &["replace", "--validate=false", "-f", file]).await?;
+    ensure!(!success && err.contains("the object has been modified"), "{err}");
+    ok(&kubectl, k, &["delete", "configmap", "w"]).await?;
+
+    let events = read_events(&mut stdout, &mut seen, 4).await?;
+    let kinds: Vec<&str> = events.iter().filter_map(|e| e["type"].as_str()).collect();
+    ensure!(kinds == ["ADDED", "ADDED", "MODIFIED", "DELETED"], "{kinds:?}");
+    ensure!(events[2]["object"]["data"]["v"] == "2");
+    ensure!(events[3]["object"]["metadata"]["name"] == "w");
+    Ok(())
+}
