@@ -1,4 +1,4 @@
-//! kubectl against keel-apiserver on the embedded store, over plain HTTP with JSON bodies: the first
+//! kubectl against keel-apiserver on the embedded store (and on etcd), over plain HTTP with JSON bodies: the first
 //! slice of issue 4 (kubectl 1.27 and 1.31; 1.32+ sends protobuf on create, which is issue 5's).
 
 use std::path::Path;
@@ -8,6 +8,8 @@ use anyhow::{Context, Result, ensure};
 use keel_apiserver::ApiServer;
 use keel_store::Store;
 use keel_store::embedded::{EmbeddedStore, Options};
+use keel_store::etcd::{EtcdOptions, EtcdStore};
+use keel_testbed::etcd::EtcdCluster;
 use keel_testbed::kubectl::{self, Kubectl};
 use serde_json::Value;
 
@@ -15,12 +17,31 @@ use serde_json::Value;
 struct Cluster {
     kubeconfig: std::path::PathBuf,
     _server: tokio::task::JoinHandle<std::io::Result<()>>,
+    _etcd: Option<EtcdCluster>,
     _dir: tempfile::TempDir,
 }
 
+/// Which store the server runs on.
+#[derive(Debug, Clone, Copy)]
+enum Backend {
+    Embedded,
+    Etcd,
+}
+
 async fn start() -> Result<Cluster> {
+    start_on(Backend::Embedded).await
+}
+
+async fn start_on(backend: Backend) -> Result<Cluster> {
     let dir = tempfile::tempdir()?;
-    let store: Arc<dyn Store> = Arc::new(EmbeddedStore::open(Options::new(dir.path().join("data")))?);
+    let (store, etcd): (Arc<dyn Store>, _) = match backend {
+        Backend::Embedded => (Arc::new(EmbeddedStore::open(Options::new(dir.path().join("data")))?), None),
+        Backend::Etcd => {
+            let etcd = EtcdCluster::start(1)?;
+            let store = EtcdStore::connect(EtcdOptions::new(etcd.client_urls()).prefix("/keel")).await?;
+            (Arc::new(store), Some(etcd))
+        }
+    };
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
     let address = listener.local_addr()?.to_string();
     let server = ApiServer::new(store, address.clone()).await?;
@@ -34,7 +55,7 @@ async fn start() -> Result<Cluster> {
              users:\n- name: keel\n  user: {{}}\n"
         ),
     )?;
-    Ok(Cluster { kubeconfig, _server: serving, _dir: dir })
+    Ok(Cluster { kubeconfig, _server: serving, _etcd: etcd, _dir: dir })
 }
 
 /// Runs kubectl; returns (success, stdout, stderr).
@@ -56,9 +77,9 @@ async fn ok(kubectl: &Kubectl, kubeconfig: &Path, args: &[&str]) -> Result<Strin
     Ok(out)
 }
 
-async fn crud_with(minor: u32) -> Result<()> {
+async fn crud_with(minor: u32, backend: Backend) -> Result<()> {
     let kubectl = kubectl::minor(minor)?;
-    let cluster = start().await?;
+    let cluster = start_on(backend).await?;
     let k = cluster.kubeconfig.as_path();
     let version: Value = serde_json::from_str(&ok(&kubectl, k, &["version", "-o", "json"]).await?)?;
     ensure!(version["serverVersion"]["minor"] == "34", "{version}");
@@ -110,12 +131,17 @@ async fn crud_with(minor: u32) -> Result<()> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kubectl_1_31_crud() -> Result<()> {
-    crud_with(31).await
+    crud_with(31, Backend::Embedded).await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kubectl_1_31_crud_on_etcd() -> Result<()> {
+    crud_with(31, Backend::Etcd).await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kubectl_1_27_crud() -> Result<()> {
-    crud_with(27).await
+    crud_with(27, Backend::Embedded).await
 }
 
 /// Reads kubectl's `-o json --output-watch-events` output until `count` events came.
