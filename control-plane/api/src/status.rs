@@ -145,6 +145,9 @@ pub enum ApiError {
     Invalid { group: String, kind: String, name: String, causes: Vec<FieldError> },
     #[error("{0}")]
     BadRequest(String),
+    /// 422 without field causes (a patch that cannot be applied), reason Invalid as upstream.
+    #[error("{0}")]
+    UnprocessableEntity(String),
     /// A resourceVersion older than what is kept (410, reason Expired).
     #[error("{0}")]
     Expired(String),
@@ -209,7 +212,7 @@ impl ApiError {
         match self {
             ApiError::NotFound { .. } | ApiError::NotFoundPath(_) => 404,
             ApiError::AlreadyExists { .. } | ApiError::Conflict { .. } => 409,
-            ApiError::Invalid { .. } => 422,
+            ApiError::Invalid { .. } | ApiError::UnprocessableEntity(_) => 422,
             ApiError::BadRequest(_) => 400,
             ApiError::Expired(_) | ApiError::Gone(_) => 410,
             ApiError::RequestEntityTooLarge(_) => 413,
@@ -230,7 +233,7 @@ impl ApiError {
             ApiError::NotFound { .. } | ApiError::NotFoundPath(_) => "NotFound",
             ApiError::AlreadyExists { .. } => "AlreadyExists",
             ApiError::Conflict { .. } => "Conflict",
-            ApiError::Invalid { .. } => "Invalid",
+            ApiError::Invalid { .. } | ApiError::UnprocessableEntity(_) => "Invalid",
             ApiError::BadRequest(_) => "BadRequest",
             ApiError::Expired(_) => "Expired",
             ApiError::Gone(_) => "Gone",

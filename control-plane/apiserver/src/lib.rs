@@ -133,13 +133,18 @@ impl ApiServer {
                 let object = read_body(body, content_type).await?;
                 self.handlers.update(&request, &name, object).await
             }
+            Verb::Patch => {
+                let bytes = read_bytes(body).await?;
+                let patch = handlers::PatchBody::parse(&bytes, content_type)?;
+                self.handlers.patch(&request, &name, &patch).await
+            }
             Verb::Delete => self.handlers.delete(&request, &name).await,
-            Verb::Patch | Verb::DeleteCollection => Err(ApiError::MethodNotAllowed),
+            Verb::DeleteCollection => Err(ApiError::MethodNotAllowed),
         }
     }
 }
 
-async fn read_body(body: Incoming, content_type: Option<&str>) -> Result<Value, ApiError> {
+async fn read_bytes(body: Incoming) -> Result<Bytes, ApiError> {
     let bytes = Limited::new(body, objects::MAX_BODY_BYTES).collect().await.map_err(|error| {
         if error.is::<http_body_util::LengthLimitError>() {
             ApiError::RequestEntityTooLarge(format!("limit is {}", objects::MAX_BODY_BYTES))
@@ -147,7 +152,11 @@ async fn read_body(body: Incoming, content_type: Option<&str>) -> Result<Value, 
             ApiError::BadRequest(format!("reading the request body: {error}"))
         }
     })?;
-    objects::decode(&bytes.to_bytes(), content_type)
+    Ok(bytes.to_bytes())
+}
+
+async fn read_body(body: Incoming, content_type: Option<&str>) -> Result<Value, ApiError> {
+    objects::decode(&read_bytes(body).await?, content_type)
 }
 
 fn to_reply(value: impl serde::Serialize) -> Result<Reply, ApiError> {

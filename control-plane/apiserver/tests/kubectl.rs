@@ -111,6 +111,35 @@ async fn crud_with(minor: u32, backend: Backend) -> Result<()> {
         "{object}"
     );
 
+    // label and annotate (merge patches), patch --type=merge and --type=json.
+    ok(&kubectl, k, &["label", "configmap", "cfg", "-n", "team-a", "tier=web"]).await?;
+    ok(&kubectl, k, &["annotate", "configmap", "cfg", "-n", "team-a", "note=hi"]).await?;
+    ok(
+        &kubectl,
+        k,
+        &["patch", "configmap", "cfg", "-n", "team-a", "--type=merge", "-p", r#"{"data":{"c":"d"}}"#],
+    )
+    .await?;
+    let json_patch =
+        r#"[{"op":"test","path":"/data/a","value":"b"},{"op":"replace","path":"/data/a","value":"z"}]"#;
+    ok(&kubectl, k, &["patch", "configmap", "cfg", "-n", "team-a", "--type=json", "-p", json_patch]).await?;
+    let object: Value =
+        serde_json::from_str(&ok(&kubectl, k, &["get", "cm", "cfg", "-n", "team-a", "-o", "json"]).await?)?;
+    ensure!(
+        object["metadata"]["labels"]["tier"] == "web" && object["metadata"]["annotations"]["note"] == "hi",
+        "{object}"
+    );
+    ensure!(object["data"] == serde_json::json!({"a": "z", "c": "d"}), "{object}");
+    // A failing test op changes nothing and says why (422).
+    let (success, _, err) =
+        run(&kubectl, k, &["patch", "configmap", "cfg", "-n", "team-a", "--type=json", "-p", json_patch])
+            .await?;
+    ensure!(!success && err.contains("could not be applied"), "{err}");
+    let stale = r#"{"metadata":{"resourceVersion":"1"},"data":{"x":"y"}}"#;
+    let (success, _, err) =
+        run(&kubectl, k, &["patch", "configmap", "cfg", "-n", "team-a", "--type=merge", "-p", stale]).await?;
+    ensure!(!success && err.contains("the object has been modified"), "{err}");
+
     // Pagination: kubectl lists in chunks of one, following continue tokens.
     let chunked = ok(&kubectl, k, &["get", "namespaces", "--chunk-size=1", "-o", "name"]).await?;
     ensure!(chunked.lines().count() == 5, "{chunked}");
