@@ -1,8 +1,10 @@
 //! keel-api: the Kubernetes API machinery Keel's apiserver is made of, with no IO — which resources
-//! exist and how they are named ([`resources`]), errors as Kubernetes `Status` objects ([`status`])
-//! and the discovery documents ([`discovery`]).
+//! exist and how they are named ([`resources`]), errors as Kubernetes `Status` objects ([`status`]),
+//! label and field selectors ([`labels`], [`fields`]) and the discovery documents ([`discovery`]).
 //! Kubernetes 1.34 (k8s-openapi's `v1_34`).
 
 pub mod discovery;
+pub mod fields;
+pub mod labels;
 pub mod resources;
 pub mod status;
