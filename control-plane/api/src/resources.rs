@@ -75,6 +75,51 @@ impl Resource {
         format!("/registry/{plural}/")
     }
 
+    /// The fields a fieldSelector may name for this resource, beyond `metadata.name` and
+    /// `metadata.namespace` (upstream's per-resource GetAttrs / field label conversion funcs).
+    pub fn selectable_fields(&self) -> &'static [&'static str] {
+        match (self.group, self.plural) {
+            ("", "pods") => &[
+                "spec.nodeName",
+                "spec.restartPolicy",
+                "spec.schedulerName",
+                "spec.serviceAccountName",
+                "spec.hostNetwork",
+                "status.phase",
+                "status.podIP",
+                "status.podIPs",
+                "status.nominatedNodeName",
+            ],
+            ("", "secrets") => &["type"],
+            ("", "events") | ("events.k8s.io", "events") => &[
+                "involvedObject.kind",
+                "involvedObject.namespace",
+                "involvedObject.name",
+                "involvedObject.uid",
+                "involvedObject.apiVersion",
+                "involvedObject.resourceVersion",
+                "involvedObject.fieldPath",
+                "reason",
+                "reportingComponent",
+                "source",
+                "type",
+            ],
+            ("", "namespaces") => &["status.phase"],
+            ("", "nodes") => &["spec.unschedulable"],
+            ("", "persistentvolumeclaims") => &["spec.volumeName"],
+            ("", "services") => &["spec.clusterIP", "spec.type"],
+            ("apps", "replicasets") => &["status.replicas"],
+            ("batch", "jobs") => &["status.successful"],
+            ("certificates.k8s.io", "certificatesigningrequests") => &["spec.signerName"],
+            _ => &[],
+        }
+    }
+
+    /// Whether a fieldSelector may name `field` on this resource.
+    pub fn is_selectable(&self, field: &str) -> bool {
+        matches!(field, "metadata.name" | "metadata.namespace") || self.selectable_fields().contains(&field)
+    }
+
     /// The subresource called `name`, if this resource has it.
     pub fn subresource(&self, name: &str) -> Option<&'static Subresource> {
         self.subresources.iter().find(|s| s.name == name)

@@ -14,6 +14,7 @@ use keel_api::status::ApiError;
 use keel_store::{EventKind, Outcome, RangeRequest, Store, StoreError};
 use serde_json::{Value, json};
 
+use crate::filter::Filter;
 use crate::objects;
 use crate::request::ResourceRequest;
 
@@ -39,6 +40,8 @@ pub struct Query {
     pub limit: Option<usize>,
     pub continue_token: Option<String>,
     pub timeout_seconds: Option<u64>,
+    pub label_selector: Option<String>,
+    pub field_selector: Option<String>,
 }
 
 impl Query {
@@ -56,6 +59,8 @@ impl Query {
                     parsed.limit = Some(limit).filter(|&l| l > 0);
                 }
                 "continue" => parsed.continue_token = Some(value).filter(|v| !v.is_empty()),
+                "labelSelector" => parsed.label_selector = Some(value),
+                "fieldSelector" => parsed.field_selector = Some(value),
                 "timeoutSeconds" => {
                     parsed.timeout_seconds =
                         Some(value.parse().map_err(|_| {
@@ -144,28 +149,52 @@ impl Handlers {
 
     pub async fn list(&self, request: &ResourceRequest, query: &Query) -> Result<Reply, ApiError> {
         let resource = request.resource;
+        let filter =
+            Filter::parse(resource, query.label_selector.as_deref(), query.field_selector.as_deref())?;
         let prefix = collection_prefix(resource, request.namespace.as_deref());
-        let mut range = RangeRequest::prefix(prefix.clone());
+        let (mut revision, mut from) = (None, None);
         if let Some(token) = &query.continue_token {
-            let (revision, start) = decode_continue(token, &prefix)?;
-            range = range.at(revision).from(start);
+            let (at, start) = decode_continue(token, &prefix)?;
+            (revision, from) = (Some(at), Some(start));
         } else if let Some(rv) = query.resource_version.as_deref().filter(|rv| *rv != "0") {
-            range = range.at(parse_revision(rv)?);
+            revision = Some(parse_revision(rv)?);
         }
-        if let Some(limit) = query.limit {
-            range = range.limit(limit);
-        }
-        let response = self.store.range(range).await.map_err(store_error)?;
-        let mut items = Vec::with_capacity(response.kvs.len());
-        for kv in &response.kvs {
-            items.push(objects::from_storage(&kv.value, kv.mod_revision)?);
-        }
-        let mut metadata = json!({"resourceVersion": response.revision.to_string()});
-        if response.more
-            && let Some(last) = response.kvs.last()
-        {
-            metadata["continue"] = encode_continue(response.revision, &last.key[prefix.len()..]).into();
-            metadata["remainingItemCount"] = (response.count - response.kvs.len()).into();
+        // With a selector, pages are read until `limit` objects match (or the collection ends), as
+        // upstream does; the continue token then points after the last key read.
+        let mut items = Vec::new();
+        let mut last_key = None;
+        let (more, remaining, read_at) = loop {
+            let mut range = RangeRequest::prefix(prefix.clone());
+            if let Some(at) = revision {
+                range = range.at(at);
+            }
+            if let Some(start) = &from {
+                range = range.from(start.clone());
+            }
+            if let Some(limit) = query.limit {
+                range = range.limit(limit - items.len());
+            }
+            let response = self.store.range(range).await.map_err(store_error)?;
+            revision = Some(response.revision);
+            for kv in &response.kvs {
+                let object = objects::from_storage(&kv.value, kv.mod_revision)?;
+                if filter.matches(&object) {
+                    items.push(object);
+                }
+                last_key = Some(kv.key.clone());
+            }
+            let full = query.limit.is_some_and(|limit| items.len() >= limit);
+            if !response.more || full {
+                break (response.more, response.count - response.kvs.len(), response.revision);
+            }
+            from = last_key.as_ref().map(|key| format!("{key}\u{0}"));
+        };
+        let mut metadata = json!({"resourceVersion": read_at.to_string()});
+        if more && let Some(last) = &last_key {
+            metadata["continue"] = encode_continue(read_at, &last[prefix.len()..]).into();
+            if filter.is_everything() {
+                metadata["remainingItemCount"] = remaining.into();
+            }
         }
         Ok(Reply::Json(
             200,
@@ -182,6 +211,8 @@ impl Handlers {
     /// ADDED first, then what follows, as kube-apiserver does.
     pub async fn watch(&self, request: &ResourceRequest, query: &Query) -> Result<Reply, ApiError> {
         let resource = request.resource;
+        let filter =
+            Filter::parse(resource, query.label_selector.as_deref(), query.field_selector.as_deref())?;
         let prefix = collection_prefix(resource, request.namespace.as_deref());
         let name = request.name.clone();
         let (initial, start) = match query.resource_version.as_deref().filter(|rv| *rv != "0") {
@@ -191,8 +222,11 @@ impl Handlers {
                     self.store.range(RangeRequest::prefix(prefix.clone())).await.map_err(store_error)?;
                 let mut initial = Vec::new();
                 for kv in current.kvs {
-                    if name.as_deref().is_none_or(|n| kv.key.ends_with(&format!("/{n}"))) {
-                        initial.push(watch_line("ADDED", objects::from_storage(&kv.value, kv.mod_revision)?));
+                    let object = objects::from_storage(&kv.value, kv.mod_revision)?;
+                    if name.as_deref().is_none_or(|n| kv.key.rsplit('/').next() == Some(n))
+                        && filter.matches(&object)
+                    {
+                        initial.push(watch_line("ADDED", object));
                     }
                 }
                 (initial, current.revision + 1)
@@ -203,22 +237,11 @@ impl Handlers {
         let events = events.filter_map(move |event| {
             let line = match event {
                 Ok(event) if !wanted(&event.kv.key) => None,
-                Ok(event) => {
-                    let (kind, object) = match event.kind {
-                        EventKind::Put if event.prev_kv.is_none() => {
-                            ("ADDED", decode_event(&event.kv.value, event.kv.mod_revision))
-                        }
-                        EventKind::Put => ("MODIFIED", decode_event(&event.kv.value, event.kv.mod_revision)),
-                        EventKind::Delete => {
-                            let prev = event.prev_kv.as_ref().map(|kv| kv.value.clone()).unwrap_or_default();
-                            ("DELETED", decode_event(&prev, event.kv.mod_revision))
-                        }
-                    };
-                    Some(match object {
-                        Ok(object) => watch_line(kind, object),
-                        Err(error) => watch_line("ERROR", error.to_json()),
-                    })
-                }
+                Ok(event) => match watch_event(&event, &filter) {
+                    Ok(Some((kind, object))) => Some(watch_line(kind, object)),
+                    Ok(None) => None,
+                    Err(error) => Some(watch_line("ERROR", error.to_json())),
+                },
                 Err(error) => Some(watch_line("ERROR", store_error(error).to_json())),
             };
             std::future::ready(line)
@@ -451,8 +474,26 @@ fn carry_server_fields(existing: &Value, object: &mut Value, resource: &Resource
     }
 }
 
-fn decode_event(bytes: &[u8], revision: i64) -> Result<Value, ApiError> {
-    objects::from_storage(bytes, revision)
+/// What a watcher with `filter` sees of a store event: ADDED, MODIFIED or DELETED by whether the old
+/// and new states match (the DELETED object is the old content at the event's revision), or nothing.
+fn watch_event(
+    event: &keel_store::Event,
+    filter: &Filter,
+) -> Result<Option<(&'static str, Value)>, ApiError> {
+    let revision = event.kv.mod_revision;
+    let old = event.prev_kv.as_ref().map(|kv| objects::from_storage(&kv.value, revision)).transpose()?;
+    let new = match event.kind {
+        EventKind::Put => Some(objects::from_storage(&event.kv.value, revision)?),
+        EventKind::Delete => None,
+    };
+    let old_passes = old.as_ref().is_some_and(|o| filter.matches(o));
+    let new_passes = new.as_ref().is_some_and(|n| filter.matches(n));
+    Ok(match (old, new) {
+        (_, Some(new)) if new_passes && old_passes => Some(("MODIFIED", new)),
+        (_, Some(new)) if new_passes => Some(("ADDED", new)),
+        (Some(old), _) if old_passes => Some(("DELETED", old)),
+        _ => None,
+    })
 }
 
 fn watch_line(kind: &str, object: Value) -> Bytes {
@@ -494,6 +535,42 @@ mod tests {
         assert_eq!((revision, start.as_str()), (42, "/registry/pods/default/web\u{0}"));
         assert!(decode_continue("!!", "/p/").is_err());
         assert!(decode_continue(&URL_SAFE_NO_PAD.encode("{}"), "/p/").is_err());
+    }
+
+    #[test]
+    fn watch_events_follow_the_selector() {
+        let configmaps = resources::find("", "v1", "configmaps").unwrap();
+        let filter = Filter::parse(configmaps, Some("tier=web"), None).unwrap();
+        let kv = |labels: Value, revision: i64| keel_store::KeyValue {
+            key: "/registry/configmaps/d/a".into(),
+            value: serde_json::to_vec(&json!({"metadata": {"name": "a", "labels": labels}})).unwrap().into(),
+            create_revision: 1,
+            mod_revision: revision,
+            version: 1,
+            lease: 0,
+        };
+        let event = |kind, new: Value, old: Option<Value>| keel_store::Event {
+            kind,
+            kv: kv(new, 7),
+            prev_kv: old.map(|old| kv(old, 6)),
+        };
+        let seen = |e: keel_store::Event| watch_event(&e, &filter).unwrap();
+        assert_eq!(seen(event(EventKind::Put, json!({"tier": "web"}), None)).unwrap().0, "ADDED");
+        assert_eq!(seen(event(EventKind::Put, json!({"tier": "web"}), Some(json!({})))).unwrap().0, "ADDED");
+        assert_eq!(
+            seen(event(EventKind::Put, json!({"tier": "web"}), Some(json!({"tier": "web"})))).unwrap().0,
+            "MODIFIED"
+        );
+        let (kind, object) = seen(event(EventKind::Put, json!({}), Some(json!({"tier": "web"})))).unwrap();
+        assert_eq!(
+            (kind, &object["metadata"]["labels"]["tier"], &object["metadata"]["resourceVersion"]),
+            ("DELETED", &json!("web"), &json!("7"))
+        );
+        assert!(seen(event(EventKind::Put, json!({}), Some(json!({})))).is_none());
+        assert_eq!(
+            seen(event(EventKind::Delete, json!(null), Some(json!({"tier": "web"})))).unwrap().0,
+            "DELETED"
+        );
     }
 
     #[test]

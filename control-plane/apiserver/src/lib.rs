@@ -6,6 +6,7 @@
 //! create, update, delete for every declared resource. TLS, authentication, Table, YAML, patch,
 //! validation per kind, the watch cache and admission come with the rest of issue 4.
 
+pub mod filter;
 pub mod handlers;
 pub mod objects;
 pub mod request;

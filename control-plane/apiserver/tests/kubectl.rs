@@ -140,6 +140,21 @@ async fn crud_with(minor: u32, backend: Backend) -> Result<()> {
         run(&kubectl, k, &["patch", "configmap", "cfg", "-n", "team-a", "--type=merge", "-p", stale]).await?;
     ensure!(!success && err.contains("the object has been modified"), "{err}");
 
+    // Selectors, also with chunks (pages are read until enough objects match).
+    ok(&kubectl, k, &["create", "configmap", "other", "-n", "team-a"]).await?;
+    let selected = ok(&kubectl, k, &["get", "cm", "-n", "team-a", "-l", "tier=web", "-o", "name"]).await?;
+    ensure!(selected.trim() == "configmap/cfg", "{selected}");
+    let selected =
+        ok(&kubectl, k, &["get", "cm", "-n", "team-a", "-l", "tier!=web", "--chunk-size=1", "-o", "name"])
+            .await?;
+    ensure!(selected.trim() == "configmap/other", "{selected}");
+    let selected =
+        ok(&kubectl, k, &["get", "cm", "-A", "--field-selector", "metadata.name=other", "-o", "name"])
+            .await?;
+    ensure!(selected.trim() == "configmap/other", "{selected}");
+    let (success, _, err) = run(&kubectl, k, &["get", "cm", "--field-selector", "data.a=b"]).await?;
+    ensure!(!success && err.contains("field label not supported: data.a"), "{err}");
+
     // Pagination: kubectl lists in chunks of one, following continue tokens.
     let chunked = ok(&kubectl, k, &["get", "namespaces", "--chunk-size=1", "-o", "name"]).await?;
     ensure!(chunked.lines().count() == 5, "{chunked}");

@@ -1,0 +1,117 @@
+//! labelSelector and fieldSelector applied to objects, for lists and watches. A watch sees an object
+//! that starts to match as ADDED and one that stops matching as DELETED, as kube-apiserver's cacher
+//! sends them.
+
+use std::collections::BTreeMap;
+
+use keel_api::fields::FieldSelector;
+use keel_api::labels::LabelSelector;
+use keel_api::resources::Resource;
+use keel_api::status::ApiError;
+use serde_json::Value;
+
+/// The selectors of one list or watch.
+#[derive(Debug, Clone, Default)]
+pub struct Filter {
+    labels: Option<LabelSelector>,
+    fields: Option<FieldSelector>,
+}
+
+impl Filter {
+    /// Parses both selectors; a field the resource cannot be selected by is a BadRequest, as upstream
+    /// (`field label not supported: <key>`).
+    pub fn parse(
+        resource: &Resource,
+        labels: Option<&str>,
+        fields: Option<&str>,
+    ) -> Result<Filter, ApiError> {
+        let bad = |e: keel_api::labels::SelectorError| ApiError::BadRequest(e.to_string());
+        let labels = labels.filter(|s| !s.is_empty()).map(LabelSelector::parse).transpose().map_err(bad)?;
+        let fields = fields.filter(|s| !s.is_empty()).map(FieldSelector::parse).transpose().map_err(bad)?;
+        if let Some(fields) = &fields {
+            fields.check_fields(|field| resource.is_selectable(field)).map_err(bad)?;
+        }
+        Ok(Filter { labels: labels.filter(|l| !l.is_empty()), fields: fields.filter(|f| !f.is_empty()) })
+    }
+
+    /// Whether every object passes.
+    pub fn is_everything(&self) -> bool {
+        self.labels.is_none() && self.fields.is_none()
+    }
+
+    pub fn matches(&self, object: &Value) -> bool {
+        if let Some(labels) = &self.labels {
+            let set: BTreeMap<String, String> = object
+                .pointer("/metadata/labels")
+                .and_then(Value::as_object)
+                .map(|map| {
+                    map.iter().filter_map(|(k, v)| Some((k.clone(), v.as_str()?.to_owned()))).collect()
+                })
+                .unwrap_or_default();
+            if !labels.matches(&set) {
+                return false;
+            }
+        }
+        if let Some(fields) = &self.fields {
+            let set: BTreeMap<String, String> = fields
+                .requirements()
+                .iter()
+                .map(|requirement| (requirement.field.clone(), field_value(object, &requirement.field)))
+                .collect();
+            if !fields.matches(&set) {
+                return false;
+            }
+        }
+        true
+    }
+}
+
+/// A field's value as upstream's field sets hold it: strings as they are, booleans and numbers
+/// printed, anything missing empty.
+fn field_value(object: &Value, field: &str) -> String {
+    let pointer = format!("/{}", field.replace('.', "/"));
+    match object.pointer(&pointer) {
+        Some(Value::String(s)) => s.clone(),
+        Some(Value::Bool(b)) => b.to_string(),
+        Some(Value::Number(n)) => n.to_string(),
+        // status.podIPs selects on the first IP.
+        Some(Value::Array(items)) => {
+            items.first().and_then(|i| i.get("ip")).and_then(Value::as_str).unwrap_or("").to_owned()
+        }
+        _ => String::new(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use keel_api::resources::find;
+    use serde_json::json;
+
+    use super::*;
+
+    #[test]
+    fn labels_and_fields() {
+        let pods = find("", "v1", "pods").unwrap();
+        let pod = json!({"metadata": {"name": "a", "namespace": "d", "labels": {"app": "web", "tier": "fe"}},
+                         "spec": {"nodeName": "n1", "hostNetwork": true}, "status": {"phase": "Running"}});
+        let check = |labels: Option<&str>, fields: Option<&str>| {
+            Filter::parse(pods, labels, fields).unwrap().matches(&pod)
+        };
+        assert!(check(Some("app=web"), None));
+        assert!(check(Some("app in (web,api),!missing"), Some("spec.nodeName=n1,status.phase!=Pending")));
+        assert!(!check(Some("tier notin (fe)"), None));
+        assert!(check(None, Some("metadata.name=a,metadata.namespace=d,spec.hostNetwork=true")));
+        assert!(!check(None, Some("spec.nodeName=n2")));
+        assert!(check(None, Some("spec.schedulerName=")), "a missing field is empty");
+        assert!(Filter::parse(pods, Some(""), Some("")).unwrap().is_everything());
+    }
+
+    #[test]
+    fn unsupported_fields_and_bad_selectors() {
+        let configmaps = find("", "v1", "configmaps").unwrap();
+        let error = Filter::parse(configmaps, None, Some("data.a=b")).unwrap_err();
+        assert_eq!(error.code(), 400);
+        assert!(error.to_string().contains("field label not supported: data.a"), "{error}");
+        assert_eq!(Filter::parse(configmaps, Some("a in (b"), None).unwrap_err().code(), 400);
+    }
+}
