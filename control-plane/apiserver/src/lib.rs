@@ -2,13 +2,17 @@
 //! ([`handlers`]), requests read as upstream's RequestInfoFactory does ([`request`]), objects as
 //! JSON ([`objects`]); discovery, version and health from keel-api.
 //!
-//! This slice serves JSON over plain HTTP: get, list (limit/continue, resourceVersion), watch,
-//! create, update, delete for every declared resource. TLS, authentication, Table, YAML, patch,
-//! validation per kind, the watch cache and admission come with the rest of issue 4.
+//! Served so far: HTTPS (certificates from [`pki`]) with client-certificate and token
+//! authentication ([`auth`]); JSON bodies; get, list (limit/continue, resourceVersion, label and
+//! field selectors), watch, create, update, patch (JSON and merge) and delete for every declared
+//! resource. Table, YAML, validation per kind, the watch cache and admission come with the rest of
+//! issue 4.
 
+pub mod auth;
 pub mod filter;
 pub mod handlers;
 pub mod objects;
+pub mod pki;
 pub mod request;
 
 use std::convert::Infallible;
@@ -27,6 +31,7 @@ use keel_store::Store;
 use serde_json::{Value, json};
 use tokio::net::TcpListener;
 
+use crate::auth::{Tokens, User};
 use crate::handlers::{Handlers, Query, Reply};
 use crate::request::{Target, Verb};
 
@@ -41,37 +46,66 @@ pub struct ApiServer {
     handlers: Handlers,
     /// `host:port` clients reach this server at (discovery's serverAddressByClientCIDRs).
     address: String,
+    tokens: Tokens,
 }
 
 impl ApiServer {
     /// Prepares a server on `store`, creating the system namespaces.
-    pub async fn new(store: Arc<dyn Store>, address: String) -> Result<Arc<ApiServer>, ApiError> {
-        let server = Arc::new(ApiServer { handlers: Handlers { store }, address });
+    pub async fn new(
+        store: Arc<dyn Store>,
+        address: String,
+        tokens: Tokens,
+    ) -> Result<Arc<ApiServer>, ApiError> {
+        let server = Arc::new(ApiServer { handlers: Handlers { store }, address, tokens });
         server.handlers.ensure_system_namespaces().await?;
         Ok(server)
     }
 
-    /// Serves connections from `listener` (HTTP/1.1 and HTTP/2) until the task is dropped.
-    pub async fn serve(self: Arc<Self>, listener: TcpListener) -> std::io::Result<()> {
+    /// Serves TLS connections from `listener` (HTTP/2 and HTTP/1.1 by ALPN) until the task is
+    /// dropped. A connection's verified client certificate names its user.
+    pub async fn serve(
+        self: Arc<Self>,
+        listener: TcpListener,
+        tls: Arc<rustls::ServerConfig>,
+    ) -> std::io::Result<()> {
+        let acceptor = tokio_rustls::TlsAcceptor::from(tls);
         loop {
-            let (stream, _) = listener.accept().await?;
-            let server = self.clone();
+            let (stream, peer) = listener.accept().await?;
+            let (server, acceptor) = (self.clone(), acceptor.clone());
             tokio::spawn(async move {
+                let stream = match acceptor.accept(stream).await {
+                    Ok(stream) => stream,
+                    Err(error) => {
+                        tracing::debug!(%peer, %error, "TLS handshake failed");
+                        return;
+                    }
+                };
+                let user = stream
+                    .get_ref()
+                    .1
+                    .peer_certificates()
+                    .and_then(|c| c.first())
+                    .and_then(auth::certificate_user);
                 let service = hyper::service::service_fn(move |request| {
-                    let server = server.clone();
-                    async move { Ok::<_, Infallible>(server.handle(request).await) }
+                    let (server, user) = (server.clone(), user.clone());
+                    async move { Ok::<_, Infallible>(server.handle(request, user).await) }
                 });
                 let builder = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new());
                 if let Err(error) = builder.serve_connection(TokioIo::new(stream), service).await {
-                    tracing::debug!(%error, "connection ended");
+                    tracing::debug!(%peer, %error, "connection ended");
                 }
             });
         }
     }
 
-    async fn handle(&self, request: Request<Incoming>) -> Response<Body> {
+    async fn handle(&self, request: Request<Incoming>, certificate_user: Option<User>) -> Response<Body> {
         let (parts, body) = request.into_parts();
         let path = parts.uri.path().to_owned();
+        let authorization = parts.headers.get(header::AUTHORIZATION).and_then(|v| v.to_str().ok());
+        let user = certificate_user.or_else(|| self.tokens.authenticate(authorization));
+        if user.is_none() && !auth::is_public(&path) {
+            return json_response(401, &ApiError::Unauthorized.to_json());
+        }
         let query = parts.uri.query().map(str::to_owned);
         let content_type =
             parts.headers.get(header::CONTENT_TYPE).and_then(|v| v.to_str().ok()).map(str::to_owned);

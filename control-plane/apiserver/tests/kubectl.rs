@@ -1,5 +1,5 @@
-//! kubectl against keel-apiserver on the embedded store (and on etcd), over plain HTTP with JSON bodies: the first
-//! slice of issue 4 (kubectl 1.27 and 1.31; 1.32+ sends protobuf on create, which is issue 5's).
+//! kubectl against keel-apiserver on the embedded store (and on etcd), over HTTPS as the admin, with JSON
+//! bodies: the first slices of issue 4 (kubectl 1.27 and 1.31; 1.32+ sends protobuf on create, which is issue 5's).
 
 use std::path::Path;
 use std::sync::Arc;
@@ -44,17 +44,12 @@ async fn start_on(backend: Backend) -> Result<Cluster> {
     };
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
     let address = listener.local_addr()?.to_string();
-    let server = ApiServer::new(store, address.clone()).await?;
-    let serving = tokio::spawn(server.serve(listener));
+    let pki = keel_apiserver::pki::ensure(&dir.path().join("pki"), &[])?;
+    let tls = keel_apiserver::auth::server_config(&pki)?;
+    let server = ApiServer::new(store, address.clone(), Default::default()).await?;
+    let serving = tokio::spawn(server.serve(listener, tls));
     let kubeconfig = dir.path().join("kubeconfig");
-    std::fs::write(
-        &kubeconfig,
-        format!(
-            "apiVersion: v1\nkind: Config\nclusters:\n- name: keel\n  cluster:\n    server: http://{address}\n\
-             contexts:\n- name: keel\n  context:\n    cluster: keel\n    user: keel\ncurrent-context: keel\n\
-             users:\n- name: keel\n  user: {{}}\n"
-        ),
-    )?;
+    std::fs::write(&kubeconfig, pki.admin_kubeconfig(&format!("https://{address}")))?;
     Ok(Cluster { kubeconfig, _server: serving, _etcd: etcd, _dir: dir })
 }
 

@@ -1,0 +1,147 @@
+//! Authentication: who a request is. A client certificate signed by the cluster CA (CN the user,
+//! O the groups) or a bearer token from `--token-auth-file`; anything else is anonymous and refused
+//! (401) except for the public health and version paths. Authorization arrives with RBAC later.
+
+use std::collections::HashMap;
+use std::path::Path;
+use std::sync::Arc;
+
+use rustls::pki_types::CertificateDer;
+use rustls::pki_types::pem::PemObject;
+use rustls::server::WebPkiClientVerifier;
+use rustls::{RootCertStore, ServerConfig};
+
+use crate::pki::Pki;
+
+/// An authenticated user (`user.Info`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct User {
+    pub name: String,
+    pub uid: String,
+    pub groups: Vec<String>,
+}
+
+/// A failure to set authentication up.
+#[derive(Debug, thiserror::Error)]
+pub enum AuthError {
+    #[error("reading the token file {path}: {source}")]
+    TokenFile { path: String, source: std::io::Error },
+    #[error("token file line {line}: {reason}")]
+    TokenLine { line: usize, reason: &'static str },
+    #[error("TLS setup: {0}")]
+    Tls(String),
+}
+
+/// Bearer tokens from a static token file.
+#[derive(Debug, Default, Clone)]
+pub struct Tokens {
+    users: HashMap<String, User>,
+}
+
+impl Tokens {
+    /// Reads kube-apiserver's CSV format: `token,user,uid[,"group1,group2"]` per line.
+    pub fn from_file(path: &Path) -> Result<Tokens, AuthError> {
+        let text = std::fs::read_to_string(path)
+            .map_err(|source| AuthError::TokenFile { path: path.display().to_string(), source })?;
+        Tokens::parse(&text)
+    }
+
+    pub fn parse(text: &str) -> Result<Tokens, AuthError> {
+        let mut users = HashMap::new();
+        for (i, line) in text.lines().enumerate() {
+            let line = line.trim();
+            if line.is_empty() || line.starts_with('#') {
+                continue;
+            }
+            let bad = |reason| AuthError::TokenLine { line: i + 1, reason };
+            let mut fields = line.splitn(4, ',');
+            let token = fields.next().filter(|t| !t.is_empty()).ok_or_else(|| bad("no token"))?;
+            let name = fields.next().filter(|n| !n.is_empty()).ok_or_else(|| bad("no user name"))?;
+            let uid = fields.next().ok_or_else(|| bad("no uid"))?;
+            let groups = fields
+                .next()
+                .map(|g| {
+                    g.trim_matches('"').split(',').filter(|g| !g.is_empty()).map(str::to_owned).collect()
+                })
+                .unwrap_or_default();
+            users.insert(token.to_owned(), User { name: name.to_owned(), uid: uid.to_owned(), groups });
+        }
+        Ok(Tokens { users })
+    }
+
+    /// The user of an `Authorization: Bearer <token>` header.
+    pub fn authenticate(&self, authorization: Option<&str>) -> Option<User> {
+        let token = authorization?.strip_prefix("Bearer ")?.trim();
+        self.users.get(token).cloned()
+    }
+}
+
+/// The user a verified client certificate names: CN the user, each O a group.
+pub fn certificate_user(certificate: &CertificateDer<'_>) -> Option<User> {
+    let (_, parsed) = x509_parser::parse_x509_certificate(certificate).ok()?;
+    let subject = parsed.subject();
+    let name = subject.iter_common_name().next()?.as_str().ok()?.to_owned();
+    let groups = subject.iter_organization().filter_map(|o| o.as_str().ok().map(str::to_owned)).collect();
+    Some(User { name, uid: String::new(), groups })
+}
+
+/// TLS for serving: the serving certificate, client certificates verified against the cluster CA
+/// but not required (token users come without one), HTTP/2 and HTTP/1.1.
+pub fn server_config(pki: &Pki) -> Result<Arc<ServerConfig>, AuthError> {
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let mut roots = RootCertStore::empty();
+    for ca in CertificateDer::pem_slice_iter(pki.ca_pem.as_bytes()) {
+        roots
+            .add(ca.map_err(|e| AuthError::Tls(e.to_string()))?)
+            .map_err(|e| AuthError::Tls(e.to_string()))?;
+    }
+    let verifier = WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider.clone())
+        .allow_unauthenticated()
+        .build()
+        .map_err(|e| AuthError::Tls(e.to_string()))?;
+    let mut config = ServerConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .map_err(|e| AuthError::Tls(e.to_string()))?
+        .with_client_cert_verifier(verifier)
+        .with_single_cert(pki.serving_chain.clone(), pki.serving_key.clone_key())
+        .map_err(|e| AuthError::Tls(e.to_string()))?;
+    config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
+    Ok(Arc::new(config))
+}
+
+/// Paths anyone may read (kube-apiserver's system:public-info-viewer).
+pub fn is_public(path: &str) -> bool {
+    matches!(path, "/healthz" | "/livez" | "/readyz" | "/version")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn token_file() {
+        let tokens = Tokens::parse("# comment\nabc,alice,1001,\"dev,ops\"\nxyz,bob,1002\n").unwrap();
+        let alice = tokens.authenticate(Some("Bearer abc")).unwrap();
+        assert_eq!(
+            (alice.name.as_str(), alice.groups.as_slice()),
+            ("alice", &["dev".to_owned(), "ops".to_owned()][..])
+        );
+        assert!(tokens.authenticate(Some("Bearer xyz")).unwrap().groups.is_empty());
+        assert!(tokens.authenticate(Some("Bearer nope")).is_none());
+        assert!(tokens.authenticate(Some("Basic abc")).is_none());
+        assert!(Tokens::parse(",alice,1").is_err());
+    }
+
+    #[test]
+    fn admin_certificate_names_its_user() {
+        let dir = tempfile::tempdir().unwrap();
+        let pki = crate::pki::ensure(dir.path(), &[]).unwrap();
+        let der = CertificateDer::from_pem_slice(pki.admin_cert_pem.as_bytes()).unwrap();
+        let user = certificate_user(&der).unwrap();
+        assert_eq!(
+            (user.name.as_str(), user.groups.as_slice()),
+            ("kubernetes-admin", &["system:masters".to_owned()][..])
+        );
+        assert!(server_config(&pki).is_ok());
+    }
+}

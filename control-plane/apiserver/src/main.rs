@@ -1,0 +1,118 @@
+//! keel-apiserver: the Kubernetes API server on the embedded store (in `--data-dir`) or on etcd
+//! (`--etcd-servers`). Flags keep kube-apiserver's names where the meaning is the same.
+
+use std::net::{IpAddr, SocketAddr};
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use anyhow::{Context, Result};
+use clap::Parser;
+use keel_apiserver::ApiServer;
+use keel_apiserver::auth::{self, Tokens};
+use keel_store::Store;
+use keel_store::embedded::{EmbeddedStore, Options};
+use keel_store::etcd::{EtcdOptions, EtcdStore, EtcdTls};
+
+#[derive(Debug, Parser)]
+#[command(name = "keel-apiserver", about = "Keel's Kubernetes API server")]
+struct Flags {
+    /// Where the embedded store, the certificates and admin.kubeconfig live.
+    #[arg(long)]
+    data_dir: PathBuf,
+    /// etcd client URLs, comma-separated; without them the embedded store in --data-dir is used.
+    #[arg(long, value_delimiter = ',')]
+    etcd_servers: Vec<String>,
+    /// Prefix of every key in etcd (keys themselves start with /registry, as kube-apiserver's).
+    #[arg(long, default_value = "")]
+    etcd_prefix: String,
+    #[arg(long)]
+    etcd_cafile: Option<PathBuf>,
+    #[arg(long)]
+    etcd_certfile: Option<PathBuf>,
+    #[arg(long)]
+    etcd_keyfile: Option<PathBuf>,
+    /// The HTTPS port.
+    #[arg(long, default_value_t = 6443)]
+    secure_port: u16,
+    /// The address to listen on.
+    #[arg(long, default_value = "0.0.0.0")]
+    bind_address: IpAddr,
+    /// The address clients are told to use (and the serving certificate names); the bind address
+    /// when it is not 0.0.0.0, else 127.0.0.1.
+    #[arg(long)]
+    advertise_address: Option<IpAddr>,
+    /// Static bearer tokens: `token,user,uid,"group1,group2"` per line.
+    #[arg(long)]
+    token_auth_file: Option<PathBuf>,
+}
+
+async fn open_store(flags: &Flags) -> Result<Arc<dyn Store>> {
+    if flags.etcd_servers.is_empty() {
+        let store = EmbeddedStore::open(Options::new(flags.data_dir.join("store")))?;
+        return Ok(Arc::new(store));
+    }
+    let mut options = EtcdOptions::new(flags.etcd_servers.clone()).prefix(flags.etcd_prefix.clone());
+    if let Some(ca_cert) = &flags.etcd_cafile {
+        let client_cert_and_key = match (&flags.etcd_certfile, &flags.etcd_keyfile) {
+            (Some(cert), Some(key)) => Some((cert.clone(), key.clone())),
+            (None, None) => None,
+            _ => anyhow::bail!("--etcd-certfile and --etcd-keyfile go together"),
+        };
+        options = options.tls(EtcdTls { ca_cert: ca_cert.clone(), client_cert_and_key, domain: None });
+    }
+    Ok(Arc::new(EtcdStore::connect(options).await?))
+}
+
+#[tokio::main]
+async fn main() -> Result<()> {
+    tracing_subscriber::fmt().with_env_filter(tracing_subscriber::EnvFilter::from_default_env()).init();
+    let flags = Flags::parse();
+    std::fs::create_dir_all(&flags.data_dir)
+        .with_context(|| format!("creating {}", flags.data_dir.display()))?;
+    let advertise = flags.advertise_address.unwrap_or(if flags.bind_address.is_unspecified() {
+        IpAddr::from([127, 0, 0, 1])
+    } else {
+        flags.bind_address
+    });
+    let pki = keel_apiserver::pki::ensure(&flags.data_dir.join("pki"), &[advertise.to_string()])?;
+    let tls = auth::server_config(&pki)?;
+    let tokens = match &flags.token_auth_file {
+        Some(path) => Tokens::from_file(path)?,
+        None => Tokens::default(),
+    };
+    let store = open_store(&flags).await?;
+    let listener = tokio::net::TcpListener::bind(SocketAddr::new(flags.bind_address, flags.secure_port))
+        .await
+        .with_context(|| format!("listening on {}:{}", flags.bind_address, flags.secure_port))?;
+    let port = listener.local_addr()?.port();
+    let address = SocketAddr::new(advertise, port).to_string();
+    let kubeconfig = flags.data_dir.join("admin.kubeconfig");
+    write_private(&kubeconfig, &pki.admin_kubeconfig(&format!("https://{address}")))
+        .with_context(|| format!("writing {}", kubeconfig.display()))?;
+    let server = ApiServer::new(store, address.clone(), tokens).await?;
+    println!("keel-apiserver serving https://{address} (admin kubeconfig: {})", kubeconfig.display());
+    tokio::select! {
+        served = server.serve(listener, tls) => served.context("serving")?,
+        _ = tokio::signal::ctrl_c() => {}
+        _ = terminated() => {}
+    }
+    Ok(())
+}
+
+/// The admin kubeconfig holds the admin's key: owner-only.
+fn write_private(path: &std::path::Path, contents: &str) -> std::io::Result<()> {
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
+    let mut file =
+        std::fs::OpenOptions::new().write(true).create(true).truncate(true).mode(0o600).open(path)?;
+    file.write_all(contents.as_bytes())
+}
+
+async fn terminated() {
+    match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+        Ok(mut signal) => {
+            signal.recv().await;
+        }
+        Err(_) => std::future::pending().await,
+    }
+}

@@ -1,0 +1,121 @@
+//! The keel-apiserver binary as an operator runs it: certificates and admin.kubeconfig made on first
+//! start, client-certificate and token authentication, anonymous requests refused but for health,
+//! and everything still there after a restart.
+
+use std::net::SocketAddr;
+use std::path::Path;
+use std::process::Command;
+use std::time::Duration;
+
+use anyhow::{Context, Result, ensure};
+use keel_testbed::kubectl::{self, Kubectl};
+use keel_testbed::loopback::free_port;
+use keel_testbed::process::{Daemon, Readiness};
+
+fn kubectl(kubectl: &Kubectl, kubeconfig: &Path, args: &[&str]) -> Result<(bool, String, String)> {
+    let output = kubectl.command().arg("--kubeconfig").arg(kubeconfig).args(args).output()?;
+    Ok((
+        output.status.success(),
+        String::from_utf8_lossy(&output.stdout).into_owned(),
+        String::from_utf8_lossy(&output.stderr).into_owned(),
+    ))
+}
+
+/// `GET path` over TLS with no credentials: the status code and the body.
+fn anonymous_get(address: SocketAddr, ca: &Path, path: &str) -> Result<(u16, String)> {
+    use rustls::pki_types::{CertificateDer, ServerName, pem::PemObject};
+    use std::io::{Read, Write};
+    use std::sync::Arc;
+    let mut roots = rustls::RootCertStore::empty();
+    roots.add(CertificateDer::from_pem_file(ca)?)?;
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let config = rustls::ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()?
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    let mut connection =
+        rustls::ClientConnection::new(Arc::new(config), ServerName::try_from("127.0.0.1")?.to_owned())?;
+    let mut socket = std::net::TcpStream::connect(address)?;
+    let mut tls = rustls::Stream::new(&mut connection, &mut socket);
+    write!(tls, "GET {path} HTTP/1.1\r\nHost: {address}\r\nConnection: close\r\n\r\n")?;
+    let mut response = Vec::new();
+    match tls.read_to_end(&mut response) {
+        Ok(_) => {}
+        // The server may close without close_notify once the response is sent.
+        Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => {}
+        Err(e) => return Err(e.into()),
+    }
+    let text = String::from_utf8_lossy(&response).into_owned();
+    let status = text.split(' ').nth(1).and_then(|s| s.parse().ok()).context("no status line")?;
+    let body = text.split_once("\r\n\r\n").map(|(_, b)| b.to_owned()).unwrap_or_default();
+    Ok((status, body))
+}
+
+/// A kubeconfig for `server` trusting the cluster CA, with a token.
+fn kubeconfig(path: &Path, server: &str, ca: &Path, token: Option<&str>) -> Result<()> {
+    let user = token.map_or_else(|| "{}".to_owned(), |t| format!("\n    token: {t}"));
+    std::fs::write(
+        path,
+        format!(
+            "apiVersion: v1\nkind: Config\nclusters:\n- name: keel\n  cluster:\n    server: {server}\n    \
+             certificate-authority: {}\ncontexts:\n- name: c\n  context:\n    cluster: keel\n    user: u\n\
+             current-context: c\nusers:\n- name: u\n  user: {user}\n",
+            ca.display()
+        ),
+    )?;
+    Ok(())
+}
+
+#[test]
+fn serves_https_with_authentication_and_survives_a_restart() -> Result<()> {
+    let kubectl_31 = kubectl::minor(31)?;
+    let dir = tempfile::tempdir()?;
+    let data = dir.path().join("data");
+    let tokens = dir.path().join("tokens.csv");
+    std::fs::write(&tokens, "s3cret,alice,1001,\"dev,ops\"\n")?;
+    let port = free_port()?;
+    let mut command = Command::new(env!("CARGO_BIN_EXE_keel-apiserver"));
+    command
+        .arg("--data-dir")
+        .arg(&data)
+        .args(["--bind-address", "127.0.0.1", "--secure-port", &port.to_string()])
+        .arg("--token-auth-file")
+        .arg(&tokens);
+    let address = SocketAddr::from(([127, 0, 0, 1], port));
+    let mut server =
+        Daemon::start("keel-apiserver", command, Readiness::Tcp(address), Duration::from_secs(30))?;
+
+    let admin = data.join("admin.kubeconfig");
+    use std::os::unix::fs::PermissionsExt;
+    ensure!(
+        std::fs::metadata(&admin)?.permissions().mode() & 0o077 == 0,
+        "admin.kubeconfig is readable by others"
+    );
+    let (ok, _, err) = kubectl(&kubectl_31, &admin, &["create", "namespace", "kept"])?;
+    ensure!(ok, "creating as the admin: {err}");
+
+    let server_url = format!("https://{address}");
+    let ca = data.join("pki").join("ca.crt");
+    let token = dir.path().join("token.kubeconfig");
+    kubeconfig(&token, &server_url, &ca, Some("s3cret"))?;
+    let (ok, out, err) = kubectl(&kubectl_31, &token, &["get", "namespaces", "-o", "name"])?;
+    ensure!(ok && out.contains("namespace/kept"), "listing with a token: {out}{err}");
+
+    // Without credentials (kubectl would prompt for a password, so a plain TLS client asks).
+    let (status, body) = anonymous_get(address, &ca, "/api/v1/namespaces")?;
+    ensure!(status == 401 && body.contains(r#""reason":"Unauthorized""#), "{status} {body}");
+    let (status, body) = anonymous_get(address, &ca, "/healthz")?;
+    ensure!(status == 200 && body == "ok", "{status} {body}");
+    let wrong = dir.path().join("wrong.kubeconfig");
+    kubeconfig(&wrong, &server_url, &ca, Some("guess"))?;
+    let (ok, _, err) = kubectl(&kubectl_31, &wrong, &["get", "namespaces"])?;
+    ensure!(!ok && err.contains("Unauthorized"), "a wrong token: {err}");
+
+    // A restart keeps the store and the CA: the same kubeconfigs work and the namespace is there.
+    server.restart().context("restarting keel-apiserver")?;
+    let (ok, out, err) = kubectl(&kubectl_31, &admin, &["get", "namespace", "kept", "-o", "name"])?;
+    ensure!(ok && out.trim() == "namespace/kept", "after the restart: {out}{err}");
+    let (ok, _, err) = kubectl(&kubectl_31, &token, &["get", "namespaces"])?;
+    ensure!(ok, "the token after the restart: {err}");
+    Ok(())
+}
