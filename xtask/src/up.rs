@@ -5,8 +5,8 @@
 //! and one namespace per node, as `kind` has containers) and what runs in it. The supervisor is the
 //! children's subreaper, so nothing it starts is left unreaped. `down` asks it to stop (SIGTERM): it drops
 //! its fixtures, which remove their processes, namespaces, mounts and files. Whatever a crashed
-//! supervisor left is swept by name (`keel-up-*`). Later issues add keel-server, keel-kubelet, keel-shim
-//! and keel-proxy to what the supervisor starts.
+//! supervisor left is swept by name (`keel-up-*`). The supervisor starts keel-apiserver (embedded store)
+//! on the fabric; later issues add the scheduler, controllers, keel-kubelet, keel-shim and keel-proxy.
 
 use std::fs;
 use std::net::{Ipv4Addr, SocketAddr};
@@ -16,6 +16,7 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
+use keel_testbed::process::{Daemon, Readiness};
 use keel_testbed::registry::{self, Registry};
 use keel_testbed::{Fabric, Forwarder, images, netns};
 use nix::sys::signal::{SigSet, Signal};
@@ -39,6 +40,9 @@ pub struct UpArgs {
     /// Port on the machine's loopback forwarded to the cluster's image registry (0: any free port).
     #[arg(long, default_value_t = 5000)]
     pub registry_port: u16,
+    /// Port on the machine's loopback forwarded to keel-apiserver (0: any free port).
+    #[arg(long, default_value_t = 6443)]
+    pub apiserver_port: u16,
 }
 
 #[derive(Debug, clap::Args)]
@@ -54,6 +58,8 @@ pub struct SuperviseArgs {
     pub nodes: u32,
     #[arg(long)]
     pub registry_port: u16,
+    #[arg(long)]
+    pub apiserver_port: u16,
     #[command(flatten)]
     pub instance: Instance,
 }
@@ -131,6 +137,7 @@ pub fn up(args: &UpArgs) -> Result<()> {
     command
         .args(["supervise", "--nodes", &args.nodes.to_string(), "--name", &instance.name])
         .args(["--registry-port", &args.registry_port.to_string()])
+        .args(["--apiserver-port", &args.apiserver_port.to_string()])
         // Images `up` builds live with its state, so `down` removes them too.
         .env("KEEL_TESTBED_CACHE", dir.join("image-cache"))
         .current_dir(util::workspace_root())
@@ -188,8 +195,19 @@ fn print_state(state: &serde_json::Value, log_path: &Path, instance: &Instance) 
     let (cluster, local) = (text(&registry["cluster_address"]), text(&registry["local_address"]));
     let image = text(&registry["images"][0]);
     println!("  image registry: {cluster} on the fabric ({local} from this machine), holding {image}");
-    println!("Nothing of the control plane or node agents exists yet: later issues add them to `up`.");
+    let apiserver = &state["apiserver"];
+    println!(
+        "  keel-apiserver (embedded store): https://{} on the fabric (https://{} from this machine)",
+        text(&apiserver["cluster_address"]),
+        text(&apiserver["local_address"])
+    );
+    let kubeconfig = text(&apiserver["kubeconfig"]);
+    println!("  kubeconfig: {kubeconfig}");
+    println!(
+        "Node agents (kubelet, runtime, proxy, CNI) are not started yet: later issues add them to `up`."
+    );
     println!("Try:");
+    println!("  kubectl --kubeconfig {kubeconfig} get namespaces");
     if let Some(node) = state["nodes"].get(0) {
         println!("  nsenter --net=/run/netns/{} ip address show eth0", text(&node["netns"]));
     }
@@ -232,6 +250,34 @@ pub fn supervise(args: &SuperviseArgs) -> Result<()> {
         registry_addr,
     )
     .context("forward the registry to the machine's loopback (is the port free? see --registry-port)")?;
+    // keel-apiserver on the embedded store, on the fabric where every node reaches it; the machine's
+    // kubectl reaches it through a forwarder on its loopback, with a kubeconfig naming that address.
+    let dir = args.instance.state_dir();
+    let apiserver_addr = SocketAddr::from((fabric.gateway(), 6443));
+    let apiserver_data = dir.join("apiserver");
+    let binary = built_binary("keel-apiserver")?;
+    let mut command = fabric.ns().command(&binary);
+    command.arg("--data-dir").arg(&apiserver_data).args([
+        "--bind-address",
+        &fabric.gateway().to_string(),
+        "--secure-port",
+        "6443",
+    ]);
+    let ready = Readiness::InNetNs(fabric.ns().fd().clone(), Box::new(Readiness::Tcp(apiserver_addr)));
+    let apiserver = Daemon::start("keel-apiserver", command, ready, Duration::from_secs(60))?;
+    let api_forwarder = Forwarder::start_on(
+        SocketAddr::from((Ipv4Addr::LOCALHOST, args.apiserver_port)),
+        fabric.ns().fd(),
+        apiserver_addr,
+    )
+    .context("forward keel-apiserver to the machine's loopback (is the port free? see --apiserver-port)")?;
+    let kubeconfig = dir.join("kubeconfig");
+    write_local_kubeconfig(
+        &apiserver_data.join("admin.kubeconfig"),
+        &kubeconfig,
+        apiserver_addr,
+        api_forwarder.local_addr(),
+    )?;
     let busybox = images::busybox_image()?;
     registry::push_oci_layout_to(
         &forwarder.local_addr().to_string(),
@@ -250,13 +296,18 @@ pub fn supervise(args: &SuperviseArgs) -> Result<()> {
             "busybox_digest": busybox.manifest_digest()?,
             "pid": registry.pid(),
         },
+        "apiserver": {
+            "cluster_address": apiserver_addr.to_string(),
+            "local_address": api_forwarder.local_addr().to_string(),
+            "kubeconfig": kubeconfig.display().to_string(),
+            "pid": apiserver.pid(),
+        },
         "nodes": nodes.iter().enumerate().map(|(i, node)| json!({
             "name": format!("node{}", i + 1),
             "netns": node.name(),
             "address": node.address().to_string(),
         })).collect::<Vec<_>>(),
     });
-    let dir = args.instance.state_dir();
     let tmp = dir.join("state.json.tmp");
     fs::write(&tmp, serde_json::to_vec_pretty(&state)?).context("write the state file")?;
     fs::rename(&tmp, dir.join("state.json")).context("publish the state file")?;
@@ -266,11 +317,56 @@ pub fn supervise(args: &SuperviseArgs) -> Result<()> {
     eprintln!("supervisor: {signal:?}: stopping");
     drop(forwarder);
     drop(registry);
+    drop(api_forwarder);
+    drop(apiserver);
     drop(nodes);
     drop(fabric);
     let _ = fs::remove_file(dir.join("state.json"));
     eprintln!("supervisor: stopped");
     Ok(())
+}
+
+/// A workspace binary `up` built (`cargo build --bins`), in the target directory cargo uses.
+fn built_binary(name: &str) -> Result<PathBuf> {
+    let target = std::env::var_os("CARGO_TARGET_DIR")
+        .map_or_else(|| util::workspace_root().join("target"), PathBuf::from);
+    let path = target.join("debug").join(name);
+    if !path.exists() {
+        bail!(
+            "{} is not built: run `cargo build --workspace --bins` (or `cargo xtask up` without --no-build)",
+            path.display()
+        );
+    }
+    Ok(path)
+}
+
+/// The apiserver's admin kubeconfig with the machine's forwarded address instead of the fabric's
+/// (the serving certificate names 127.0.0.1 too). It waits for the apiserver to have written it.
+fn write_local_kubeconfig(
+    admin: &Path,
+    local: &Path,
+    cluster: SocketAddr,
+    forwarded: SocketAddr,
+) -> Result<()> {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let text = loop {
+        match fs::read_to_string(admin) {
+            Ok(text) => break text,
+            Err(_) if Instant::now() < deadline => std::thread::sleep(Duration::from_millis(20)),
+            Err(error) => return Err(error).with_context(|| format!("read {}", admin.display())),
+        }
+    };
+    let text = text.replace(&format!("https://{cluster}"), &format!("https://{forwarded}"));
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
+    let mut file = fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(0o600)
+        .open(local)
+        .with_context(|| format!("create {}", local.display()))?;
+    file.write_all(text.as_bytes()).with_context(|| format!("write {}", local.display()))
 }
 
 pub fn down(instance: &Instance) -> Result<()> {

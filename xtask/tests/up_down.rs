@@ -47,7 +47,18 @@ fn up_starts_the_cluster_network_and_down_removes_everything() {
     let name = keel_testbed::unique_prefix();
     let guard = Down(name.clone());
 
-    let out = xtask(&["up", "--no-build", "--nodes", "2", "--name", &name, "--registry-port", "0"]);
+    let out = xtask(&[
+        "up",
+        "--no-build",
+        "--nodes",
+        "2",
+        "--name",
+        &name,
+        "--registry-port",
+        "0",
+        "--apiserver-port",
+        "0",
+    ]);
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(out.status.success(), "up failed: {stdout}\n{}", String::from_utf8_lossy(&out.stderr));
     assert!(stdout.contains("Keel is up"), "{stdout}");
@@ -91,6 +102,20 @@ fn up_starts_the_cluster_network_and_down_removes_everything() {
     assert!(inspect.contains(digest), "{inspect}");
     drop((listener, node1, node2));
 
+    // keel-apiserver answers kubectl on the machine through the kubeconfig `up` printed.
+    let kubeconfig = state["apiserver"]["kubeconfig"].as_str().unwrap();
+    assert!(stdout.contains(&format!("kubectl --kubeconfig {kubeconfig} get namespaces")), "{stdout}");
+    let get = keel_testbed::kubectl::minor(31)
+        .unwrap()
+        .command()
+        .args(["--kubeconfig", kubeconfig, "get", "namespaces", "-o", "name"])
+        .output()
+        .unwrap();
+    let namespaces = String::from_utf8_lossy(&get.stdout);
+    assert!(namespaces.contains("namespace/default"), "{namespaces}{}", String::from_utf8_lossy(&get.stderr));
+    let apiserver_pid = u32::try_from(state["apiserver"]["pid"].as_u64().unwrap()).unwrap();
+    let apiserver_local = state["apiserver"]["local_address"].as_str().unwrap().to_owned();
+
     let out = xtask(&["down", "--name", &name]);
     assert!(out.status.success(), "down failed: {}", String::from_utf8_lossy(&out.stderr));
     assert!(String::from_utf8_lossy(&out.stdout).contains(&format!("supervisor (pid {supervisor})")));
@@ -102,6 +127,8 @@ fn up_starts_the_cluster_network_and_down_removes_everything() {
     assert!(!state_dir.exists());
     assert!(!keel_testbed::pid_alive(registry_pid), "the registry outlived down");
     assert!(std::net::TcpStream::connect(local).is_err(), "the registry forwarder still listens");
+    assert!(!keel_testbed::pid_alive(apiserver_pid), "keel-apiserver outlived down");
+    assert!(std::net::TcpStream::connect(&apiserver_local).is_err(), "the apiserver forwarder still listens");
 
     // A second `down` finds nothing to do.
     std::mem::forget(guard);
