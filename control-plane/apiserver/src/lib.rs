@@ -11,6 +11,7 @@
 pub mod auth;
 pub mod filter;
 pub mod handlers;
+pub mod negotiate;
 pub mod objects;
 pub mod pki;
 pub mod request;
@@ -33,6 +34,7 @@ use tokio::net::TcpListener;
 
 use crate::auth::{Tokens, User};
 use crate::handlers::{Handlers, Query, Reply};
+use crate::negotiate::Format;
 use crate::request::{Target, Verb};
 
 type Body = UnsyncBoxBody<Bytes, Infallible>;
@@ -109,9 +111,22 @@ impl ApiServer {
         let query = parts.uri.query().map(str::to_owned);
         let content_type =
             parts.headers.get(header::CONTENT_TYPE).and_then(|v| v.to_str().ok()).map(str::to_owned);
+        let accept = parts.headers.get(header::ACCEPT).and_then(|v| v.to_str().ok()).map(str::to_owned);
+        // Tables are produced for resources (not discovery); until table rendering lands they are
+        // answered as plain JSON, which every client falls back to.
+        let format = match negotiate::response_format(accept.as_deref(), true) {
+            Ok(format) => format,
+            Err(error) => return json_response(error.code(), &error.to_json()),
+        };
         let result = self.route(&parts.method, &path, query.as_deref(), content_type.as_deref(), body).await;
         match result {
+            Ok(Reply::Json(code, value)) if format == Format::Yaml => yaml_response(code, &value),
             Ok(Reply::Json(code, value)) => json_response(code, &value),
+            Ok(Reply::Watch(_)) if format == Format::Yaml => {
+                let error =
+                    ApiError::NotAcceptable("watch streams are served in application/json only".into());
+                json_response(error.code(), &error.to_json())
+            }
             Ok(Reply::Watch(stream)) => {
                 let body = StreamBody::new(stream.map(|chunk| Ok::<_, Infallible>(Frame::data(chunk))));
                 Response::builder()
@@ -207,6 +222,20 @@ fn version() -> Value {
         "gitCommit": "", "gitTreeState": "clean", "buildDate": "1970-01-01T00:00:00Z",
         "goVersion": "", "compiler": "rustc", "platform": "linux/amd64"
     })
+}
+
+fn yaml_response(code: u16, value: &Value) -> Response<Body> {
+    if let Value::String(_) = value {
+        return json_response(code, value);
+    }
+    match serde_yaml_ng::to_string(value) {
+        Ok(text) => Response::builder()
+            .status(StatusCode::from_u16(code).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR))
+            .header(header::CONTENT_TYPE, "application/yaml")
+            .body(BodyExt::boxed_unsync(Full::new(Bytes::from(text))))
+            .unwrap_or_else(|_| json_response(500, &json!({}))),
+        Err(_) => json_response(code, value),
+    }
 }
 
 fn json_response(code: u16, value: &Value) -> Response<Body> {

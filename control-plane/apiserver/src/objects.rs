@@ -6,23 +6,21 @@ use keel_api::resources::Resource;
 use keel_api::status::{ApiError, FieldError};
 use serde_json::{Map, Value, json};
 
+use crate::negotiate::{self, BodyType};
+
 /// The largest request body accepted (kube-apiserver's 3 MiB); more is 413.
 pub const MAX_BODY_BYTES: usize = 3 * 1024 * 1024;
 
-/// Parses a request body; no Content-Type means JSON (the Python client sends none).
+/// Parses a request body (JSON or YAML); no Content-Type means JSON (the Python client sends none).
 pub fn decode(body: &[u8], content_type: Option<&str>) -> Result<Value, ApiError> {
-    let media = content_type.map(|c| c.split(';').next().unwrap_or(c).trim().to_ascii_lowercase());
-    match media.as_deref() {
-        None | Some("application/json" | "*/*" | "") => {}
-        Some(other) => {
-            return Err(ApiError::UnsupportedMediaType(format!(
-                "the body of the request was in an unknown format ({other}) - accepted media types include: application/json"
-            )));
-        }
-    }
-    let value: Value = serde_json::from_slice(body).map_err(|e| {
-        ApiError::BadRequest(format!("the object provided is unrecognized: json parse error: {e}"))
-    })?;
+    let value: Value = match negotiate::body_type(content_type)? {
+        BodyType::Json => serde_json::from_slice(body).map_err(|e| {
+            ApiError::BadRequest(format!("the object provided is unrecognized: json parse error: {e}"))
+        })?,
+        BodyType::Yaml => serde_yaml_ng::from_slice(body).map_err(|e| {
+            ApiError::BadRequest(format!("the object provided is unrecognized: yaml parse error: {e}"))
+        })?,
+    };
     if !value.is_object() {
         return Err(ApiError::BadRequest("the object provided is not a JSON object".into()));
     }
@@ -246,6 +244,13 @@ mod tests {
         assert_eq!(decode(b"{", None).unwrap_err().code(), 400);
         assert_eq!(decode(b"[]", None).unwrap_err().code(), 400);
         assert_eq!(decode(b"a: b", Some("text/plain")).unwrap_err().code(), 415);
+        let yaml = decode(
+            b"apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: y\ndata:\n  a: b\n",
+            Some("application/yaml"),
+        )
+        .unwrap();
+        assert_eq!(yaml["data"]["a"], "b");
+        assert_eq!(decode(b"a: [", Some("application/yaml")).unwrap_err().code(), 400);
     }
 
     #[test]

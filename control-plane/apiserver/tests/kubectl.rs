@@ -150,6 +150,9 @@ async fn crud_with(minor: u32, backend: Backend) -> Result<()> {
     let (success, _, err) = run(&kubectl, k, &["get", "cm", "--field-selector", "data.a=b"]).await?;
     ensure!(!success && err.contains("field label not supported: data.a"), "{err}");
 
+    let printed = ok(&kubectl, k, &["get", "cm", "cfg", "-n", "team-a", "-o", "yaml"]).await?;
+    ensure!(printed.contains("tier: web"), "{printed}");
+
     // Pagination: kubectl lists in chunks of one, following continue tokens.
     let chunked = ok(&kubectl, k, &["get", "namespaces", "--chunk-size=1", "-o", "name"]).await?;
     ensure!(chunked.lines().count() == 5, "{chunked}");

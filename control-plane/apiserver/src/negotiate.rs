@@ -1,0 +1,111 @@
+//! Content negotiation as kube-apiserver does it: which media type a request body is in
+//! (Content-Type) and which one the response is wanted in (Accept, in the client's order), including
+//! the Table form `application/json;as=Table;v=v1;g=meta.k8s.io` that `kubectl get` asks for.
+
+use keel_api::status::ApiError;
+
+/// A response form the server can produce.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Format {
+    Json,
+    Yaml,
+    /// A meta.k8s.io/v1 Table (JSON).
+    Table,
+}
+
+/// The media types request bodies may be in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BodyType {
+    Json,
+    Yaml,
+}
+
+fn media(value: &str) -> (String, Vec<(String, String)>) {
+    let mut parts = value.split(';');
+    let media = parts.next().unwrap_or_default().trim().to_ascii_lowercase();
+    let params = parts
+        .filter_map(|p| p.split_once('='))
+        .map(|(k, v)| (k.trim().to_ascii_lowercase(), v.trim().trim_matches('"').to_owned()))
+        .collect();
+    (media, params)
+}
+
+/// The type of a request body; no Content-Type is JSON (the Python client sends none).
+pub fn body_type(content_type: Option<&str>) -> Result<BodyType, ApiError> {
+    let Some(content_type) = content_type else { return Ok(BodyType::Json) };
+    match media(content_type).0.as_str() {
+        "application/json" | "" | "*/*" => Ok(BodyType::Json),
+        "application/yaml" => Ok(BodyType::Yaml),
+        other => Err(ApiError::UnsupportedMediaType(format!(
+            "the body of the request was in an unknown format ({other}) - accepted media types include: application/json, application/yaml"
+        ))),
+    }
+}
+
+/// The response form for `accept`: the first entry (by order, q=0 excluded) the server produces.
+/// `table_allowed` is false where upstream serves no Table (single-object subresources, discovery).
+pub fn response_format(accept: Option<&str>, table_allowed: bool) -> Result<Format, ApiError> {
+    let Some(accept) = accept.filter(|a| !a.trim().is_empty()) else { return Ok(Format::Json) };
+    for entry in accept.split(',') {
+        let (media, params) = media(entry);
+        let param = |name: &str| params.iter().find(|(k, _)| k == name).map(|(_, v)| v.as_str());
+        if param("q").is_some_and(|q| q.parse::<f32>().is_ok_and(|q| q <= 0.0)) {
+            continue;
+        }
+        let format = match media.as_str() {
+            "application/json" => match param("as") {
+                None => Some(Format::Json),
+                Some("Table")
+                    if table_allowed
+                        && param("g") == Some("meta.k8s.io")
+                        && matches!(param("v"), Some("v1" | "v1beta1")) =>
+                {
+                    Some(Format::Table)
+                }
+                // Other `as=` forms (PartialObjectMetadata, discovery lists) are not produced yet.
+                Some(_) => None,
+            },
+            "application/yaml" => Some(Format::Yaml),
+            "*/*" | "application/*" => Some(Format::Json),
+            _ => None,
+        };
+        if let Some(format) = format {
+            return Ok(format);
+        }
+    }
+    Err(ApiError::NotAcceptable(format!(
+        "only the following media types are accepted: application/json, application/yaml (asked for {accept})"
+    )))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn kubectl_get_asks_for_a_table_first() {
+        let accept = "application/json;as=Table;v=v1;g=meta.k8s.io,application/json;as=Table;v=v1beta1;g=meta.k8s.io,application/json";
+        assert_eq!(response_format(Some(accept), true).unwrap(), Format::Table);
+        assert_eq!(response_format(Some(accept), false).unwrap(), Format::Json);
+        assert_eq!(response_format(None, true).unwrap(), Format::Json);
+        assert_eq!(response_format(Some("application/yaml"), true).unwrap(), Format::Yaml);
+        assert_eq!(response_format(Some("text/html, */*;q=0.8"), true).unwrap(), Format::Json);
+        assert_eq!(
+            response_format(Some("application/yaml;q=0, application/json"), true).unwrap(),
+            Format::Json
+        );
+        assert_eq!(response_format(Some("text/html"), true).unwrap_err().code(), 406);
+        // Protobuf (issue 5) is skipped for the next acceptable entry, as kubectl 1.32+ lists it first.
+        assert_eq!(
+            response_format(Some("application/vnd.kubernetes.protobuf, application/json"), true).unwrap(),
+            Format::Json
+        );
+    }
+
+    #[test]
+    fn bodies() {
+        assert_eq!(body_type(None).unwrap(), BodyType::Json);
+        assert_eq!(body_type(Some("application/yaml; charset=utf-8")).unwrap(), BodyType::Yaml);
+        assert_eq!(body_type(Some("application/vnd.kubernetes.protobuf")).unwrap_err().code(), 415);
+    }
+}

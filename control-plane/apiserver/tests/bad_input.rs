@@ -1,0 +1,119 @@
+//! What a client sending something wrong gets: Kubernetes' status code and reason, and nothing kept
+//! in the store. Also YAML bodies and responses, and content negotiation.
+
+mod common;
+
+use anyhow::{Result, ensure};
+use common::Server;
+use serde_json::Value;
+
+const CM: &str = "/api/v1/namespaces/default/configmaps";
+
+fn reason(body: &str) -> String {
+    serde_json::from_str::<Value>(body)
+        .ok()
+        .and_then(|v| v["reason"].as_str().map(str::to_owned))
+        .unwrap_or_default()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_requests_get_kubernetes_answers_and_change_nothing() -> Result<()> {
+    let server = Server::start().await?;
+    let json = [("Content-Type", "application/json")];
+    // (what, headers, body, expected code, expected reason)
+    type Case<'a> = (&'a str, &'a [(&'a str, &'a str)], &'a [u8], u16, &'a str);
+    let cases: &[Case<'_>] = &[
+        ("malformed JSON", &json, b"{\"metadata\": ", 400, "BadRequest"),
+        (
+            "a kind that does not match the URL",
+            &json,
+            br#"{"kind":"Secret","apiVersion":"v1","metadata":{"name":"a"}}"#,
+            400,
+            "BadRequest",
+        ),
+        (
+            "an apiVersion that does not match",
+            &json,
+            br#"{"kind":"ConfigMap","apiVersion":"apps/v1","metadata":{"name":"a"}}"#,
+            400,
+            "BadRequest",
+        ),
+        ("an invalid name", &json, br#"{"metadata":{"name":"Not_Valid"}}"#, 422, "Invalid"),
+        ("no name", &json, br#"{"metadata":{}}"#, 422, "Invalid"),
+        (
+            "another namespace in the body",
+            &json,
+            br#"{"metadata":{"name":"a","namespace":"kube-system"}}"#,
+            400,
+            "BadRequest",
+        ),
+        (
+            "protobuf (issue 5)",
+            &[("Content-Type", "application/vnd.kubernetes.protobuf")],
+            b"k8s\0",
+            415,
+            "UnsupportedMediaType",
+        ),
+        ("malformed YAML", &[("Content-Type", "application/yaml")], b"metadata: [", 400, "BadRequest"),
+    ];
+    for (what, headers, body, code, expected) in cases {
+        let (status, _, answer) = server.request("POST", CM, headers, body).await?;
+        ensure!(status == *code && reason(&answer) == *expected, "{what}: {status} {answer}");
+    }
+    let huge = vec![b' '; 3 * 1024 * 1024 + 1];
+    let (status, _, answer) = server.request("POST", CM, &json, &huge).await?;
+    ensure!(status == 413 && reason(&answer) == "RequestEntityTooLarge", "{status} {answer}");
+    let (status, _, answer) = server.request("GET", CM, &[("Accept", "text/html")], b"").await?;
+    ensure!(status == 406 && reason(&answer) == "NotAcceptable", "{status} {answer}");
+    let (status, _, answer) = server.request("GET", "/api/v1/widgets", &[], b"").await?;
+    ensure!(status == 404 && reason(&answer) == "NotFound", "{status} {answer}");
+    let (status, _, answer) = server.request("GET", &format!("{CM}?limit=x"), &[], b"").await?;
+    ensure!(status == 400, "{status} {answer}");
+    let (status, _, answer) =
+        server.request("GET", &format!("{CM}?labelSelector=a%20in%20(b"), &[], b"").await?;
+    ensure!(status == 400 && answer.contains("unable to parse requirement"), "{status} {answer}");
+
+    // Nothing of any of it was kept.
+    let (status, _, list) = server.request("GET", CM, &[], b"").await?;
+    let list: Value = serde_json::from_str(&list)?;
+    ensure!(status == 200 && list["items"].as_array().is_some_and(Vec::is_empty), "{list}");
+
+    // A stale resourceVersion on update: 409 Conflict, and the object keeps its value.
+    let (status, _, created) =
+        server.request("POST", CM, &json, br#"{"metadata":{"name":"c"},"data":{"v":"1"}}"#).await?;
+    ensure!(status == 201, "{created}");
+    let mut object: Value = serde_json::from_str(&created)?;
+    object["data"]["v"] = "2".into();
+    let (status, _, _) =
+        server.request("PUT", &format!("{CM}/c"), &json, object.to_string().as_bytes()).await?;
+    ensure!(status == 200);
+    object["data"]["v"] = "3".into();
+    let (status, _, answer) =
+        server.request("PUT", &format!("{CM}/c"), &json, object.to_string().as_bytes()).await?;
+    ensure!(status == 409 && reason(&answer) == "Conflict", "{status} {answer}");
+    let (_, _, current) = server.request("GET", &format!("{CM}/c"), &[], b"").await?;
+    ensure!(serde_json::from_str::<Value>(&current)?["data"]["v"] == "2", "{current}");
+    let (status, _, answer) =
+        server.request("PUT", &format!("{CM}/other"), &json, object.to_string().as_bytes()).await?;
+    ensure!(status == 400 && answer.contains("does not match the name on the URL"), "{status} {answer}");
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn yaml_in_and_out() -> Result<()> {
+    let server = Server::start().await?;
+    let yaml = b"apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: from-yaml\n  labels:\n    a: b\ndata:\n  key: value\n";
+    let (status, content_type, body) = server
+        .request("POST", CM, &[("Content-Type", "application/yaml"), ("Accept", "application/yaml")], yaml)
+        .await?;
+    ensure!(status == 201 && content_type.starts_with("application/yaml"), "{status} {content_type} {body}");
+    let object: Value = serde_yaml_ng::from_str(&body)?;
+    ensure!(object["data"]["key"] == "value" && object["metadata"]["uid"].is_string(), "{body}");
+    let (status, content_type, body) = server.request("GET", &format!("{CM}/from-yaml"), &[], b"").await?;
+    ensure!(status == 200 && content_type.starts_with("application/json"), "{content_type}");
+    ensure!(serde_json::from_str::<Value>(&body)?["metadata"]["labels"]["a"] == "b", "{body}");
+    let (status, _, body) =
+        server.request("GET", &format!("{CM}?watch=true"), &[("Accept", "application/yaml")], b"").await?;
+    ensure!(status == 406, "{status} {body}");
+    Ok(())
+}

@@ -1,0 +1,115 @@
+//! A server on a loopback port for tests, and a plain HTTPS client that sends exactly what a test
+//! says (kubectl would normalise bodies and headers).
+
+#![allow(dead_code, reason = "each test binary uses part of it")]
+
+use std::io::{Read, Write};
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use anyhow::{Context, Result};
+use keel_apiserver::ApiServer;
+use keel_apiserver::pki::Pki;
+use keel_store::Store;
+use keel_store::embedded::{EmbeddedStore, Options};
+use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName, pem::PemObject};
+
+/// keel-apiserver on the embedded store in a temp dir.
+pub struct Server {
+    pub address: SocketAddr,
+    pub pki: Pki,
+    pub dir: tempfile::TempDir,
+    _serving: tokio::task::JoinHandle<std::io::Result<()>>,
+}
+
+impl Server {
+    pub async fn start() -> Result<Server> {
+        let dir = tempfile::tempdir()?;
+        let store: Arc<dyn Store> = Arc::new(EmbeddedStore::open(Options::new(dir.path().join("data")))?);
+        Server::start_on(store, dir).await
+    }
+
+    pub async fn start_on(store: Arc<dyn Store>, dir: tempfile::TempDir) -> Result<Server> {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+        let address = listener.local_addr()?;
+        let pki = keel_apiserver::pki::ensure(&dir.path().join("pki"), &[])?;
+        let tls = keel_apiserver::auth::server_config(&pki)?;
+        let server = ApiServer::new(store, address.to_string(), Default::default()).await?;
+        let serving = tokio::spawn(server.serve(listener, tls));
+        Ok(Server { address, pki, dir, _serving: serving })
+    }
+
+    /// One request as the admin; returns status, content type and body.
+    pub async fn request(
+        &self,
+        method: &str,
+        path: &str,
+        headers: &[(&str, &str)],
+        body: &[u8],
+    ) -> Result<(u16, String, String)> {
+        let (address, pki_ca, cert, key) = (
+            self.address,
+            self.pki.ca_pem.clone(),
+            self.pki.admin_cert_pem.clone(),
+            self.pki.admin_key_pem.clone(),
+        );
+        let (method, path, body) = (method.to_owned(), path.to_owned(), body.to_vec());
+        let headers: Vec<(String, String)> =
+            headers.iter().map(|(k, v)| ((*k).to_owned(), (*v).to_owned())).collect();
+        tokio::task::spawn_blocking(move || {
+            blocking_request(address, &pki_ca, &cert, &key, &method, &path, &headers, &body)
+        })
+        .await?
+    }
+}
+
+#[expect(clippy::too_many_arguments, reason = "a test helper spelling out one HTTP request")]
+fn blocking_request(
+    address: SocketAddr,
+    ca: &str,
+    cert: &str,
+    key: &str,
+    method: &str,
+    path: &str,
+    headers: &[(String, String)],
+    body: &[u8],
+) -> Result<(u16, String, String)> {
+    let mut roots = rustls::RootCertStore::empty();
+    roots.add(CertificateDer::from_pem_slice(ca.as_bytes())?)?;
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let config = rustls::ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()?
+        .with_root_certificates(roots)
+        .with_client_auth_cert(
+            vec![CertificateDer::from_pem_slice(cert.as_bytes())?],
+            PrivateKeyDer::from_pem_slice(key.as_bytes())?,
+        )?;
+    let mut connection =
+        rustls::ClientConnection::new(Arc::new(config), ServerName::try_from("127.0.0.1")?.to_owned())?;
+    let mut socket = std::net::TcpStream::connect(address)?;
+    let mut tls = rustls::Stream::new(&mut connection, &mut socket);
+    let mut request = format!(
+        "{method} {path} HTTP/1.1\r\nHost: {address}\r\nConnection: close\r\nContent-Length: {}\r\n",
+        body.len()
+    );
+    for (name, value) in headers {
+        request.push_str(&format!("{name}: {value}\r\n"));
+    }
+    request.push_str("\r\n");
+    tls.write_all(request.as_bytes())?;
+    tls.write_all(body)?;
+    let mut response = Vec::new();
+    match tls.read_to_end(&mut response) {
+        Ok(_) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => {}
+        Err(e) => return Err(e.into()),
+    }
+    let text = String::from_utf8_lossy(&response).into_owned();
+    let (head, body) = text.split_once("\r\n\r\n").context("no header end")?;
+    let status = head.split(' ').nth(1).and_then(|s| s.parse().ok()).context("no status")?;
+    let content_type = head
+        .lines()
+        .find_map(|l| l.to_ascii_lowercase().strip_prefix("content-type: ").map(str::to_owned))
+        .unwrap_or_default();
+    Ok((status, content_type, body.to_owned()))
+}
