@@ -96,9 +96,14 @@ pub fn ensure(check_only: bool) -> Result<()> {
     if !problems.is_empty() {
         bail!("missing prerequisites that Debian does not provide:\n  {}", problems.join("\n  "));
     }
+    // The Python client the API tests drive, from PyPI into a virtualenv of the workspace's.
+    let python = if check_only { keel_testbed::python::python()? } else { keel_testbed::python::ensure()? };
     eprintln!(
-        "deps: all {} Debian packages, kubectl 1.27–1.33, Node.js 20 and cargo tools present",
-        PACKAGES.len()
+        "deps: all {} Debian packages, kubectl 1.27–1.33, Node.js 20, cargo tools and the Python kubernetes \
+         client {} ({}) present",
+        PACKAGES.len(),
+        keel_testbed::python::KUBERNETES_CLIENT,
+        python.display()
     );
     Ok(())
 }

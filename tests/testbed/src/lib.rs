@@ -37,6 +37,7 @@ mod netlink;
 pub mod netns;
 mod orphans;
 pub mod process;
+pub mod python;
 pub mod registry;
 
 use std::sync::atomic::{AtomicU32, Ordering};
