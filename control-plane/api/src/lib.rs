@@ -8,3 +8,4 @@ pub mod fields;
 pub mod labels;
 pub mod resources;
 pub mod status;
+pub mod strategy;

@@ -11,6 +11,7 @@ use bytes::Bytes;
 use futures::{Stream, StreamExt};
 use keel_api::resources::{self, Resource};
 use keel_api::status::ApiError;
+use keel_api::strategy;
 use keel_store::{EventKind, Outcome, RangeRequest, Store, StoreError};
 use serde_json::{Value, json};
 
@@ -42,6 +43,10 @@ pub struct Query {
     pub timeout_seconds: Option<u64>,
     pub label_selector: Option<String>,
     pub field_selector: Option<String>,
+    /// `dryRun=All`: everything but the write.
+    pub dry_run: bool,
+    pub grace_period_seconds: Option<i64>,
+    pub propagation_policy: Option<String>,
 }
 
 impl Query {
@@ -60,6 +65,21 @@ impl Query {
                 }
                 "continue" => parsed.continue_token = Some(value).filter(|v| !v.is_empty()),
                 "labelSelector" => parsed.label_selector = Some(value),
+                "dryRun" => match value.as_str() {
+                    "All" => parsed.dry_run = true,
+                    "" => {}
+                    other => {
+                        return Err(ApiError::BadRequest(format!(
+                            "unsupported dryRun value {other:?}: only All is"
+                        )));
+                    }
+                },
+                "gracePeriodSeconds" => {
+                    parsed.grace_period_seconds = Some(value.parse().map_err(|_| {
+                        ApiError::BadRequest(format!("invalid gracePeriodSeconds {value:?}"))
+                    })?);
+                }
+                "propagationPolicy" => parsed.propagation_policy = Some(value),
                 "fieldSelector" => parsed.field_selector = Some(value),
                 "timeoutSeconds" => {
                     parsed.timeout_seconds =
@@ -116,7 +136,7 @@ pub fn store_error(error: StoreError) -> ApiError {
     }
 }
 
-fn parse_revision(value: &str) -> Result<i64, ApiError> {
+pub(crate) fn parse_revision(value: &str) -> Result<i64, ApiError> {
     value.parse::<i64>().ok().filter(|r| *r >= 0).ok_or_else(|| {
         ApiError::BadRequest(format!(
             "invalid resource version {value:?}: a non-negative integer is expected"
@@ -125,7 +145,7 @@ fn parse_revision(value: &str) -> Result<i64, ApiError> {
 }
 
 /// Where an object of `request` lives, and the prefix of its collection.
-fn collection_prefix(resource: &Resource, namespace: Option<&str>) -> String {
+pub(crate) fn collection_prefix(resource: &Resource, namespace: Option<&str>) -> String {
     match namespace {
         Some(namespace) if resource.namespaced => format!("{}{namespace}/", resource.key_prefix()),
         _ => resource.key_prefix(),
@@ -257,7 +277,12 @@ impl Handlers {
         Ok(Reply::Watch(stream))
     }
 
-    pub async fn create(&self, request: &ResourceRequest, mut object: Value) -> Result<Reply, ApiError> {
+    pub async fn create(
+        &self,
+        request: &ResourceRequest,
+        mut object: Value,
+        dry_run: bool,
+    ) -> Result<Reply, ApiError> {
         let resource = request.resource;
         let namespace = request.namespace.as_deref();
         if let Some(namespace) = namespace {
@@ -267,6 +292,10 @@ impl Handlers {
         let random = u64::from_le_bytes(uid.as_bytes()[..8].try_into().unwrap_or_default());
         let now = jiff::Timestamp::now().strftime("%Y-%m-%dT%H:%M:%SZ").to_string();
         let name = objects::prepare_create(&mut object, resource, namespace, &uid.to_string(), random, &now)?;
+        strategy::prepare_for_create(resource, &mut object);
+        if dry_run {
+            return Ok(Reply::Json(201, object));
+        }
         let key = objects::key(resource, namespace, &name);
         let stored = objects::for_storage(&object)?;
         match self.store.create(&key, stored.into(), 0).await.map_err(store_error)? {
@@ -278,112 +307,25 @@ impl Handlers {
         }
     }
 
-    pub async fn update(
-        &self,
-        request: &ResourceRequest,
-        name: &str,
-        mut object: Value,
-    ) -> Result<Reply, ApiError> {
-        let resource = request.resource;
-        objects::check_type(&object, resource)?;
-        if objects::name(&object) != name {
-            return Err(ApiError::BadRequest(format!(
-                "the name of the object ({}) does not match the name on the URL ({name})",
-                objects::name(&object)
-            )));
-        }
-        let key = objects::key(resource, request.namespace.as_deref(), name);
-        let current = self.store.get(&key).await.map_err(store_error)?;
-        let current = current.ok_or_else(|| ApiError::not_found(resource.group, resource.plural, name))?;
-        let expected = match object.pointer("/metadata/resourceVersion").and_then(Value::as_str) {
-            Some(rv) if !rv.is_empty() => parse_revision(rv)?,
-            _ => current.mod_revision,
-        };
-        let existing: Value = serde_json::from_slice(&current.value)
-            .map_err(|e| ApiError::Internal(format!("decoding the stored object: {e}")))?;
-        carry_server_fields(&existing, &mut object, resource);
-        let stored = objects::for_storage(&object)?;
-        match self.store.update(&key, stored.into(), expected, 0).await.map_err(store_error)? {
-            Outcome::Written { revision, .. } => {
-                objects::set_resource_version(&mut object, revision);
-                Ok(Reply::Json(200, object))
-            }
-            Outcome::Conflict { current: None } => {
-                Err(ApiError::not_found(resource.group, resource.plural, name))
-            }
-            Outcome::Conflict { current: Some(_) } => {
-                Err(ApiError::stale(resource.group, resource.plural, name))
-            }
-        }
-    }
-
-    /// JSON patch (RFC 6902) or JSON merge patch (RFC 7386) on the current object. Without a
-    /// resourceVersion in the patch, a conflict with a concurrent writer is retried on the new state,
-    /// as upstream's patcher does; with one, it is a precondition.
-    pub async fn patch(
-        &self,
-        request: &ResourceRequest,
-        name: &str,
-        patch: &PatchBody,
-    ) -> Result<Reply, ApiError> {
-        let resource = request.resource;
-        let key = objects::key(resource, request.namespace.as_deref(), name);
-        for _attempt in 0..5 {
-            let current = self.store.get(&key).await.map_err(store_error)?;
-            let current =
-                current.ok_or_else(|| ApiError::not_found(resource.group, resource.plural, name))?;
-            let existing = objects::from_storage(&current.value, current.mod_revision)?;
-            let mut object = existing.clone();
-            patch.apply(&mut object)?;
-            objects::check_type(&object, resource)?;
-            if objects::name(&object) != name {
-                return Err(ApiError::BadRequest(format!(
-                    "the name of the object ({}) does not match the name on the URL ({name})",
-                    objects::name(&object)
-                )));
-            }
-            let precondition = match object.pointer("/metadata/resourceVersion").and_then(Value::as_str) {
-                Some(rv) if rv != current.mod_revision.to_string() => Some(parse_revision(rv)?),
-                _ => None,
-            };
-            carry_server_fields(&existing, &mut object, resource);
-            let expected = precondition.unwrap_or(current.mod_revision);
-            let stored = objects::for_storage(&object)?;
-            match self.store.update(&key, stored.into(), expected, 0).await.map_err(store_error)? {
-                Outcome::Written { revision, .. } => {
-                    objects::set_resource_version(&mut object, revision);
-                    return Ok(Reply::Json(200, object));
-                }
-                Outcome::Conflict { current: None } => {
-                    return Err(ApiError::not_found(resource.group, resource.plural, name));
-                }
-                Outcome::Conflict { current: Some(_) } if precondition.is_some() => {
-                    return Err(ApiError::stale(resource.group, resource.plural, name));
-                }
-                Outcome::Conflict { .. } => {}
-            }
-        }
-        Err(ApiError::stale(resource.group, resource.plural, name))
-    }
-
-    pub async fn delete(&self, request: &ResourceRequest, name: &str) -> Result<Reply, ApiError> {
-        let resource = request.resource;
-        let key = objects::key(resource, request.namespace.as_deref(), name);
-        match self.store.delete(&key, None).await.map_err(store_error)? {
-            Outcome::Written { revision, prev } => {
-                let prev = prev.map(|kv| kv.value).unwrap_or_default();
-                Ok(Reply::Json(200, objects::from_storage(&prev, revision)?))
-            }
-            Outcome::Conflict { .. } => Err(ApiError::not_found(resource.group, resource.plural, name)),
-        }
-    }
-
     /// NamespaceLifecycle: nothing is created in a namespace that does not exist.
     async fn require_namespace(&self, namespace: &str) -> Result<(), ApiError> {
         let namespaces = resources::find("", "v1", "namespaces")
             .ok_or_else(|| ApiError::Internal("no namespaces".into()))?;
         let key = objects::key(namespaces, None, namespace);
         match self.store.get(&key).await.map_err(store_error)? {
+            Some(kv)
+                if objects::from_storage(&kv.value, kv.mod_revision)?
+                    .pointer("/metadata/deletionTimestamp")
+                    .is_some() =>
+            {
+                Err(ApiError::Forbidden {
+                    resource: keel_api::status::GroupResource::new("", "namespaces"),
+                    name: namespace.to_owned(),
+                    detail: format!(
+                        "unable to create new content in namespace {namespace} because it is being terminated"
+                    ),
+                })
+            }
             Some(_) => Ok(()),
             None => Err(ApiError::not_found("", "namespaces", namespace)),
         }
@@ -401,7 +343,7 @@ impl Handlers {
                 subresource: None,
                 verb: crate::request::Verb::Create,
             };
-            match self.create(&request, json!({"metadata": {"name": name}})).await {
+            match self.create(&request, json!({"metadata": {"name": name}}), false).await {
                 Ok(_) | Err(ApiError::AlreadyExists { .. }) => {}
                 Err(error) => return Err(error),
             }
@@ -438,7 +380,7 @@ impl PatchBody {
         }
     }
 
-    fn apply(&self, object: &mut Value) -> Result<(), ApiError> {
+    pub(crate) fn apply(&self, object: &mut Value) -> Result<(), ApiError> {
         match self {
             PatchBody::Json(operations) => json_patch::patch(object, operations).map_err(|e| {
                 ApiError::UnprocessableEntity(format!("the JSON patch could not be applied: {e}"))
@@ -452,25 +394,6 @@ impl PatchBody {
                 }
             }
         }
-    }
-}
-
-/// Keeps what the server owns across an update: uid, creationTimestamp, generation (raised when the
-/// spec changed).
-fn carry_server_fields(existing: &Value, object: &mut Value, resource: &Resource) {
-    for field in ["uid", "creationTimestamp", "generation"] {
-        if let Some(value) = existing.pointer(&format!("/metadata/{field}")) {
-            object["metadata"][field] = value.clone();
-        }
-    }
-    if let Value::Object(map) = object {
-        map.insert("apiVersion".into(), resource.api_version().into());
-        map.insert("kind".into(), resource.kind.into());
-    }
-    if existing.get("spec") != object.get("spec")
-        && let Some(generation) = existing.pointer("/metadata/generation").and_then(Value::as_i64)
-    {
-        object["metadata"]["generation"] = (generation + 1).into();
     }
 }
 

@@ -15,6 +15,7 @@ pub mod negotiate;
 pub mod objects;
 pub mod pki;
 pub mod request;
+pub mod writes;
 
 use std::convert::Infallible;
 use std::sync::Arc;
@@ -36,6 +37,7 @@ use crate::auth::{Tokens, User};
 use crate::handlers::{Handlers, Query, Reply};
 use crate::negotiate::Format;
 use crate::request::{Target, Verb};
+use crate::writes::{DeleteOptions, SubresourceBody};
 
 type Body = UnsyncBoxBody<Bytes, Infallible>;
 
@@ -166,30 +168,49 @@ impl ApiServer {
             }
             Target::Resource(request) => request,
         };
-        if request.subresource.is_some() {
-            return Err(ApiError::MethodNotAllowed);
-        }
         let query = Query::parse(query)?;
         let name = request.name.clone().unwrap_or_default();
+        if request.subresource.is_some() {
+            let body = match request.verb {
+                Verb::Get => SubresourceBody::None,
+                Verb::Update => SubresourceBody::Replace(read_body(body, content_type).await?),
+                Verb::Patch => {
+                    let bytes = read_bytes(body).await?;
+                    SubresourceBody::Patch(handlers::PatchBody::parse(&bytes, content_type)?)
+                }
+                // pods/binding and pods/eviction come with the scheduler and disruption work.
+                _ => return Err(ApiError::MethodNotAllowed),
+            };
+            return self.handlers.subresource(&request, &name, body, query.dry_run).await;
+        }
         match request.verb {
             Verb::Get => self.handlers.get(&request, &name).await,
             Verb::List => self.handlers.list(&request, &query).await,
             Verb::Watch => self.handlers.watch(&request, &query).await,
             Verb::Create => {
                 let object = read_body(body, content_type).await?;
-                self.handlers.create(&request, object).await
+                self.handlers.create(&request, object, query.dry_run).await
             }
             Verb::Update => {
                 let object = read_body(body, content_type).await?;
-                self.handlers.update(&request, &name, object).await
+                self.handlers.update(&request, &name, object, query.dry_run).await
             }
             Verb::Patch => {
                 let bytes = read_bytes(body).await?;
                 let patch = handlers::PatchBody::parse(&bytes, content_type)?;
-                self.handlers.patch(&request, &name, &patch).await
+                self.handlers.patch(&request, &name, &patch, query.dry_run).await
             }
-            Verb::Delete => self.handlers.delete(&request, &name).await,
-            Verb::DeleteCollection => Err(ApiError::MethodNotAllowed),
+            Verb::Delete | Verb::DeleteCollection => {
+                let bytes = read_bytes(body).await?;
+                let options_body =
+                    if bytes.is_empty() { None } else { Some(objects::decode(&bytes, content_type)?) };
+                let options = DeleteOptions::from(options_body.as_ref(), &query);
+                if request.verb == Verb::Delete {
+                    self.handlers.delete(&request, &name, &options).await
+                } else {
+                    self.handlers.delete_collection(&request, &query, &options).await
+                }
+            }
         }
     }
 }

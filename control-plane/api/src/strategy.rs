@@ -1,0 +1,209 @@
+//! Per-resource behaviour on writes (upstream's REST strategies), on objects as JSON values: what a
+//! create resets, how an update of the main resource and of `/status` split spec from status, when
+//! `metadata.generation` moves, and how the scale subresource maps to a resource. No IO.
+
+use serde_json::{Value, json};
+
+use crate::resources::Resource;
+
+/// Whether writes to the main resource leave `status` alone (it has a `/status` subresource).
+pub fn has_status(resource: &Resource) -> bool {
+    resource.subresource("status").is_some()
+}
+
+/// Resets what a client may not set on create (PrepareForCreate): the status of resources with a
+/// status subresource starts empty — pods start Pending, namespaces Active with the `kubernetes`
+/// finalizer.
+pub fn prepare_for_create(resource: &Resource, object: &mut Value) {
+    let Value::Object(map) = object else { return };
+    match (resource.group, resource.plural) {
+        ("", "pods") => {
+            map.insert("status".into(), json!({"phase": "Pending", "qosClass": qos_class(map.get("spec"))}));
+        }
+        ("", "namespaces") => {
+            let spec = map.entry("spec").or_insert_with(|| json!({}));
+            if spec.get("finalizers").is_none() {
+                spec["finalizers"] = json!(["kubernetes"]);
+            }
+            map.insert("status".into(), json!({"phase": "Active"}));
+        }
+        _ if has_status(resource) => {
+            map.remove("status");
+        }
+        _ => {}
+    }
+}
+
+/// Keeps what an update of the main resource may not change (PrepareForUpdate): the status of
+/// resources with a status subresource.
+pub fn prepare_for_update(resource: &Resource, old: &Value, new: &mut Value) {
+    if has_status(resource)
+        && let Value::Object(map) = new
+    {
+        match old.get("status") {
+            Some(status) => map.insert("status".into(), status.clone()),
+            None => map.remove("status"),
+        };
+    }
+}
+
+/// An update through `/status`: the old object with the new status (and nothing else of the new).
+pub fn status_update(old: &Value, new: &Value) -> Value {
+    let mut merged = old.clone();
+    if let Value::Object(map) = &mut merged {
+        match new.get("status") {
+            Some(status) => map.insert("status".into(), status.clone()),
+            None => map.remove("status"),
+        };
+    }
+    merged
+}
+
+/// Whether the change from `old` to `new` bumps `metadata.generation`: any change outside
+/// metadata and status (the spec, and `data`-like top-level fields of resources with a spec-less
+/// shape), as upstream's strategies compare specs.
+pub fn spec_changed(old: &Value, new: &Value) -> bool {
+    let strip = |object: &Value| -> Value {
+        let mut copy = object.clone();
+        if let Value::Object(map) = &mut copy {
+            for field in ["metadata", "status", "apiVersion", "kind"] {
+                map.remove(field);
+            }
+        }
+        copy
+    };
+    strip(old) != strip(new)
+}
+
+/// The Guaranteed / Burstable / BestEffort class of a pod spec (requests and limits of its
+/// containers), as upstream's qos.GetPodQOS computes it for cpu and memory.
+fn qos_class(spec: Option<&Value>) -> &'static str {
+    let containers =
+        spec.and_then(|s| s.get("containers")).and_then(Value::as_array).into_iter().flatten().chain(
+            spec.and_then(|s| s.get("initContainers")).and_then(Value::as_array).into_iter().flatten(),
+        );
+    let (mut any, mut guaranteed) = (false, true);
+    for container in containers {
+        let resources = container.get("resources");
+        let get =
+            |kind: &str, name: &str| resources.and_then(|r| r.get(kind)).and_then(|m| m.get(name)).cloned();
+        for name in ["cpu", "memory"] {
+            let (request, limit) = (get("requests", name), get("limits", name));
+            if request.is_some() || limit.is_some() {
+                any = true;
+            }
+            // A request defaults to its limit; Guaranteed needs both set and equal.
+            if limit.is_none() || request.as_ref().is_some_and(|r| Some(r) != limit.as_ref()) {
+                guaranteed = false;
+            }
+        }
+    }
+    match (any, guaranteed) {
+        (false, _) => "BestEffort",
+        (true, true) => "Guaranteed",
+        (true, false) => "Burstable",
+    }
+}
+
+/// The autoscaling/v1 Scale of a scalable object (deployments, replicasets, statefulsets).
+pub fn scale_of(resource: &Resource, object: &Value) -> Value {
+    let metadata = &object["metadata"];
+    let selector = object.pointer("/spec/selector/matchLabels").and_then(Value::as_object).map(|labels| {
+        let mut pairs: Vec<String> =
+            labels.iter().map(|(k, v)| format!("{k}={}", v.as_str().unwrap_or_default())).collect();
+        pairs.sort();
+        pairs.join(",")
+    });
+    json!({
+        "kind": "Scale",
+        "apiVersion": "autoscaling/v1",
+        "metadata": {
+            "name": metadata["name"],
+            "namespace": metadata["namespace"],
+            "uid": metadata["uid"],
+            "resourceVersion": metadata["resourceVersion"],
+            "creationTimestamp": metadata["creationTimestamp"],
+        },
+        "spec": {"replicas": object.pointer("/spec/replicas").cloned().unwrap_or(json!(default_replicas(resource)))},
+        "status": {
+            "replicas": object.pointer("/status/replicas").cloned().unwrap_or(json!(0)),
+            "selector": selector.unwrap_or_default(),
+        },
+    })
+}
+
+fn default_replicas(_resource: &Resource) -> i64 {
+    1
+}
+
+/// Applies a Scale's `spec.replicas` to the scaled object.
+pub fn apply_scale(object: &mut Value, scale: &Value) -> Result<(), String> {
+    let replicas =
+        scale.pointer("/spec/replicas").and_then(Value::as_i64).ok_or("spec.replicas: Required value")?;
+    if replicas < 0 {
+        return Err(format!("spec.replicas: Invalid value: {replicas}: must be greater than or equal to 0"));
+    }
+    object["spec"]["replicas"] = json!(replicas);
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::resources::find;
+
+    #[test]
+    fn create_resets_status() {
+        let deployments = find("apps", "v1", "deployments").unwrap();
+        let mut d = json!({"spec": {"replicas": 2}, "status": {"replicas": 9}});
+        prepare_for_create(deployments, &mut d);
+        assert!(d.get("status").is_none());
+        let pods = find("", "v1", "pods").unwrap();
+        let mut p = json!({"spec": {"containers": [{"name": "a", "resources": {"limits": {"cpu": "1", "memory": "1Gi"}}}]}});
+        prepare_for_create(pods, &mut p);
+        assert_eq!(p["status"], json!({"phase": "Pending", "qosClass": "Guaranteed"}));
+        let mut p = json!({"spec": {"containers": [{"name": "a"}]}, "status": {"phase": "Running"}});
+        prepare_for_create(pods, &mut p);
+        assert_eq!(p["status"]["qosClass"], "BestEffort");
+        let namespaces = find("", "v1", "namespaces").unwrap();
+        let mut n = json!({"metadata": {"name": "x"}});
+        prepare_for_create(namespaces, &mut n);
+        assert_eq!(n["spec"]["finalizers"], json!(["kubernetes"]));
+        let configmaps = find("", "v1", "configmaps").unwrap();
+        let mut c = json!({"data": {"a": "b"}});
+        prepare_for_create(configmaps, &mut c);
+        assert_eq!(c, json!({"data": {"a": "b"}}));
+    }
+
+    #[test]
+    fn spec_and_status_split() {
+        let deployments = find("apps", "v1", "deployments").unwrap();
+        let old = json!({"spec": {"replicas": 1}, "status": {"replicas": 1}});
+        let mut new = json!({"spec": {"replicas": 3}, "status": {"replicas": 7}});
+        prepare_for_update(deployments, &old, &mut new);
+        assert_eq!(new["status"]["replicas"], 1);
+        let through_status =
+            status_update(&old, &json!({"spec": {"replicas": 5}, "status": {"replicas": 2}}));
+        assert_eq!(
+            (through_status["spec"]["replicas"].as_i64(), through_status["status"]["replicas"].as_i64()),
+            (Some(1), Some(2))
+        );
+        assert!(spec_changed(&old, &new));
+        assert!(!spec_changed(&old, &json!({"spec": {"replicas": 1}, "metadata": {"labels": {"a": "b"}}})));
+    }
+
+    #[test]
+    fn scale() {
+        let deployments = find("apps", "v1", "deployments").unwrap();
+        let mut d = json!({"metadata": {"name": "web", "namespace": "d", "resourceVersion": "5"},
+                           "spec": {"replicas": 2, "selector": {"matchLabels": {"b": "2", "a": "1"}}}, "status": {"replicas": 2}});
+        let scale = scale_of(deployments, &d);
+        assert_eq!(scale["spec"]["replicas"], 2);
+        assert_eq!(scale["status"]["selector"], "a=1,b=2");
+        assert_eq!(scale["metadata"]["resourceVersion"], "5");
+        apply_scale(&mut d, &json!({"spec": {"replicas": 4}})).unwrap();
+        assert_eq!(d["spec"]["replicas"], 4);
+        assert!(apply_scale(&mut d, &json!({"spec": {"replicas": -1}})).is_err());
+        assert!(apply_scale(&mut d, &json!({"spec": {}})).is_err());
+    }
+}

@@ -1,0 +1,504 @@
+//! Writes to existing objects: update (PUT), patch, the status / scale / finalize subresources, and
+//! deletion with upstream's semantics — preconditions, dry runs, finalizers that hold an object
+//! with a deletionTimestamp until they are removed, propagationPolicy recorded as the orphan /
+//! foregroundDeletion finalizers (the garbage collector itself is the controller manager's), graceful
+//! deletion of scheduled pods, namespaces Terminating until finalized — and deletecollection.
+
+use keel_api::resources::Resource;
+use keel_api::status::{ApiError, GroupResource};
+use keel_api::strategy;
+use keel_store::Outcome;
+use serde_json::{Value, json};
+
+use crate::filter::Filter;
+use crate::handlers::{Handlers, PatchBody, Query, Reply, collection_prefix, parse_revision, store_error};
+use crate::objects;
+use crate::request::ResourceRequest;
+
+/// How many times a write retries on a concurrent change when the client set no precondition.
+const RETRIES: usize = 5;
+
+/// What a delete asks (DeleteOptions from the body, or the query's parameters).
+#[derive(Debug, Default, Clone)]
+pub struct DeleteOptions {
+    pub grace_period_seconds: Option<i64>,
+    pub propagation_policy: Option<String>,
+    pub precondition_uid: Option<String>,
+    pub precondition_resource_version: Option<String>,
+    pub dry_run: bool,
+}
+
+impl DeleteOptions {
+    /// The body's DeleteOptions (if any) over the query's parameters.
+    pub fn from(body: Option<&Value>, query: &Query) -> DeleteOptions {
+        let mut options = DeleteOptions {
+            grace_period_seconds: query.grace_period_seconds,
+            propagation_policy: query.propagation_policy.clone(),
+            dry_run: query.dry_run,
+            ..DeleteOptions::default()
+        };
+        if let Some(body) = body {
+            if let Some(grace) = body.get("gracePeriodSeconds").and_then(Value::as_i64) {
+                options.grace_period_seconds = Some(grace);
+            }
+            if let Some(policy) = body.get("propagationPolicy").and_then(Value::as_str) {
+                options.propagation_policy = Some(policy.to_owned());
+            }
+            if body.get("orphanDependents").and_then(Value::as_bool) == Some(true) {
+                options.propagation_policy.get_or_insert_with(|| "Orphan".to_owned());
+            }
+            options.precondition_uid =
+                body.pointer("/preconditions/uid").and_then(Value::as_str).map(str::to_owned);
+            options.precondition_resource_version =
+                body.pointer("/preconditions/resourceVersion").and_then(Value::as_str).map(str::to_owned);
+            if body.get("dryRun").and_then(Value::as_array).is_some_and(|d| d.iter().any(|v| v == "All")) {
+                options.dry_run = true;
+            }
+        }
+        options
+    }
+}
+
+fn now() -> String {
+    jiff::Timestamp::now().strftime("%Y-%m-%dT%H:%M:%SZ").to_string()
+}
+
+fn later(seconds: i64) -> String {
+    let then = jiff::Timestamp::now()
+        .checked_add(jiff::SignedDuration::from_secs(seconds))
+        .unwrap_or_else(|_| jiff::Timestamp::now());
+    then.strftime("%Y-%m-%dT%H:%M:%SZ").to_string()
+}
+
+fn finalizers(object: &Value) -> Vec<String> {
+    object
+        .pointer("/metadata/finalizers")
+        .and_then(Value::as_array)
+        .map(|f| f.iter().filter_map(Value::as_str).map(str::to_owned).collect())
+        .unwrap_or_default()
+}
+
+/// Whether an object being deleted has nothing left holding it: no finalizer, and no grace period
+/// still running (a graceful pod deletion ends with a delete of grace 0, the kubelet's).
+fn ready_to_go(resource: &Resource, object: &Value) -> bool {
+    if object.pointer("/metadata/deletionTimestamp").is_none() || !finalizers(object).is_empty() {
+        return false;
+    }
+    if object.pointer("/metadata/deletionGracePeriodSeconds").and_then(Value::as_i64).unwrap_or(0) > 0 {
+        return false;
+    }
+    // A namespace also waits for its spec finalizers (the namespace controller empties it).
+    !(resource.plural == "namespaces"
+        && object.pointer("/spec/finalizers").and_then(Value::as_array).is_some_and(|f| !f.is_empty()))
+}
+
+/// Keeps what the server owns across an update: uid, creationTimestamp, deletionTimestamp,
+/// generation (raised when the spec changed), apiVersion and kind.
+fn carry_server_fields(existing: &Value, object: &mut Value, resource: &Resource) {
+    for field in ["uid", "creationTimestamp", "generation", "deletionTimestamp", "deletionGracePeriodSeconds"]
+    {
+        match existing.pointer(&format!("/metadata/{field}")) {
+            Some(value) => object["metadata"][field] = value.clone(),
+            None => {
+                if let Some(metadata) = object.get_mut("metadata").and_then(Value::as_object_mut) {
+                    metadata.remove(field);
+                }
+            }
+        }
+    }
+    if let Value::Object(map) = object {
+        map.insert("apiVersion".into(), resource.api_version().into());
+        map.insert("kind".into(), resource.kind.into());
+    }
+    if strategy::spec_changed(existing, object)
+        && let Some(generation) = existing.pointer("/metadata/generation").and_then(Value::as_i64)
+    {
+        object["metadata"]["generation"] = (generation + 1).into();
+    }
+}
+
+impl Handlers {
+    /// Reads the object, lets `change` compute its new state (and an optional resourceVersion
+    /// precondition), writes it guarded by the revision read, retrying on a concurrent change when
+    /// there is no precondition. An object being deleted whose last finalizer goes is deleted.
+    async fn guarded_update(
+        &self,
+        request: &ResourceRequest,
+        name: &str,
+        dry_run: bool,
+        mut change: impl FnMut(&Value) -> Result<(Value, Option<i64>), ApiError>,
+    ) -> Result<Value, ApiError> {
+        let resource = request.resource;
+        let key = objects::key(resource, request.namespace.as_deref(), name);
+        for _attempt in 0..RETRIES {
+            let current = self.store.get(&key).await.map_err(store_error)?;
+            let current =
+                current.ok_or_else(|| ApiError::not_found(resource.group, resource.plural, name))?;
+            let existing = objects::from_storage(&current.value, current.mod_revision)?;
+            let (mut object, precondition) = change(&existing)?;
+            if objects::name(&object) != name {
+                return Err(ApiError::BadRequest(format!(
+                    "the name of the object ({}) does not match the name on the URL ({name})",
+                    objects::name(&object)
+                )));
+            }
+            if let Some(expected) = precondition
+                && expected != current.mod_revision
+            {
+                return Err(ApiError::stale(resource.group, resource.plural, name));
+            }
+            carry_server_fields(&existing, &mut object, resource);
+            if dry_run {
+                objects::set_resource_version(&mut object, current.mod_revision);
+                return Ok(object);
+            }
+            let outcome = if ready_to_go(resource, &object) {
+                self.store.delete(&key, Some(current.mod_revision)).await.map_err(store_error)?
+            } else {
+                let stored = objects::for_storage(&object)?;
+                self.store.update(&key, stored.into(), current.mod_revision, 0).await.map_err(store_error)?
+            };
+            match outcome {
+                Outcome::Written { revision, .. } => {
+                    objects::set_resource_version(&mut object, revision);
+                    return Ok(object);
+                }
+                Outcome::Conflict { current: None } => {
+                    return Err(ApiError::not_found(resource.group, resource.plural, name));
+                }
+                Outcome::Conflict { current: Some(_) } if precondition.is_some() => {
+                    return Err(ApiError::stale(resource.group, resource.plural, name));
+                }
+                Outcome::Conflict { .. } => {}
+            }
+        }
+        Err(ApiError::stale(resource.group, resource.plural, name))
+    }
+
+    /// PUT of the main resource; a resourceVersion in the body is a precondition.
+    pub async fn update(
+        &self,
+        request: &ResourceRequest,
+        name: &str,
+        object: Value,
+        dry_run: bool,
+    ) -> Result<Reply, ApiError> {
+        let resource = request.resource;
+        objects::check_type(&object, resource)?;
+        if objects::name(&object) != name {
+            return Err(ApiError::BadRequest(format!(
+                "the name of the object ({}) does not match the name on the URL ({name})",
+                objects::name(&object)
+            )));
+        }
+        let precondition = body_revision(&object)?;
+        let updated = self
+            .guarded_update(request, name, dry_run, |existing| {
+                let mut new = object.clone();
+                strategy::prepare_for_update(resource, existing, &mut new);
+                Ok((new, precondition))
+            })
+            .await?;
+        Ok(Reply::Json(200, updated))
+    }
+
+    /// JSON patch or merge patch on the main resource (a resourceVersion the patch sets is a
+    /// precondition).
+    pub async fn patch(
+        &self,
+        request: &ResourceRequest,
+        name: &str,
+        patch: &PatchBody,
+        dry_run: bool,
+    ) -> Result<Reply, ApiError> {
+        let resource = request.resource;
+        let updated = self
+            .guarded_update(request, name, dry_run, |existing| {
+                let mut new = existing.clone();
+                patch.apply(&mut new)?;
+                objects::check_type(&new, resource)?;
+                let precondition = changed_revision(existing, &new)?;
+                strategy::prepare_for_update(resource, existing, &mut new);
+                Ok((new, precondition))
+            })
+            .await?;
+        Ok(Reply::Json(200, updated))
+    }
+
+    /// GET, PUT or PATCH of a subresource: status, scale, finalize.
+    pub async fn subresource(
+        &self,
+        request: &ResourceRequest,
+        name: &str,
+        body: SubresourceBody,
+        dry_run: bool,
+    ) -> Result<Reply, ApiError> {
+        let resource = request.resource;
+        let sub = request.subresource.as_deref().unwrap_or_default();
+        let key = objects::key(resource, request.namespace.as_deref(), name);
+        match (sub, body) {
+            ("status" | "finalize", SubresourceBody::None) | ("scale", SubresourceBody::None) => {
+                let current = self.store.get(&key).await.map_err(store_error)?;
+                let current =
+                    current.ok_or_else(|| ApiError::not_found(resource.group, resource.plural, name))?;
+                let object = objects::from_storage(&current.value, current.mod_revision)?;
+                Ok(Reply::Json(
+                    200,
+                    if sub == "scale" { strategy::scale_of(resource, &object) } else { object },
+                ))
+            }
+            ("status", body) => {
+                let updated = self
+                    .guarded_update(request, name, dry_run, |existing| {
+                        let new = body.resolve(existing)?;
+                        Ok((strategy::status_update(existing, &new), changed_revision(existing, &new)?))
+                    })
+                    .await?;
+                Ok(Reply::Json(200, updated))
+            }
+            ("finalize", body) => {
+                let updated = self
+                    .guarded_update(request, name, dry_run, |existing| {
+                        let new = body.resolve(existing)?;
+                        let mut merged = existing.clone();
+                        merged["spec"]["finalizers"] =
+                            new.pointer("/spec/finalizers").cloned().unwrap_or(json!([]));
+                        Ok((merged, changed_revision(existing, &new)?))
+                    })
+                    .await?;
+                Ok(Reply::Json(200, updated))
+            }
+            ("scale", body) => {
+                let updated = self
+                    .guarded_update(request, name, dry_run, |existing| {
+                        let scale = strategy::scale_of(resource, existing);
+                        let new_scale = body.resolve(&scale)?;
+                        if new_scale.get("kind").and_then(Value::as_str).is_some_and(|k| k != "Scale") {
+                            return Err(ApiError::BadRequest("a scale subresource takes a Scale".into()));
+                        }
+                        let mut new = existing.clone();
+                        strategy::apply_scale(&mut new, &new_scale).map_err(|cause| {
+                            ApiError::UnprocessableEntity(format!(
+                                "Scale.autoscaling {name:?} is invalid: {cause}"
+                            ))
+                        })?;
+                        Ok((new, changed_revision(&scale, &new_scale)?))
+                    })
+                    .await?;
+                Ok(Reply::Json(200, strategy::scale_of(resource, &updated)))
+            }
+            _ => Err(ApiError::MethodNotAllowed),
+        }
+    }
+
+    /// DELETE of one object.
+    pub async fn delete(
+        &self,
+        request: &ResourceRequest,
+        name: &str,
+        options: &DeleteOptions,
+    ) -> Result<Reply, ApiError> {
+        let resource = request.resource;
+        let key = objects::key(resource, request.namespace.as_deref(), name);
+        for _attempt in 0..RETRIES {
+            let current = self.store.get(&key).await.map_err(store_error)?;
+            let current =
+                current.ok_or_else(|| ApiError::not_found(resource.group, resource.plural, name))?;
+            let mut object = objects::from_storage(&current.value, current.mod_revision)?;
+            check_preconditions(resource, name, &object, options)?;
+            let mut held = finalizers(&object);
+            match options.propagation_policy.as_deref() {
+                Some("Orphan") if !held.iter().any(|f| f == "orphan") => held.push("orphan".into()),
+                Some("Foreground") if !held.iter().any(|f| f == "foregroundDeletion") => {
+                    held.push("foregroundDeletion".into());
+                }
+                Some("Orphan" | "Foreground" | "Background") | None => {}
+                Some(other) => {
+                    return Err(ApiError::BadRequest(format!(
+                        "propagationPolicy {other:?} is not supported: Orphan, Foreground or Background"
+                    )));
+                }
+            }
+            let grace = self.grace_period(resource, &object, options);
+            if grace == 0 && object.pointer("/metadata/deletionTimestamp").is_some() {
+                // A shorter grace period replaces a longer one; 0 ends it.
+                object["metadata"]["deletionGracePeriodSeconds"] = 0.into();
+            }
+            let graceful = resource.plural == "namespaces" || grace > 0 || !held.is_empty();
+            let revision = if graceful {
+                if object.pointer("/metadata/deletionTimestamp").is_none() {
+                    object["metadata"]["deletionTimestamp"] =
+                        if grace > 0 { later(grace) } else { now() }.into();
+                    object["metadata"]["deletionGracePeriodSeconds"] = grace.into();
+                }
+                if !held.is_empty() {
+                    object["metadata"]["finalizers"] = json!(held);
+                }
+                if resource.plural == "namespaces" {
+                    object["status"]["phase"] = "Terminating".into();
+                }
+                if ready_to_go(resource, &object) {
+                    // Graceful only in name (nothing holds it): gone now.
+                    None
+                } else if options.dry_run {
+                    return Ok(Reply::Json(200, object));
+                } else {
+                    let stored = objects::for_storage(&object)?;
+                    match self
+                        .store
+                        .update(&key, stored.into(), current.mod_revision, 0)
+                        .await
+                        .map_err(store_error)?
+                    {
+                        Outcome::Written { revision, .. } => Some(revision),
+                        Outcome::Conflict { .. } => continue,
+                    }
+                }
+            } else {
+                None
+            };
+            if let Some(revision) = revision {
+                objects::set_resource_version(&mut object, revision);
+                return Ok(Reply::Json(200, object));
+            }
+            if options.dry_run {
+                return Ok(Reply::Json(200, object));
+            }
+            match self.store.delete(&key, Some(current.mod_revision)).await.map_err(store_error)? {
+                Outcome::Written { revision, .. } => {
+                    objects::set_resource_version(&mut object, revision);
+                    return Ok(Reply::Json(200, object));
+                }
+                Outcome::Conflict { current: None } => {
+                    return Err(ApiError::not_found(resource.group, resource.plural, name));
+                }
+                Outcome::Conflict { .. } => {}
+            }
+        }
+        Err(ApiError::stale(resource.group, resource.plural, name))
+    }
+
+    /// The seconds a deletion waits: asked, else the pod's terminationGracePeriodSeconds (30 by
+    /// default) for pods bound to a node; 0 for unscheduled pods and everything else.
+    fn grace_period(&self, resource: &Resource, object: &Value, options: &DeleteOptions) -> i64 {
+        if resource.plural != "pods" || !resource.group.is_empty() {
+            return 0;
+        }
+        if object.pointer("/spec/nodeName").and_then(Value::as_str).is_none_or(str::is_empty) {
+            return 0;
+        }
+        let default =
+            object.pointer("/spec/terminationGracePeriodSeconds").and_then(Value::as_i64).unwrap_or(30);
+        options.grace_period_seconds.unwrap_or(default).max(0)
+    }
+
+    /// DELETE of a collection: every object the selectors pick, each deleted as one DELETE would.
+    pub async fn delete_collection(
+        &self,
+        request: &ResourceRequest,
+        query: &Query,
+        options: &DeleteOptions,
+    ) -> Result<Reply, ApiError> {
+        let resource = request.resource;
+        let filter =
+            Filter::parse(resource, query.label_selector.as_deref(), query.field_selector.as_deref())?;
+        let prefix = collection_prefix(resource, request.namespace.as_deref());
+        let listed = self.store.range(keel_store::RangeRequest::prefix(prefix)).await.map_err(store_error)?;
+        let mut deleted = Vec::new();
+        for kv in listed.kvs {
+            let object = objects::from_storage(&kv.value, kv.mod_revision)?;
+            if !filter.matches(&object) {
+                continue;
+            }
+            let name = objects::name(&object).to_owned();
+            let mut one = request.clone();
+            one.namespace = object.pointer("/metadata/namespace").and_then(Value::as_str).map(str::to_owned);
+            one.name = Some(name.clone());
+            match self.delete(&one, &name, options).await {
+                Ok(Reply::Json(_, object)) => deleted.push(object),
+                Ok(Reply::Watch(_)) | Err(ApiError::NotFound { .. }) => {}
+                Err(error) => return Err(error),
+            }
+        }
+        Ok(Reply::Json(
+            200,
+            json!({
+                "kind": format!("{}List", resource.kind),
+                "apiVersion": resource.api_version(),
+                "metadata": {"resourceVersion": listed.revision.to_string()},
+                "items": deleted,
+            }),
+        ))
+    }
+}
+
+/// The body of a subresource write, resolved against the current state.
+#[derive(Debug, Clone)]
+pub enum SubresourceBody {
+    /// A GET.
+    None,
+    /// A PUT: the whole new object.
+    Replace(Value),
+    Patch(PatchBody),
+}
+
+impl SubresourceBody {
+    fn resolve(&self, current: &Value) -> Result<Value, ApiError> {
+        match self {
+            SubresourceBody::None => Ok(current.clone()),
+            SubresourceBody::Replace(object) => Ok(object.clone()),
+            SubresourceBody::Patch(patch) => {
+                let mut object = current.clone();
+                patch.apply(&mut object)?;
+                Ok(object)
+            }
+        }
+    }
+}
+
+/// A resourceVersion set in a body is a precondition.
+fn body_revision(object: &Value) -> Result<Option<i64>, ApiError> {
+    match object.pointer("/metadata/resourceVersion").and_then(Value::as_str) {
+        Some(rv) if !rv.is_empty() => Ok(Some(parse_revision(rv)?)),
+        _ => Ok(None),
+    }
+}
+
+/// A resourceVersion a patch changed is a precondition (one it left as it was is not).
+fn changed_revision(before: &Value, after: &Value) -> Result<Option<i64>, ApiError> {
+    let rv = |v: &Value| v.pointer("/metadata/resourceVersion").and_then(Value::as_str).map(str::to_owned);
+    match rv(after) {
+        Some(new) if Some(&new) != rv(before).as_ref() && !new.is_empty() => Ok(Some(parse_revision(&new)?)),
+        _ => Ok(None),
+    }
+}
+
+fn check_preconditions(
+    resource: &Resource,
+    name: &str,
+    object: &Value,
+    options: &DeleteOptions,
+) -> Result<(), ApiError> {
+    let conflict = |detail: String| ApiError::Conflict {
+        resource: GroupResource::new(resource.group, resource.plural),
+        name: name.to_owned(),
+        detail,
+    };
+    if let Some(uid) = &options.precondition_uid {
+        let actual = object.pointer("/metadata/uid").and_then(Value::as_str).unwrap_or_default();
+        if uid != actual {
+            return Err(conflict(format!(
+                "Precondition failed: UID in precondition: {uid}, UID in object meta: {actual}"
+            )));
+        }
+    }
+    if let Some(rv) = &options.precondition_resource_version {
+        let actual = object.pointer("/metadata/resourceVersion").and_then(Value::as_str).unwrap_or_default();
+        if rv != actual {
+            return Err(conflict(format!(
+                "Precondition failed: ResourceVersion in precondition: {rv}, ResourceVersion in object meta: {actual}"
+            )));
+        }
+    }
+    Ok(())
+}

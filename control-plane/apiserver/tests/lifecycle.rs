@@ -1,0 +1,206 @@
+//! Object lifecycles as kube-apiserver runs them: spec and status written through their own
+//! endpoints with generation following the spec, the scale subresource (kubectl scale), dry runs,
+//! deletion held by finalizers and propagation policies, graceful pod deletion, namespaces
+//! Terminating until finalized, preconditions and deletecollection.
+
+mod common;
+
+use std::path::Path;
+
+use anyhow::{Result, ensure};
+use common::Server;
+use keel_testbed::kubectl::{self, Kubectl};
+use serde_json::{Value, json};
+
+fn kubectl(kubectl: &Kubectl, kubeconfig: &Path, args: &[&str]) -> Result<(bool, String, String)> {
+    let output = kubectl.command().arg("--kubeconfig").arg(kubeconfig).args(args).output()?;
+    Ok((
+        output.status.success(),
+        String::from_utf8_lossy(&output.stdout).into(),
+        String::from_utf8_lossy(&output.stderr).into(),
+    ))
+}
+
+fn ok(k: &Kubectl, kubeconfig: &Path, args: &[&str]) -> Result<String> {
+    let (success, out, err) = kubectl(k, kubeconfig, args)?;
+    ensure!(success, "kubectl {args:?}: {err}");
+    Ok(out)
+}
+
+fn get(k: &Kubectl, kubeconfig: &Path, args: &[&str]) -> Result<Value> {
+    let mut all = args.to_vec();
+    all.extend(["-o", "json"]);
+    Ok(serde_json::from_str(&ok(k, kubeconfig, &all)?)?)
+}
+
+async fn setup() -> Result<(Server, Kubectl, std::path::PathBuf)> {
+    let server = Server::start().await?;
+    let kubeconfig = server.dir.path().join("admin.kubeconfig");
+    std::fs::write(&kubeconfig, server.pki.admin_kubeconfig(&format!("https://{}", server.address)))?;
+    Ok((server, kubectl::minor(31)?, kubeconfig))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn spec_status_generation_and_scale() -> Result<()> {
+    let (server, k, kc) = setup().await?;
+    ok(&k, &kc, &["create", "deployment", "web", "--image=busybox", "--replicas=2"])?;
+    let d = get(&k, &kc, &["get", "deployment", "web"])?;
+    ensure!(d["metadata"]["generation"] == 1 && d.get("status").is_none(), "{d}");
+
+    ok(&k, &kc, &["scale", "deployment", "web", "--replicas=5"])?;
+    let d = get(&k, &kc, &["get", "deployment", "web"])?;
+    ensure!(d["spec"]["replicas"] == 5 && d["metadata"]["generation"] == 2, "{d}");
+    let (status, _, scale) =
+        server.request("GET", "/apis/apps/v1/namespaces/default/deployments/web/scale", &[], b"").await?;
+    let scale: Value = serde_json::from_str(&scale)?;
+    ensure!(status == 200 && scale["kind"] == "Scale" && scale["spec"]["replicas"] == 5, "{scale}");
+    ensure!(scale["status"]["selector"] == "app=web", "{scale}");
+
+    // Through /status only the status changes; through the main resource only the rest.
+    let mut body = d.clone();
+    body["status"] = json!({"replicas": 5, "readyReplicas": 5});
+    body["spec"]["replicas"] = json!(9);
+    let path = "/apis/apps/v1/namespaces/default/deployments/web";
+    let json_type = [("Content-Type", "application/json")];
+    let (status, _, answer) =
+        server.request("PUT", &format!("{path}/status"), &json_type, body.to_string().as_bytes()).await?;
+    ensure!(status == 200, "{answer}");
+    let d = get(&k, &kc, &["get", "deployment", "web"])?;
+    ensure!(
+        d["spec"]["replicas"] == 5 && d["status"]["readyReplicas"] == 5 && d["metadata"]["generation"] == 2,
+        "{d}"
+    );
+    let mut body = d.clone();
+    body["status"]["readyReplicas"] = json!(0);
+    body["metadata"]["labels"] = json!({"team": "a"});
+    let (status, _, answer) = server.request("PUT", path, &json_type, body.to_string().as_bytes()).await?;
+    ensure!(status == 200, "{answer}");
+    let d = get(&k, &kc, &["get", "deployment", "web"])?;
+    ensure!(d["status"]["readyReplicas"] == 5 && d["metadata"]["labels"]["team"] == "a", "{d}");
+    ensure!(d["metadata"]["generation"] == 2, "a label change moved the generation: {d}");
+
+    // Dry runs answer as if written and keep nothing.
+    ok(&k, &kc, &["create", "configmap", "dry", "--dry-run=server"])?;
+    let (exists, _, _) = kubectl(&k, &kc, &["get", "configmap", "dry"])?;
+    ensure!(!exists, "a server dry run was stored");
+    ok(&k, &kc, &["scale", "deployment", "web", "--replicas=1", "--dry-run=server"])?;
+    ensure!(get(&k, &kc, &["get", "deployment", "web"])?["spec"]["replicas"] == 5);
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn deletion_finalizers_propagation_and_grace() -> Result<()> {
+    let (server, k, kc) = setup().await?;
+    for name in ["orphaned", "foreground", "background"] {
+        ok(&k, &kc, &["create", "deployment", name, "--image=busybox"])?;
+    }
+    // --cascade=orphan and =foreground record their finalizer and hold the object.
+    ok(&k, &kc, &["delete", "deployment", "orphaned", "--cascade=orphan", "--wait=false"])?;
+    let d = get(&k, &kc, &["get", "deployment", "orphaned"])?;
+    ensure!(
+        d["metadata"]["finalizers"] == json!(["orphan"]) && d["metadata"]["deletionTimestamp"].is_string(),
+        "{d}"
+    );
+    ok(&k, &kc, &["delete", "deployment", "foreground", "--cascade=foreground", "--wait=false"])?;
+    let d = get(&k, &kc, &["get", "deployment", "foreground"])?;
+    ensure!(d["metadata"]["finalizers"] == json!(["foregroundDeletion"]), "{d}");
+    ok(&k, &kc, &["delete", "deployment", "background", "--cascade=background"])?;
+    let (exists, _, _) = kubectl(&k, &kc, &["get", "deployment", "background"])?;
+    ensure!(!exists);
+    // Removing the last finalizer completes the deletion.
+    ok(
+        &k,
+        &kc,
+        &[
+            "patch",
+            "deployment",
+            "orphaned",
+            "--type=json",
+            "-p",
+            r#"[{"op":"remove","path":"/metadata/finalizers"}]"#,
+        ],
+    )?;
+    let (exists, _, _) = kubectl(&k, &kc, &["get", "deployment", "orphaned"])?;
+    ensure!(!exists, "the object outlived its last finalizer");
+
+    // A pod bound to a node waits its grace period; one that is not is deleted at once.
+    let pods = "/api/v1/namespaces/default/pods";
+    let json_type = [("Content-Type", "application/json")];
+    let pod = |name: &str, node: Option<&str>| {
+        let mut pod =
+            json!({"metadata": {"name": name}, "spec": {"containers": [{"name": "c", "image": "busybox"}]}});
+        if let Some(node) = node {
+            pod["spec"]["nodeName"] = node.into();
+        }
+        pod.to_string()
+    };
+    for (name, node) in [("bound", Some("node1")), ("pending", None)] {
+        let (status, _, answer) =
+            server.request("POST", pods, &json_type, pod(name, node).as_bytes()).await?;
+        ensure!(status == 201, "{answer}");
+    }
+    ok(&k, &kc, &["delete", "pod", "bound", "--wait=false"])?;
+    let p = get(&k, &kc, &["get", "pod", "bound"])?;
+    ensure!(
+        p["metadata"]["deletionGracePeriodSeconds"] == 30 && p["metadata"]["deletionTimestamp"].is_string(),
+        "{p}"
+    );
+    ensure!(p["status"]["phase"] == "Pending", "{p}");
+    ok(&k, &kc, &["delete", "pod", "pending", "--wait=false"])?;
+    ensure!(!kubectl(&k, &kc, &["get", "pod", "pending"])?.0);
+    // The kubelet's final delete (grace 0) removes it.
+    ok(&k, &kc, &["delete", "pod", "bound", "--grace-period=0", "--force"])?;
+    ensure!(!kubectl(&k, &kc, &["get", "pod", "bound"])?.0);
+
+    // Preconditions.
+    ok(&k, &kc, &["create", "configmap", "guarded"])?;
+    let body = json!({"kind": "DeleteOptions", "apiVersion": "v1", "preconditions": {"uid": "not-its-uid"}})
+        .to_string();
+    let (status, _, answer) = server
+        .request("DELETE", "/api/v1/namespaces/default/configmaps/guarded", &json_type, body.as_bytes())
+        .await?;
+    ensure!(
+        status == 409 && answer.contains("Precondition failed: UID in precondition"),
+        "{status} {answer}"
+    );
+
+    // deletecollection with a selector.
+    for (name, tier) in [("a", "x"), ("b", "x"), ("c", "y")] {
+        ok(&k, &kc, &["create", "configmap", name])?;
+        ok(&k, &kc, &["label", "configmap", name, &format!("tier={tier}")])?;
+    }
+    let (status, _, answer) = server
+        .request("DELETE", "/api/v1/namespaces/default/configmaps?labelSelector=tier%3Dx", &[], b"")
+        .await?;
+    ensure!(status == 200, "{answer}");
+    let left = ok(&k, &kc, &["get", "configmaps", "-l", "tier", "-o", "name"])?;
+    ensure!(left.trim() == "configmap/c", "{left}");
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn namespaces_terminate_until_finalized() -> Result<()> {
+    let (server, k, kc) = setup().await?;
+    ok(&k, &kc, &["create", "namespace", "going"])?;
+    let ns = get(&k, &kc, &["get", "namespace", "going"])?;
+    ensure!(ns["spec"]["finalizers"] == json!(["kubernetes"]) && ns["status"]["phase"] == "Active", "{ns}");
+    ok(&k, &kc, &["delete", "namespace", "going", "--wait=false"])?;
+    let ns = get(&k, &kc, &["get", "namespace", "going"])?;
+    ensure!(ns["status"]["phase"] == "Terminating", "{ns}");
+    let (created, _, err) = kubectl(&k, &kc, &["create", "configmap", "late", "-n", "going"])?;
+    ensure!(!created && err.contains("because it is being terminated"), "{err}");
+    // The namespace controller's last step: empty spec.finalizers through /finalize.
+    let mut body = ns.clone();
+    body["spec"]["finalizers"] = json!([]);
+    let (status, _, answer) = server
+        .request(
+            "PUT",
+            "/api/v1/namespaces/going/finalize",
+            &[("Content-Type", "application/json")],
+            body.to_string().as_bytes(),
+        )
+        .await?;
+    ensure!(status == 200, "{answer}");
+    ensure!(!kubectl(&k, &kc, &["get", "namespace", "going"])?.0, "the finalized namespace is still there");
+    Ok(())
+}
