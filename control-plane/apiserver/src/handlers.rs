@@ -292,6 +292,9 @@ impl Handlers {
         let random = u64::from_le_bytes(uid.as_bytes()[..8].try_into().unwrap_or_default());
         let now = jiff::Timestamp::now().strftime("%Y-%m-%dT%H:%M:%SZ").to_string();
         let name = objects::prepare_create(&mut object, resource, namespace, &uid.to_string(), random, &now)?;
+        // Upstream's order: defaulting, mutating admission, then the strategy's PrepareForCreate.
+        keel_api::defaults::apply(resource, &mut object);
+        self.admit_create(resource, namespace, &mut object).await?;
         strategy::prepare_for_create(resource, &mut object);
         if dry_run {
             return Ok(Reply::Json(201, object));
@@ -301,6 +304,9 @@ impl Handlers {
         match self.store.create(&key, stored.into(), 0).await.map_err(store_error)? {
             Outcome::Written { revision, .. } => {
                 objects::set_resource_version(&mut object, revision);
+                if resource.group.is_empty() && resource.plural == "namespaces" {
+                    self.ensure_default_service_account(&name).await?;
+                }
                 Ok(Reply::Json(201, object))
             }
             Outcome::Conflict { .. } => Err(ApiError::already_exists(resource.group, resource.plural, &name)),
@@ -331,6 +337,25 @@ impl Handlers {
         }
     }
 
+    /// Every namespace has a `default` service account. The serviceaccount controller makes it
+    /// upstream; until keel-controller-manager exists the apiserver does, when it creates a
+    /// namespace.
+    async fn ensure_default_service_account(&self, namespace: &str) -> Result<(), ApiError> {
+        let accounts = resources::find("", "v1", "serviceaccounts")
+            .ok_or_else(|| ApiError::Internal("no serviceaccounts".into()))?;
+        let request = ResourceRequest {
+            resource: accounts,
+            namespace: Some(namespace.to_owned()),
+            name: None,
+            subresource: None,
+            verb: crate::request::Verb::Create,
+        };
+        match Box::pin(self.create(&request, json!({"metadata": {"name": "default"}}), false)).await {
+            Ok(_) | Err(ApiError::AlreadyExists { .. }) => Ok(()),
+            Err(error) => Err(error),
+        }
+    }
+
     /// Creates the namespaces every cluster has, if missing.
     pub async fn ensure_system_namespaces(&self) -> Result<(), ApiError> {
         let namespaces = resources::find("", "v1", "namespaces")
@@ -344,6 +369,24 @@ impl Handlers {
                 verb: crate::request::Verb::Create,
             };
             match self.create(&request, json!({"metadata": {"name": name}}), false).await {
+                Ok(_) => {}
+                // Made before a restart: its service account may still be missing (a crash between the two).
+                Err(ApiError::AlreadyExists { .. }) => self.ensure_default_service_account(name).await?,
+                Err(error) => return Err(error),
+            }
+        }
+        let classes = resources::find("scheduling.k8s.io", "v1", "priorityclasses")
+            .ok_or_else(|| ApiError::Internal("no priorityclasses".into()))?;
+        for (name, value, description) in crate::admission::SYSTEM_PRIORITY_CLASSES {
+            let request = ResourceRequest {
+                resource: classes,
+                namespace: None,
+                name: None,
+                subresource: None,
+                verb: crate::request::Verb::Create,
+            };
+            let class = json!({"metadata": {"name": name}, "value": value, "description": description, "preemptionPolicy": "PreemptLowerPriority"});
+            match self.create(&request, class, false).await {
                 Ok(_) | Err(ApiError::AlreadyExists { .. }) => {}
                 Err(error) => return Err(error),
             }

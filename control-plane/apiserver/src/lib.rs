@@ -8,6 +8,7 @@
 //! resource. Table, YAML, validation per kind, the watch cache and admission come with the rest of
 //! issue 4.
 
+pub mod admission;
 pub mod auth;
 pub mod filter;
 pub mod handlers;

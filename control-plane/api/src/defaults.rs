@@ -1,0 +1,170 @@
+//! Kubernetes defaulting (SetDefaults_* of k8s.io/kubernetes pkg/apis/*/v1), on objects as JSON: what
+//! a created object holds in fields its author left out. No IO; admission that needs other objects
+//! (service accounts, priority classes, limit ranges) lives in the apiserver.
+
+use serde_json::{Map, Value, json};
+
+use crate::resources::Resource;
+
+fn object_mut(value: &mut Value) -> Option<&mut Map<String, Value>> {
+    value.as_object_mut()
+}
+
+/// Sets `key` to `default` in `map` when it is missing.
+fn or_insert(map: &mut Map<String, Value>, key: &str, default: Value) {
+    map.entry(key.to_owned()).or_insert(default);
+}
+
+/// Defaults for a created or updated object of `resource`.
+pub fn apply(resource: &Resource, object: &mut Value) {
+    match (resource.group, resource.plural) {
+        ("", "pods") => {
+            if let Some(spec) = object.get_mut("spec") {
+                pod_spec(spec);
+            }
+        }
+        ("", "services") => service(object),
+        ("apps", "deployments" | "replicasets" | "statefulsets" | "daemonsets") | ("batch", "jobs") => {
+            if let Some(spec) = object.pointer_mut("/spec/template/spec") {
+                pod_spec(spec);
+            }
+            if let Some(spec) = object.get_mut("spec").and_then(object_mut)
+                && resource.plural != "daemonsets"
+                && resource.plural != "jobs"
+            {
+                or_insert(spec, "replicas", json!(1));
+            }
+            if resource.plural == "deployments"
+                && let Some(spec) = object.get_mut("spec").and_then(object_mut)
+            {
+                or_insert(spec, "revisionHistoryLimit", json!(10));
+                or_insert(spec, "progressDeadlineSeconds", json!(600));
+                or_insert(
+                    spec,
+                    "strategy",
+                    json!({"type": "RollingUpdate", "rollingUpdate": {"maxUnavailable": "25%", "maxSurge": "25%"}}),
+                );
+            }
+        }
+        ("batch", "cronjobs") => {
+            if let Some(spec) = object.pointer_mut("/spec/jobTemplate/spec/template/spec") {
+                pod_spec(spec);
+            }
+            if let Some(spec) = object.get_mut("spec").and_then(object_mut) {
+                or_insert(spec, "concurrencyPolicy", json!("Allow"));
+                or_insert(spec, "suspend", json!(false));
+                or_insert(spec, "successfulJobsHistoryLimit", json!(3));
+                or_insert(spec, "failedJobsHistoryLimit", json!(1));
+            }
+        }
+        _ => {}
+    }
+}
+
+/// SetDefaults_PodSpec and SetDefaults_Container.
+pub fn pod_spec(spec: &mut Value) {
+    let Some(map) = object_mut(spec) else { return };
+    or_insert(map, "restartPolicy", json!("Always"));
+    or_insert(map, "dnsPolicy", json!("ClusterFirst"));
+    or_insert(map, "schedulerName", json!("default-scheduler"));
+    or_insert(map, "terminationGracePeriodSeconds", json!(30));
+    or_insert(map, "securityContext", json!({}));
+    or_insert(map, "enableServiceLinks", json!(true));
+    for field in ["containers", "initContainers"] {
+        if let Some(containers) = map.get_mut(field).and_then(Value::as_array_mut) {
+            for container in containers {
+                self::container(container);
+            }
+        }
+    }
+}
+
+fn container(container: &mut Value) {
+    let image = container.get("image").and_then(Value::as_str).unwrap_or_default().to_owned();
+    let Some(map) = object_mut(container) else { return };
+    // `:latest` or no tag (and no digest) pulls always, as upstream.
+    let last = image.rsplit('/').next().unwrap_or_default();
+    let tagged = last.contains(':') || image.contains('@');
+    let policy = if !tagged || image.ends_with(":latest") { "Always" } else { "IfNotPresent" };
+    or_insert(map, "imagePullPolicy", json!(policy));
+    or_insert(map, "terminationMessagePath", json!("/dev/termination-log"));
+    or_insert(map, "terminationMessagePolicy", json!("File"));
+    or_insert(map, "resources", json!({}));
+    if let Some(ports) = map.get_mut("ports").and_then(Value::as_array_mut) {
+        for port in ports.iter_mut().filter_map(Value::as_object_mut) {
+            or_insert(port, "protocol", json!("TCP"));
+        }
+    }
+}
+
+/// SetDefaults_Service: type, session affinity, port protocols and target ports, IP families.
+fn service(object: &mut Value) {
+    let Some(spec) = object.get_mut("spec").and_then(object_mut) else { return };
+    or_insert(spec, "type", json!("ClusterIP"));
+    or_insert(spec, "sessionAffinity", json!("None"));
+    let kind = spec.get("type").and_then(Value::as_str).unwrap_or_default().to_owned();
+    if kind != "ExternalName" {
+        or_insert(spec, "internalTrafficPolicy", json!("Cluster"));
+    }
+    if matches!(kind.as_str(), "NodePort" | "LoadBalancer") {
+        or_insert(spec, "externalTrafficPolicy", json!("Cluster"));
+    }
+    if let Some(ports) = spec.get_mut("ports").and_then(Value::as_array_mut) {
+        for port in ports.iter_mut().filter_map(Value::as_object_mut) {
+            or_insert(port, "protocol", json!("TCP"));
+            if let Some(number) = port.get("port").cloned() {
+                or_insert(port, "targetPort", number);
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::resources::find;
+
+    #[test]
+    fn pods() {
+        let pods = find("", "v1", "pods").unwrap();
+        let mut pod = json!({"spec": {"containers": [
+            {"name": "a", "image": "busybox"},
+            {"name": "b", "image": "registry:5000/busybox:1.36", "ports": [{"containerPort": 80}]},
+            {"name": "c", "image": "busybox@sha256:abc"}
+        ], "restartPolicy": "Never"}});
+        apply(pods, &mut pod);
+        let spec = &pod["spec"];
+        assert_eq!(spec["restartPolicy"], "Never");
+        assert_eq!(
+            (spec["dnsPolicy"].as_str(), spec["schedulerName"].as_str()),
+            (Some("ClusterFirst"), Some("default-scheduler"))
+        );
+        assert_eq!(spec["terminationGracePeriodSeconds"], 30);
+        let pulls: Vec<&str> = spec["containers"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|c| c["imagePullPolicy"].as_str().unwrap())
+            .collect();
+        assert_eq!(pulls, ["Always", "IfNotPresent", "IfNotPresent"]);
+        assert_eq!(spec["containers"][1]["ports"][0]["protocol"], "TCP");
+        assert_eq!(spec["containers"][0]["terminationMessagePolicy"], "File");
+    }
+
+    #[test]
+    fn services_and_workloads() {
+        let services = find("", "v1", "services").unwrap();
+        let mut svc =
+            json!({"spec": {"ports": [{"port": 80}, {"port": 53, "protocol": "UDP", "targetPort": "dns"}]}});
+        apply(services, &mut svc);
+        assert_eq!(svc["spec"]["type"], "ClusterIP");
+        assert_eq!(svc["spec"]["ports"][0], json!({"port": 80, "protocol": "TCP", "targetPort": 80}));
+        assert_eq!(svc["spec"]["ports"][1]["targetPort"], "dns");
+        let deployments = find("apps", "v1", "deployments").unwrap();
+        let mut d = json!({"spec": {"template": {"spec": {"containers": [{"name": "a", "image": "x:1"}]}}}});
+        apply(deployments, &mut d);
+        assert_eq!(d["spec"]["replicas"], 1);
+        assert_eq!(d["spec"]["strategy"]["type"], "RollingUpdate");
+        assert_eq!(d["spec"]["template"]["spec"]["restartPolicy"], "Always");
+    }
+}
