@@ -10,3 +10,4 @@ pub mod labels;
 pub mod resources;
 pub mod status;
 pub mod strategy;
+pub mod table;

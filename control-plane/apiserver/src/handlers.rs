@@ -156,6 +156,7 @@ pub(crate) fn collection_prefix(resource: &Resource, namespace: Option<&str>) ->
 #[derive(Debug, Clone)]
 pub struct Handlers {
     pub store: Arc<dyn Store>,
+    pub services: crate::services::ServiceRanges,
 }
 
 impl Handlers {
@@ -300,8 +301,13 @@ impl Handlers {
             return Ok(Reply::Json(201, object));
         }
         let key = objects::key(resource, namespace, &name);
-        let stored = objects::for_storage(&object)?;
-        match self.store.create(&key, stored.into(), 0).await.map_err(store_error)? {
+        let outcome = if resource.group.is_empty() && resource.plural == "services" {
+            self.create_service(&key, &mut object).await?
+        } else {
+            let stored = objects::for_storage(&object)?;
+            self.store.create(&key, stored.into(), 0).await.map_err(store_error)?
+        };
+        match outcome {
             Outcome::Written { revision, .. } => {
                 objects::set_resource_version(&mut object, revision);
                 if resource.group.is_empty() && resource.plural == "namespaces" {
@@ -311,6 +317,77 @@ impl Handlers {
             }
             Outcome::Conflict { .. } => Err(ApiError::already_exists(resource.group, resource.plural, &name)),
         }
+    }
+
+    /// Creates a Service with the ClusterIP and NodePorts it is given, in one transaction.
+    async fn create_service(&self, key: &str, service: &mut Value) -> Result<Outcome, ApiError> {
+        let taken_under = |prefix: &'static str| async move {
+            let held = self.store.range(RangeRequest::prefix(prefix)).await.map_err(store_error)?;
+            Ok::<_, ApiError>(
+                held.kvs.into_iter().map(|kv| kv.key).collect::<std::collections::HashSet<String>>(),
+            )
+        };
+        for _attempt in 0..5 {
+            // A Service of that name answers AlreadyExists, whatever its address.
+            if self.store.get(key).await.map_err(store_error)?.is_some() {
+                return Ok(Outcome::Conflict { current: None });
+            }
+            let mut taken = taken_under("/registry/serviceips/").await?;
+            taken.extend(taken_under("/registry/servicenodeports/").await?);
+            let random =
+                u32::from_le_bytes(uuid::Uuid::new_v4().as_bytes()[..4].try_into().unwrap_or_default());
+            let mut candidate = service.clone();
+            let txn = crate::services::create_txn(
+                &self.services,
+                &mut candidate,
+                key,
+                objects::for_storage,
+                &|k| taken.contains(k),
+                random,
+            )?;
+            let response = self.store.txn(txn).await.map_err(store_error)?;
+            if response.succeeded {
+                *service = candidate;
+                return Ok(Outcome::Written { revision: response.revision, prev: None });
+            }
+            if self.store.get(key).await.map_err(store_error)?.is_some() {
+                return Ok(Outcome::Conflict { current: None });
+            }
+            // Another Service took a chosen address or port meanwhile: choose again.
+        }
+        Err(ApiError::ServiceUnavailable(
+            "could not allocate a ClusterIP or NodePort: too many concurrent creates".into(),
+        ))
+    }
+
+    /// Deletes the object at `key` if it is still at `revision`, with what it holds (a Service's
+    /// address and node ports) in the same transaction.
+    pub(crate) async fn remove(
+        &self,
+        resource: &Resource,
+        key: &str,
+        object: &Value,
+        revision: i64,
+    ) -> Result<Outcome, ApiError> {
+        let held = crate::services::held_keys(resource, object);
+        if held.is_empty() {
+            return self.store.delete(key, Some(revision)).await.map_err(store_error);
+        }
+        let mut ops = vec![keel_store::TxnOp::delete(key)];
+        ops.extend(held.into_iter().map(keel_store::TxnOp::delete));
+        let txn = keel_store::Txn::new()
+            .when([keel_store::Compare::ModRevision(key.to_owned(), revision)])
+            .and_then(ops)
+            .or_else([keel_store::TxnOp::get(key)]);
+        let response = self.store.txn(txn).await.map_err(store_error)?;
+        if response.succeeded {
+            return Ok(Outcome::Written { revision: response.revision, prev: None });
+        }
+        let current = match response.results.into_iter().next() {
+            Some(keel_store::OpResult::Get(current)) => current,
+            _ => None,
+        };
+        Ok(Outcome::Conflict { current })
     }
 
     /// NamespaceLifecycle: nothing is created in a namespace that does not exist.
@@ -354,6 +431,40 @@ impl Handlers {
             Ok(_) | Err(ApiError::AlreadyExists { .. }) => Ok(()),
             Err(error) => Err(error),
         }
+    }
+
+    /// The `kubernetes` Service and its Endpoints, naming this apiserver at `address`.
+    pub async fn ensure_kubernetes_service(&self, address: std::net::SocketAddr) -> Result<(), ApiError> {
+        let lookup = |plural| {
+            resources::find("", "v1", plural).ok_or_else(|| ApiError::Internal(format!("no {plural}")))
+        };
+        let request = |resource| ResourceRequest {
+            resource,
+            namespace: Some("default".to_owned()),
+            name: None,
+            subresource: None,
+            verb: crate::request::Verb::Create,
+        };
+        let service = crate::services::kubernetes_service(&self.services, address.port());
+        let endpoints = crate::services::kubernetes_endpoints(&address.ip().to_string(), address.port());
+        for (plural, object) in [("services", service), ("endpoints", endpoints.clone())] {
+            match self.create(&request(lookup(plural)?), object, false).await {
+                Ok(_) | Err(ApiError::AlreadyExists { .. }) => {}
+                Err(error) => return Err(error),
+            }
+        }
+        // The address may have changed since the last start: the Endpoints follow it.
+        let endpoints_resource = lookup("endpoints")?;
+        let key = objects::key(endpoints_resource, Some("default"), "kubernetes");
+        if let Some(kv) = self.store.get(&key).await.map_err(store_error)? {
+            let mut current = objects::from_storage(&kv.value, kv.mod_revision)?;
+            if current.get("subsets") != endpoints.get("subsets") {
+                current["subsets"] = endpoints["subsets"].clone();
+                let stored = objects::for_storage(&current)?;
+                self.store.update(&key, stored.into(), kv.mod_revision, 0).await.map_err(store_error)?;
+            }
+        }
+        Ok(())
     }
 
     /// Creates the namespaces every cluster has, if missing.

@@ -16,6 +16,7 @@ pub mod negotiate;
 pub mod objects;
 pub mod pki;
 pub mod request;
+pub mod services;
 pub mod writes;
 
 use std::convert::Infallible;
@@ -45,6 +46,23 @@ type Body = UnsyncBoxBody<Bytes, Infallible>;
 /// The Kubernetes version Keel serves.
 pub const KUBERNETES_VERSION: (&str, &str) = ("1", "34");
 
+/// How a server is set up.
+#[derive(Debug, Clone)]
+pub struct Config {
+    /// `host:port` clients reach this server at (discovery's serverAddressByClientCIDRs, and the
+    /// `kubernetes` Service's endpoint).
+    pub address: std::net::SocketAddr,
+    pub tokens: Tokens,
+    pub services: services::ServiceRanges,
+}
+
+impl Config {
+    /// Defaults for a server at `address`: no tokens, kube-apiserver's Service ranges.
+    pub fn new(address: std::net::SocketAddr) -> Config {
+        Config { address, tokens: Tokens::default(), services: services::ServiceRanges::default() }
+    }
+}
+
 /// A running API server's shared state.
 #[derive(Debug)]
 pub struct ApiServer {
@@ -56,13 +74,12 @@ pub struct ApiServer {
 
 impl ApiServer {
     /// Prepares a server on `store`, creating the system namespaces.
-    pub async fn new(
-        store: Arc<dyn Store>,
-        address: String,
-        tokens: Tokens,
-    ) -> Result<Arc<ApiServer>, ApiError> {
-        let server = Arc::new(ApiServer { handlers: Handlers { store }, address, tokens });
+    pub async fn new(store: Arc<dyn Store>, config: Config) -> Result<Arc<ApiServer>, ApiError> {
+        let handlers = Handlers { store, services: config.services };
+        let server =
+            Arc::new(ApiServer { handlers, address: config.address.to_string(), tokens: config.tokens });
         server.handlers.ensure_system_namespaces().await?;
+        server.handlers.ensure_kubernetes_service(config.address).await?;
         Ok(server)
     }
 

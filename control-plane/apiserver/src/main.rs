@@ -44,6 +44,13 @@ struct Flags {
     /// Static bearer tokens: `token,user,uid,"group1,group2"` per line.
     #[arg(long)]
     token_auth_file: Option<PathBuf>,
+    /// Where Services' ClusterIPs come from (IPv4, /12 to /28); its first address is the
+    /// `kubernetes` Service's.
+    #[arg(long, default_value = "10.0.0.0/24")]
+    service_cluster_ip_range: String,
+    /// Where NodePorts come from.
+    #[arg(long, default_value = "30000-32767")]
+    service_node_port_range: String,
 }
 
 async fn open_store(flags: &Flags) -> Result<Arc<dyn Store>> {
@@ -86,10 +93,19 @@ async fn main() -> Result<()> {
         .with_context(|| format!("listening on {}:{}", flags.bind_address, flags.secure_port))?;
     let port = listener.local_addr()?.port();
     let address = SocketAddr::new(advertise, port).to_string();
+    // Flags are checked before anything is written.
     let kubeconfig = flags.data_dir.join("admin.kubeconfig");
     write_private(&kubeconfig, &pki.admin_kubeconfig(&format!("https://{address}")))
         .with_context(|| format!("writing {}", kubeconfig.display()))?;
-    let server = ApiServer::new(store, address.clone(), tokens).await?;
+    let services = keel_apiserver::services::ServiceRanges::parse(
+        &flags.service_cluster_ip_range,
+        &flags.service_node_port_range,
+    )
+    .map_err(|e| anyhow::anyhow!("--service-cluster-ip-range / --service-node-port-range: {e}"))?;
+    let mut config = keel_apiserver::Config::new(SocketAddr::new(advertise, port));
+    config.tokens = tokens;
+    config.services = services;
+    let server = ApiServer::new(store, config).await?;
     println!("keel-apiserver serving https://{address} (admin kubeconfig: {})", kubeconfig.display());
     tokio::select! {
         served = server.serve(listener, tls) => served.context("serving")?,

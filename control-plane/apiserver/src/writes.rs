@@ -153,7 +153,7 @@ impl Handlers {
                 return Ok(object);
             }
             let outcome = if ready_to_go(resource, &object) {
-                self.store.delete(&key, Some(current.mod_revision)).await.map_err(store_error)?
+                self.remove(resource, &key, &object, current.mod_revision).await?
             } else {
                 let stored = objects::for_storage(&object)?;
                 self.store.update(&key, stored.into(), current.mod_revision, 0).await.map_err(store_error)?
@@ -196,6 +196,7 @@ impl Handlers {
             .guarded_update(request, name, dry_run, |existing| {
                 let mut new = object.clone();
                 strategy::prepare_for_update(resource, existing, &mut new);
+                check_update(resource, existing, &mut new)?;
                 Ok((new, precondition))
             })
             .await?;
@@ -219,6 +220,7 @@ impl Handlers {
                 objects::check_type(&new, resource)?;
                 let precondition = changed_revision(existing, &new)?;
                 strategy::prepare_for_update(resource, existing, &mut new);
+                check_update(resource, existing, &mut new)?;
                 Ok((new, precondition))
             })
             .await?;
@@ -364,7 +366,7 @@ impl Handlers {
             if options.dry_run {
                 return Ok(Reply::Json(200, object));
             }
-            match self.store.delete(&key, Some(current.mod_revision)).await.map_err(store_error)? {
+            match self.remove(resource, &key, &object, current.mod_revision).await? {
                 Outcome::Written { revision, .. } => {
                     objects::set_resource_version(&mut object, revision);
                     return Ok(Reply::Json(200, object));
@@ -430,6 +432,37 @@ impl Handlers {
             }),
         ))
     }
+}
+
+/// What an update may not change, per resource (a Service's ClusterIP; node ports are kept as
+/// allocated — changing them is refused until reallocation on update exists).
+fn check_update(resource: &Resource, old: &Value, new: &mut Value) -> Result<(), ApiError> {
+    if resource.group.is_empty() && resource.plural == "services" {
+        crate::services::carry_allocations(old, new);
+        crate::services::check_update(old, new)?;
+        let ports = |v: &Value| {
+            v.pointer("/spec/ports")
+                .and_then(Value::as_array)
+                .into_iter()
+                .flatten()
+                .filter_map(|p| p.get("nodePort").and_then(Value::as_i64))
+                .collect::<Vec<_>>()
+        };
+        let kind =
+            |v: &Value| v.pointer("/spec/type").and_then(Value::as_str).unwrap_or("ClusterIP").to_owned();
+        if ports(old) != ports(new) || kind(old) != kind(new) {
+            return Err(ApiError::invalid(
+                "",
+                "Service",
+                objects::name(new),
+                vec![keel_api::status::FieldError::forbidden(
+                    "spec",
+                    "changing a Service's type or node ports is not supported yet: delete and re-create it",
+                )],
+            ));
+        }
+    }
+    Ok(())
 }
 
 /// The body of a subresource write, resolved against the current state.

@@ -46,7 +46,7 @@ async fn start_on(backend: Backend) -> Result<Cluster> {
     let address = listener.local_addr()?.to_string();
     let pki = keel_apiserver::pki::ensure(&dir.path().join("pki"), &[])?;
     let tls = keel_apiserver::auth::server_config(&pki)?;
-    let server = ApiServer::new(store, address.clone(), Default::default()).await?;
+    let server = ApiServer::new(store, keel_apiserver::Config::new(address.parse()?)).await?;
     let serving = tokio::spawn(server.serve(listener, tls));
     let kubeconfig = dir.path().join("kubeconfig");
     std::fs::write(&kubeconfig, pki.admin_kubeconfig(&format!("https://{address}")))?;

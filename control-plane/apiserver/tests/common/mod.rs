@@ -34,7 +34,7 @@ impl Server {
         let address = listener.local_addr()?;
         let pki = keel_apiserver::pki::ensure(&dir.path().join("pki"), &[])?;
         let tls = keel_apiserver::auth::server_config(&pki)?;
-        let server = ApiServer::new(store, address.to_string(), Default::default()).await?;
+        let server = ApiServer::new(store, keel_apiserver::Config::new(address)).await?;
         let serving = tokio::spawn(server.serve(listener, tls));
         Ok(Server { address, pki, dir, _serving: serving })
     }
