@@ -29,8 +29,8 @@ use http_body_util::combinators::UnsyncBoxBody;
 use http_body_util::{BodyExt, Full, Limited, StreamBody};
 use hyper::body::{Frame, Incoming};
 use hyper_util::rt::{TokioExecutor, TokioIo};
-use keel_api::discovery;
 use keel_api::status::ApiError;
+use keel_api::{discovery, table};
 use keel_store::Store;
 use serde_json::{Value, json};
 use tokio::net::TcpListener;
@@ -132,13 +132,43 @@ impl ApiServer {
         let content_type =
             parts.headers.get(header::CONTENT_TYPE).and_then(|v| v.to_str().ok()).map(str::to_owned);
         let accept = parts.headers.get(header::ACCEPT).and_then(|v| v.to_str().ok()).map(str::to_owned);
-        // Tables are produced for resources (not discovery); until table rendering lands they are
-        // answered as plain JSON, which every client falls back to.
         let format = match negotiate::response_format(accept.as_deref(), true) {
             Ok(format) => format,
             Err(error) => return json_response(error.code(), &error.to_json()),
         };
+        // Tables are served for reads of resources (not discovery, subresources or writes).
+        let table = match format {
+            Format::Table(version) => match request::parse(&parts.method, &path, query.as_deref()) {
+                Ok(Target::Resource(r))
+                    if r.subresource.is_none() && matches!(r.verb, Verb::Get | Verb::List | Verb::Watch) =>
+                {
+                    let include = table::IncludeObject::from_query(
+                        query_param(query.as_deref(), "includeObject").as_deref(),
+                    );
+                    match include {
+                        Ok(include) => {
+                            Some((r.resource, table::TableOptions { include, version, no_headers: false }))
+                        }
+                        Err(error) => return json_response(error.code(), &error.to_json()),
+                    }
+                }
+                _ => None,
+            },
+            _ => None,
+        };
         let result = self.route(&parts.method, &path, query.as_deref(), content_type.as_deref(), body).await;
+        let result = match (result, table) {
+            (Ok(Reply::Json(code, value)), Some((resource, options))) if code < 300 => {
+                Ok(Reply::Json(code, as_table(resource, value, options)))
+            }
+            (Ok(Reply::Watch(stream)), Some((resource, options))) => {
+                let mut tables = table::WatchTables::new(options);
+                Ok(Reply::Watch(Box::pin(
+                    stream.map(move |line| watch_as_table(&mut tables, resource, &line)),
+                )))
+            }
+            (result, _) => result,
+        };
         match result {
             Ok(Reply::Json(code, value)) if format == Format::Yaml => yaml_response(code, &value),
             Ok(Reply::Json(code, value)) => json_response(code, &value),
@@ -246,6 +276,41 @@ async fn read_bytes(body: Incoming) -> Result<Bytes, ApiError> {
 
 async fn read_body(body: Incoming, content_type: Option<&str>) -> Result<Value, ApiError> {
     objects::decode(&read_bytes(body).await?, content_type)
+}
+
+/// A list or one object as a Table.
+fn as_table(
+    resource: &'static keel_api::resources::Resource,
+    value: Value,
+    options: table::TableOptions,
+) -> Value {
+    let now = jiff::Timestamp::now();
+    match value.get("items").and_then(Value::as_array) {
+        Some(items) => table::table_with(resource, items, value["metadata"].clone(), options, now),
+        None => table::object_table(resource, &value, options, now),
+    }
+}
+
+/// One watch event line with its object as a one-row Table (only the first has column headers).
+fn watch_as_table(
+    tables: &mut table::WatchTables,
+    resource: &'static keel_api::resources::Resource,
+    line: &Bytes,
+) -> Bytes {
+    let Ok(mut event) = serde_json::from_slice::<Value>(line) else { return line.clone() };
+    let object = event["object"].clone();
+    event["object"] = tables.event_object(resource, &object, jiff::Timestamp::now());
+    let mut out = serde_json::to_vec(&event).unwrap_or_default();
+    out.push(b'\n');
+    Bytes::from(out)
+}
+
+/// One query parameter's (percent-decoded) value.
+fn query_param(query: Option<&str>, name: &str) -> Option<String> {
+    query?.split('&').find_map(|pair| {
+        let (key, value) = pair.split_once('=').unwrap_or((pair, ""));
+        (key == name).then(|| value.replace("%20", " "))
+    })
 }
 
 fn to_reply(value: impl serde::Serialize) -> Result<Reply, ApiError> {

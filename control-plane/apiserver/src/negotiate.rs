@@ -3,14 +3,15 @@
 //! the Table form `application/json;as=Table;v=v1;g=meta.k8s.io` that `kubectl get` asks for.
 
 use keel_api::status::ApiError;
+use keel_api::table::TableVersion;
 
 /// A response form the server can produce.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Format {
     Json,
     Yaml,
-    /// A meta.k8s.io/v1 Table (JSON).
-    Table,
+    /// A meta.k8s.io Table (JSON), v1 or v1beta1.
+    Table(TableVersion),
 }
 
 /// The media types request bodies may be in.
@@ -55,13 +56,11 @@ pub fn response_format(accept: Option<&str>, table_allowed: bool) -> Result<Form
         let format = match media.as_str() {
             "application/json" => match param("as") {
                 None => Some(Format::Json),
-                Some("Table")
-                    if table_allowed
-                        && param("g") == Some("meta.k8s.io")
-                        && matches!(param("v"), Some("v1" | "v1beta1")) =>
-                {
-                    Some(Format::Table)
-                }
+                Some("Table") if table_allowed && param("g") == Some("meta.k8s.io") => match param("v") {
+                    Some("v1") => Some(Format::Table(TableVersion::V1)),
+                    Some("v1beta1") => Some(Format::Table(TableVersion::V1Beta1)),
+                    _ => None,
+                },
                 // Other `as=` forms (PartialObjectMetadata, discovery lists) are not produced yet.
                 Some(_) => None,
             },
@@ -85,7 +84,9 @@ mod tests {
     #[test]
     fn kubectl_get_asks_for_a_table_first() {
         let accept = "application/json;as=Table;v=v1;g=meta.k8s.io,application/json;as=Table;v=v1beta1;g=meta.k8s.io,application/json";
-        assert_eq!(response_format(Some(accept), true).unwrap(), Format::Table);
+        assert_eq!(response_format(Some(accept), true).unwrap(), Format::Table(TableVersion::V1));
+        let beta = "application/json;as=Table;v=v1beta1;g=meta.k8s.io";
+        assert_eq!(response_format(Some(beta), true).unwrap(), Format::Table(TableVersion::V1Beta1));
         assert_eq!(response_format(Some(accept), false).unwrap(), Format::Json);
         assert_eq!(response_format(None, true).unwrap(), Format::Json);
         assert_eq!(response_format(Some("application/yaml"), true).unwrap(), Format::Yaml);

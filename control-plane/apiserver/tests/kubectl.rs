@@ -156,8 +156,43 @@ async fn crud_with(minor: u32, backend: Backend) -> Result<()> {
     // Pagination: kubectl lists in chunks of one, following continue tokens.
     let chunked = ok(&kubectl, k, &["get", "namespaces", "--chunk-size=1", "-o", "name"]).await?;
     ensure!(chunked.lines().count() == 5, "{chunked}");
+    // Server-side printing: upstream's columns.
     let table = ok(&kubectl, k, &["get", "configmaps", "-n", "team-a"]).await?;
-    ensure!(table.lines().any(|l| l.starts_with("cfg ")), "{table}");
+    let header: Vec<&str> = table.lines().next().unwrap_or_default().split_whitespace().collect();
+    ensure!(header == ["NAME", "DATA", "AGE"], "{table}");
+    ensure!(table.lines().any(|l| l.split_whitespace().take(2).eq(["cfg", "2"])), "{table}");
+    let services = ok(&kubectl, k, &["get", "services"]).await?;
+    let header: Vec<&str> = services.lines().next().unwrap_or_default().split_whitespace().collect();
+    ensure!(header == ["NAME", "TYPE", "CLUSTER-IP", "EXTERNAL-IP", "PORT(S)", "AGE"], "{services}");
+    ensure!(
+        services.lines().any(|l| l.split_whitespace().take(5).eq([
+            "kubernetes",
+            "ClusterIP",
+            "10.0.0.1",
+            "<none>",
+            "443/TCP"
+        ])),
+        "{services}"
+    );
+    let namespaces = ok(&kubectl, k, &["get", "namespace", "team-a"]).await?;
+    ensure!(
+        namespaces.lines().nth(1).is_some_and(|l| l.split_whitespace().take(2).eq(["team-a", "Active"])),
+        "{namespaces}"
+    );
+    ok(&kubectl, k, &["create", "deployment", "web", "-n", "team-a", "--image=busybox:1.36", "--replicas=3"])
+        .await?;
+    let wide = ok(&kubectl, k, &["get", "deployments", "-n", "team-a", "-o", "wide"]).await?;
+    let header: Vec<&str> = wide.lines().next().unwrap_or_default().split_whitespace().collect();
+    ensure!(
+        header == ["NAME", "READY", "UP-TO-DATE", "AVAILABLE", "AGE", "CONTAINERS", "IMAGES", "SELECTOR"],
+        "{wide}"
+    );
+    ensure!(
+        wide.lines()
+            .nth(1)
+            .is_some_and(|l| l.contains("0/3") && l.contains("busybox:1.36") && l.contains("app=web")),
+        "{wide}"
+    );
 
     // Already exists, missing namespace: Kubernetes' answers, which kubectl prints.
     let (success, _, err) = run(&kubectl, k, &["create", "configmap", "cfg", "-n", "team-a"]).await?;
@@ -246,5 +281,46 @@ async fn kubectl_watch_sees_create_replace_delete() -> Result<()> {
     ensure!(kinds == ["ADDED", "ADDED", "MODIFIED", "DELETED"], "{kinds:?}");
     ensure!(events[2]["object"]["data"]["v"] == "2");
     ensure!(events[3]["object"]["metadata"]["name"] == "w");
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kubectl_watch_prints_table_rows() -> Result<()> {
+    use tokio::io::AsyncBufReadExt;
+    let kubectl = kubectl::minor(31)?;
+    let cluster = start().await?;
+    let k = cluster.kubeconfig.as_path();
+    ok(&kubectl, k, &["create", "configmap", "first", "--from-literal=a=b"]).await?;
+    let mut watch = tokio::process::Command::from(kubectl.command());
+    watch
+        .arg("--kubeconfig")
+        .arg(k)
+        .args(["get", "configmaps", "--watch"])
+        .stdout(std::process::Stdio::piped())
+        .kill_on_drop(true);
+    let mut watch = watch.spawn()?;
+    let mut lines = tokio::io::BufReader::new(watch.stdout.take().context("stdout")?).lines();
+    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(20);
+    let mut next = async || -> Result<String> {
+        Ok(tokio::time::timeout_at(deadline, lines.next_line())
+            .await
+            .context("watch output")??
+            .context("watch ended")?)
+    };
+    let header = next().await?;
+    ensure!(header.split_whitespace().collect::<Vec<_>>() == ["NAME", "DATA", "AGE"], "{header}");
+    let mut row = next().await?;
+    while !row.starts_with("first") {
+        row = next().await?;
+    }
+    ensure!(row.split_whitespace().take(2).eq(["first", "1"]), "{row}");
+    // A change made now arrives as a row of the same table (no second header).
+    ok(&kubectl, k, &["create", "configmap", "second"]).await?;
+    let mut row = next().await?;
+    while !row.starts_with("second") {
+        ensure!(!row.starts_with("NAME"), "a second header: {row}");
+        row = next().await?;
+    }
+    ensure!(row.split_whitespace().take(2).eq(["second", "0"]), "{row}");
     Ok(())
 }
