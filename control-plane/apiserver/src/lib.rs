@@ -159,7 +159,7 @@ impl ApiServer {
         let result = self.route(&parts.method, &path, query.as_deref(), content_type.as_deref(), body).await;
         let result = match (result, table) {
             (Ok(Reply::Json(code, value)), Some((resource, options))) if code < 300 => {
-                Ok(Reply::Json(code, as_table(resource, value, options)))
+                Ok(Reply::Json(code, as_table(resource, &value, options)))
             }
             (Ok(Reply::Watch(stream)), Some((resource, options))) => {
                 let mut tables = table::WatchTables::new(options);
@@ -281,7 +281,7 @@ async fn read_body(body: Incoming, content_type: Option<&str>) -> Result<Value, 
 /// A list or one object as a Table.
 fn as_table(
     resource: &'static keel_api::resources::Resource,
-    value: Value,
+    value: &Value,
     options: table::TableOptions,
 ) -> Value {
     let now = jiff::Timestamp::now();
