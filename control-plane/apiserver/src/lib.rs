@@ -287,7 +287,7 @@ fn as_table(
     let now = jiff::Timestamp::now();
     match value.get("items").and_then(Value::as_array) {
         Some(items) => table::table_with(resource, items, value["metadata"].clone(), options, now),
-        None => table::object_table(resource, &value, options, now),
+        None => table::object_table(resource, value, options, now),
     }
 }
 
