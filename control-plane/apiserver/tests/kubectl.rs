@@ -302,10 +302,10 @@ async fn kubectl_watch_prints_table_rows() -> Result<()> {
     let mut lines = tokio::io::BufReader::new(watch.stdout.take().context("stdout")?).lines();
     let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(20);
     let mut next = async || -> Result<String> {
-        Ok(tokio::time::timeout_at(deadline, lines.next_line())
+        tokio::time::timeout_at(deadline, lines.next_line())
             .await
             .context("watch output")??
-            .context("watch ended")?)
+            .context("watch ended")
     };
     let header = next().await?;
     ensure!(header.split_whitespace().collect::<Vec<_>>() == ["NAME", "DATA", "AGE"], "{header}");
