@@ -1,5 +1,5 @@
 //! kubectl against keel-apiserver on the embedded store (and on etcd), over HTTPS as the admin, with JSON
-//! bodies: the first slices of issue 4 (kubectl 1.27 and 1.31; 1.32+ sends protobuf on create, which is issue 5's).
+//! bodies: kubectl 1.27 to 1.31 (1.32+ sends protobuf on create, which is issue 5's).
 
 use std::path::Path;
 use std::sync::Arc;
@@ -219,6 +219,21 @@ async fn kubectl_1_31_crud_on_etcd() -> Result<()> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kubectl_1_27_crud() -> Result<()> {
     crud_with(27, Backend::Embedded).await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kubectl_1_28_crud() -> Result<()> {
+    crud_with(28, Backend::Embedded).await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kubectl_1_29_crud() -> Result<()> {
+    crud_with(29, Backend::Embedded).await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kubectl_1_30_crud() -> Result<()> {
+    crud_with(30, Backend::Embedded).await
 }
 
 /// Reads kubectl's `-o json --output-watch-events` output until `count` events came.
