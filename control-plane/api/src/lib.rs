@@ -11,3 +11,4 @@ pub mod resources;
 pub mod status;
 pub mod strategy;
 pub mod table;
+pub mod typed;

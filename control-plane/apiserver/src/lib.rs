@@ -17,6 +17,7 @@ pub mod objects;
 pub mod pki;
 pub mod request;
 pub mod services;
+pub mod validation;
 pub mod writes;
 
 use std::convert::Infallible;
@@ -156,7 +157,13 @@ impl ApiServer {
             },
             _ => None,
         };
-        let result = self.route(&parts.method, &path, query.as_deref(), content_type.as_deref(), body).await;
+        let (result, warnings) = validation::WARNINGS
+            .scope(std::cell::RefCell::new(Vec::new()), async {
+                let result =
+                    self.route(&parts.method, &path, query.as_deref(), content_type.as_deref(), body).await;
+                (result, validation::WARNINGS.with(|w| w.take()))
+            })
+            .await;
         let result = match (result, table) {
             (Ok(Reply::Json(code, value)), Some((resource, options))) if code < 300 => {
                 Ok(Reply::Json(code, as_table(resource, &value, options)))
@@ -169,7 +176,7 @@ impl ApiServer {
             }
             (result, _) => result,
         };
-        match result {
+        let mut response = match result {
             Ok(Reply::Json(code, value)) if format == Format::Yaml => yaml_response(code, &value),
             Ok(Reply::Json(code, value)) => json_response(code, &value),
             Ok(Reply::Watch(_)) if format == Format::Yaml => {
@@ -187,7 +194,15 @@ impl ApiServer {
                     .unwrap_or_else(|_| json_response(500, &json!({})))
             }
             Err(error) => json_response(error.code(), &error.to_json()),
+        };
+        for warning in warnings {
+            // As upstream: `299 - "<text>"`, the text with quotes and backslashes escaped.
+            let text = warning.replace('\\', "\\\\").replace('"', "\\\"");
+            if let Ok(value) = http::HeaderValue::from_str(&format!("299 - \"{text}\"")) {
+                response.headers_mut().append(header::WARNING, value);
+            }
         }
+        response
     }
 
     async fn route(
@@ -216,6 +231,7 @@ impl ApiServer {
             }
             Target::Resource(request) => request,
         };
+        let fields = validation::FieldValidation::parse(query_param(query, "fieldValidation").as_deref())?;
         let query = Query::parse(query)?;
         let name = request.name.clone().unwrap_or_default();
         if request.subresource.is_some() {
@@ -236,11 +252,11 @@ impl ApiServer {
             Verb::List => self.handlers.list(&request, &query).await,
             Verb::Watch => self.handlers.watch(&request, &query).await,
             Verb::Create => {
-                let object = read_body(body, content_type).await?;
+                let (_, object) = read_checked(body, content_type, &request, fields).await?;
                 self.handlers.create(&request, object, query.dry_run).await
             }
             Verb::Update => {
-                let object = read_body(body, content_type).await?;
+                let (_, object) = read_checked(body, content_type, &request, fields).await?;
                 self.handlers.update(&request, &name, object, query.dry_run).await
             }
             Verb::Patch => {
@@ -272,6 +288,22 @@ async fn read_bytes(body: Incoming) -> Result<Bytes, ApiError> {
         }
     })?;
     Ok(bytes.to_bytes())
+}
+
+/// A create or update body, read and checked against the resource's type.
+async fn read_checked(
+    body: Incoming,
+    content_type: Option<&str>,
+    request: &request::ResourceRequest,
+    fields: validation::FieldValidation,
+) -> Result<(Bytes, Value), ApiError> {
+    let raw = read_bytes(body).await?;
+    let object = objects::decode(&raw, content_type)?;
+    // Only JSON bodies are scanned for duplicates (the YAML parser refuses them itself).
+    let scanned: &[u8] =
+        if negotiate::body_type(content_type)? == negotiate::BodyType::Json { &raw } else { b"" };
+    validation::check(request.resource, scanned, &object, fields)?;
+    Ok((raw, object))
 }
 
 async fn read_body(body: Incoming, content_type: Option<&str>) -> Result<Value, ApiError> {

@@ -117,3 +117,61 @@ async fn yaml_in_and_out() -> Result<()> {
     ensure!(status == 406, "{status} {body}");
     Ok(())
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn field_validation_strict_warn_ignore() -> Result<()> {
+    let server = Server::start().await?;
+    let json = [("Content-Type", "application/json")];
+    let deployments = "/apis/apps/v1/namespaces/default/deployments";
+    let deployment = |name: &str, extra: &str| {
+        format!(
+            r#"{{"apiVersion":"apps/v1","kind":"Deployment","metadata":{{"name":"{name}"}},"spec":{{"selector":{{"matchLabels":{{"a":"b"}}}},{extra}"template":{{"metadata":{{"labels":{{"a":"b"}}}},"spec":{{"containers":[{{"name":"c","image":"busybox"}}]}}}}}}}}"#
+        )
+    };
+    let (status, _, answer) = server
+        .request(
+            "POST",
+            &format!("{deployments}?fieldValidation=Strict"),
+            &json,
+            deployment("strict", r#""bogus":1,"#).as_bytes(),
+        )
+        .await?;
+    ensure!(
+        status == 400 && answer.contains(r#"strict decoding error: unknown field \"spec.bogus\""#),
+        "{status} {answer}"
+    );
+    let (status, _, answer) = server
+        .request(
+            "POST",
+            &format!("{deployments}?fieldValidation=Strict"),
+            &json,
+            deployment("dup", r#""replicas":1,"replicas":2,"#).as_bytes(),
+        )
+        .await?;
+    ensure!(status == 400 && answer.contains(r#"duplicate field \"spec.replicas\""#), "{status} {answer}");
+    let (status, head, answer) = server
+        .request_with_headers("POST", deployments, &json, deployment("warned", r#""bogus":1,"#).as_bytes())
+        .await?;
+    ensure!(status == 201, "{answer}");
+    ensure!(
+        head.lines().any(|l| l.eq_ignore_ascii_case(r#"warning: 299 - "unknown field \"spec.bogus\"""#)),
+        "{head}"
+    );
+    let (status, head, _) = server
+        .request_with_headers(
+            "POST",
+            &format!("{deployments}?fieldValidation=Ignore"),
+            &json,
+            deployment("ignored", r#""bogus":1,"#).as_bytes(),
+        )
+        .await?;
+    ensure!(status == 201 && !head.to_ascii_lowercase().contains("warning:"), "{head}");
+    let (status, _, answer) = server
+        .request("POST", deployments, &json, deployment("typed", r#""replicas":"two","#).as_bytes())
+        .await?;
+    ensure!(status == 400 && answer.contains("cannot be handled as a Deployment"), "{status} {answer}");
+    let (status, _, answer) =
+        server.request("POST", &format!("{deployments}?fieldValidation=Loose"), &json, b"{}").await?;
+    ensure!(status == 400 && answer.contains("fieldValidation must be one of"), "{status} {answer}");
+    Ok(())
+}

@@ -39,8 +39,8 @@ impl Server {
         Ok(Server { address, pki, dir, _serving: serving })
     }
 
-    /// One request as the admin; returns status, content type and body.
-    pub async fn request(
+    /// One request as the admin; returns status, the response's header lines and body.
+    pub async fn request_with_headers(
         &self,
         method: &str,
         path: &str,
@@ -57,14 +57,30 @@ impl Server {
         let headers: Vec<(String, String)> =
             headers.iter().map(|(k, v)| ((*k).to_owned(), (*v).to_owned())).collect();
         tokio::task::spawn_blocking(move || {
-            blocking_request(address, &pki_ca, &cert, &key, &method, &path, &headers, &body)
+            raw_request(address, &pki_ca, &cert, &key, &method, &path, &headers, &body)
         })
         .await?
+    }
+
+    /// One request as the admin; returns status, content type and body.
+    pub async fn request(
+        &self,
+        method: &str,
+        path: &str,
+        headers: &[(&str, &str)],
+        body: &[u8],
+    ) -> Result<(u16, String, String)> {
+        let (status, head, body) = self.request_with_headers(method, path, headers, body).await?;
+        let content_type = head
+            .lines()
+            .find_map(|l| l.to_ascii_lowercase().strip_prefix("content-type: ").map(str::to_owned))
+            .unwrap_or_default();
+        Ok((status, content_type, body))
     }
 }
 
 #[expect(clippy::too_many_arguments, reason = "a test helper spelling out one HTTP request")]
-fn blocking_request(
+fn raw_request(
     address: SocketAddr,
     ca: &str,
     cert: &str,
@@ -107,9 +123,5 @@ fn blocking_request(
     let text = String::from_utf8_lossy(&response).into_owned();
     let (head, body) = text.split_once("\r\n\r\n").context("no header end")?;
     let status = head.split(' ').nth(1).and_then(|s| s.parse().ok()).context("no status")?;
-    let content_type = head
-        .lines()
-        .find_map(|l| l.to_ascii_lowercase().strip_prefix("content-type: ").map(str::to_owned))
-        .unwrap_or_default();
-    Ok((status, content_type, body.to_owned()))
+    Ok((status, head.to_owned(), body.to_owned()))
 }

@@ -1,0 +1,74 @@
+//! Field validation of request bodies (`fieldValidation=Strict|Warn|Ignore`, Warn by default as in
+//! kube-apiserver 1.27+): fields of the wrong type are always a BadRequest; unknown and duplicate
+//! fields are refused (Strict), answered with `Warning` headers (Warn), or let through (Ignore).
+//! Warnings are gathered per request and sent as `Warning: 299 - "..."` headers.
+
+use std::cell::RefCell;
+
+use keel_api::resources::Resource;
+use keel_api::status::ApiError;
+use keel_api::typed;
+use serde_json::Value;
+
+tokio::task_local! {
+    /// The warnings of the request being served.
+    pub static WARNINGS: RefCell<Vec<String>>;
+}
+
+/// Adds a warning to the current request's response (nothing outside a request).
+pub fn warn(message: String) {
+    let _outside_a_request = WARNINGS.try_with(|warnings| warnings.borrow_mut().push(message));
+}
+
+/// What the client asked for unknown and duplicate fields.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum FieldValidation {
+    Strict,
+    #[default]
+    Warn,
+    Ignore,
+}
+
+impl FieldValidation {
+    pub fn parse(value: Option<&str>) -> Result<FieldValidation, ApiError> {
+        match value {
+            None | Some("" | "Warn") => Ok(FieldValidation::Warn),
+            Some("Strict") => Ok(FieldValidation::Strict),
+            Some("Ignore") => Ok(FieldValidation::Ignore),
+            Some(other) => Err(ApiError::BadRequest(format!(
+                "fieldValidation must be one of \"Ignore\", \"Warn\", or \"Strict\", got {other:?}"
+            ))),
+        }
+    }
+}
+
+/// Checks a body (`raw` as sent, `object` as parsed) against the resource's type.
+pub fn check(resource: &Resource, raw: &[u8], object: &Value, mode: FieldValidation) -> Result<(), ApiError> {
+    let typed = typed::round_trip(resource, object).map_err(|error| {
+        ApiError::BadRequest(format!(
+            "{kind} in version \"{version}\" cannot be handled as a {kind}: {error}",
+            kind = resource.kind,
+            version = resource.version
+        ))
+    })?;
+    if mode == FieldValidation::Ignore {
+        return Ok(());
+    }
+    let mut problems: Vec<String> =
+        typed::unknown_fields(object, &typed).into_iter().map(|f| format!("unknown field {f:?}")).collect();
+    problems.extend(typed::duplicate_fields(raw).into_iter().map(|f| format!("duplicate field {f:?}")));
+    if problems.is_empty() {
+        return Ok(());
+    }
+    match mode {
+        FieldValidation::Strict => {
+            Err(ApiError::BadRequest(format!("strict decoding error: {}", problems.join(", "))))
+        }
+        _ => {
+            for problem in problems {
+                warn(problem);
+            }
+            Ok(())
+        }
+    }
+}
