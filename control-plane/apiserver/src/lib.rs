@@ -161,7 +161,7 @@ impl ApiServer {
             .scope(std::cell::RefCell::new(Vec::new()), async {
                 let result =
                     self.route(&parts.method, &path, query.as_deref(), content_type.as_deref(), body).await;
-                (result, validation::WARNINGS.with(|w| w.take()))
+                (result, validation::WARNINGS.with(std::cell::RefCell::take))
             })
             .await;
         let result = match (result, table) {
