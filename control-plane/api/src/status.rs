@@ -201,6 +201,11 @@ impl ApiError {
         }
     }
 
+    /// An invalid query parameter (upstream answers these as an Invalid ListOptions).
+    pub fn invalid_query(field: &str, detail: &str) -> ApiError {
+        ApiError::invalid("meta.k8s.io", "ListOptions", "", vec![FieldError::forbidden(field, detail)])
+    }
+
     /// An invalid object of `kind` (`Pod`) in `group` (`""` for core).
     pub fn invalid(group: &str, kind: &str, name: &str, causes: Vec<FieldError>) -> ApiError {
         let kind = if group.is_empty() { kind.to_owned() } else { format!("{kind}.{group}") };

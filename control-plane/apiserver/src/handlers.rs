@@ -43,6 +43,7 @@ pub struct Query {
     pub timeout_seconds: Option<u64>,
     pub label_selector: Option<String>,
     pub field_selector: Option<String>,
+    pub resource_version_match: Option<String>,
     /// `dryRun=All`: everything but the write.
     pub dry_run: bool,
     pub grace_period_seconds: Option<i64>,
@@ -65,6 +66,9 @@ impl Query {
                 }
                 "continue" => parsed.continue_token = Some(value).filter(|v| !v.is_empty()),
                 "labelSelector" => parsed.label_selector = Some(value),
+                "resourceVersionMatch" => {
+                    parsed.resource_version_match = Some(value).filter(|v| !v.is_empty());
+                }
                 "dryRun" => match value.as_str() {
                     "All" => parsed.dry_run = true,
                     "" => {}
@@ -168,18 +172,53 @@ impl Handlers {
         Ok(Reply::Json(200, objects::from_storage(&kv.value, kv.mod_revision)?))
     }
 
+    /// The revision a list reads at (`None`: the latest), by kube-apiserver's rules: no
+    /// resourceVersion is the latest; "0" is any (the latest here); N with match Exact (or, as the
+    /// legacy rule has it, with a limit and no match) is exactly N; N with NotOlderThan (or no match)
+    /// is the latest, which must be at least N.
+    async fn list_revision(&self, query: &Query) -> Result<Option<i64>, ApiError> {
+        let rv = query.resource_version.as_deref();
+        match (rv, query.resource_version_match.as_deref()) {
+            (None, Some(_)) => Err(ApiError::invalid_query(
+                "resourceVersionMatch",
+                "resourceVersionMatch is forbidden unless resourceVersion is provided",
+            )),
+            (Some("0"), Some("Exact")) => Err(ApiError::invalid_query(
+                "resourceVersionMatch",
+                "resourceVersionMatch \"exact\" is forbidden for resourceVersion \"0\"",
+            )),
+            (None | Some("0"), None | Some("NotOlderThan")) => Ok(None),
+            (Some(rv), Some("Exact")) => Ok(Some(parse_revision(rv)?)),
+            (Some(rv), None) if query.limit.is_some() => Ok(Some(parse_revision(rv)?)),
+            (Some(rv), None | Some("NotOlderThan")) => {
+                let wanted = parse_revision(rv)?;
+                let current = self.store.current_revision().await.map_err(store_error)?;
+                if wanted > current {
+                    return Err(ApiError::Timeout(format!(
+                        "Too large resource version: {wanted}, current: {current}"
+                    )));
+                }
+                Ok(None)
+            }
+            (_, Some(other)) => Err(ApiError::invalid_query(
+                "resourceVersionMatch",
+                &format!("unsupported value {other:?}: supported values: \"Exact\", \"NotOlderThan\""),
+            )),
+        }
+    }
+
     pub async fn list(&self, request: &ResourceRequest, query: &Query) -> Result<Reply, ApiError> {
         let resource = request.resource;
         let filter =
             Filter::parse(resource, query.label_selector.as_deref(), query.field_selector.as_deref())?;
         let prefix = collection_prefix(resource, request.namespace.as_deref());
-        let (mut revision, mut from) = (None, None);
-        if let Some(token) = &query.continue_token {
-            let (at, start) = decode_continue(token, &prefix)?;
-            (revision, from) = (Some(at), Some(start));
-        } else if let Some(rv) = query.resource_version.as_deref().filter(|rv| *rv != "0") {
-            revision = Some(parse_revision(rv)?);
-        }
+        let (mut revision, mut from) = match &query.continue_token {
+            Some(token) => {
+                let (at, start) = decode_continue(token, &prefix)?;
+                (Some(at), Some(start))
+            }
+            None => (self.list_revision(query).await?, None),
+        };
         // With a selector, pages are read until `limit` objects match (or the collection ends), as
         // upstream does; the continue token then points after the last key read.
         let mut items = Vec::new();

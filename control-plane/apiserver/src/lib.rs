@@ -242,7 +242,11 @@ impl ApiServer {
                     let bytes = read_bytes(body).await?;
                     SubresourceBody::Patch(handlers::PatchBody::parse(&bytes, content_type)?)
                 }
-                // pods/binding and pods/eviction come with the scheduler and disruption work.
+                Verb::Create if request.subresource.as_deref() == Some("binding") => {
+                    let binding = read_body(body, content_type).await?;
+                    return self.handlers.bind(&request, &name, &binding, query.dry_run).await;
+                }
+                // pods/eviction comes with PodDisruptionBudget evaluation.
                 _ => return Err(ApiError::MethodNotAllowed),
             };
             return self.handlers.subresource(&request, &name, body, query.dry_run).await;

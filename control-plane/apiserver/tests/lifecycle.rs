@@ -204,3 +204,54 @@ async fn namespaces_terminate_until_finalized() -> Result<()> {
     ensure!(!kubectl(&k, &kc, &["get", "namespace", "going"])?.0, "the finalized namespace is still there");
     Ok(())
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn binding_and_list_resource_versions() -> Result<()> {
+    let (server, k, kc) = setup().await?;
+    let json_type = [("Content-Type", "application/json")];
+    let pods = "/api/v1/namespaces/default/pods";
+    let pod = json!({"metadata": {"name": "p"}, "spec": {"containers": [{"name": "c", "image": "busybox"}]}})
+        .to_string();
+    ensure!(server.request("POST", pods, &json_type, pod.as_bytes()).await?.0 == 201);
+    let binding = json!({"apiVersion": "v1", "kind": "Binding", "metadata": {"name": "p"}, "target": {"kind": "Node", "name": "node1"}}).to_string();
+    let (status, _, answer) =
+        server.request("POST", &format!("{pods}/p/binding"), &json_type, binding.as_bytes()).await?;
+    ensure!(status == 201 && answer.contains("Success"), "{status} {answer}");
+    ensure!(get(&k, &kc, &["get", "pod", "p"])?["spec"]["nodeName"] == "node1");
+    let (status, _, answer) =
+        server.request("POST", &format!("{pods}/p/binding"), &json_type, binding.as_bytes()).await?;
+    ensure!(status == 409 && answer.contains("already assigned to node"), "{status} {answer}");
+
+    // resourceVersion / resourceVersionMatch on lists, as kube-apiserver reads them.
+    let cms = "/api/v1/namespaces/default/configmaps";
+    let first = get(&k, &kc, &["create", "configmap", "v1"])?;
+    let at = first["metadata"]["resourceVersion"].as_str().unwrap_or_default().to_owned();
+    ok(&k, &kc, &["create", "configmap", "v2"])?;
+    let names = |body: &str| -> Result<Vec<String>> {
+        let list: Value = serde_json::from_str(body)?;
+        Ok(list["items"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|i| i["metadata"]["name"].as_str().map(str::to_owned))
+            .collect())
+    };
+    let (_, _, exact) = server
+        .request("GET", &format!("{cms}?resourceVersion={at}&resourceVersionMatch=Exact"), &[], b"")
+        .await?;
+    ensure!(names(&exact)? == ["v1"], "{exact}");
+    let (_, _, newer) = server
+        .request("GET", &format!("{cms}?resourceVersion={at}&resourceVersionMatch=NotOlderThan"), &[], b"")
+        .await?;
+    ensure!(names(&newer)? == ["v1", "v2"], "{newer}");
+    let (_, _, legacy) = server.request("GET", &format!("{cms}?resourceVersion={at}"), &[], b"").await?;
+    ensure!(names(&legacy)? == ["v1", "v2"], "{legacy}");
+    let (status, _, answer) =
+        server.request("GET", &format!("{cms}?resourceVersionMatch=Exact"), &[], b"").await?;
+    ensure!(status == 422, "{status} {answer}");
+    let (status, _, answer) = server
+        .request("GET", &format!("{cms}?resourceVersion=999999&resourceVersionMatch=NotOlderThan"), &[], b"")
+        .await?;
+    ensure!(status == 504 && answer.contains("Too large resource version"), "{status} {answer}");
+    Ok(())
+}
