@@ -22,6 +22,8 @@ use crate::request::ResourceRequest;
 /// What a handler answers: a status code and a JSON body, or a stream of watch events.
 pub enum Reply {
     Json(u16, Value),
+    /// A JSON body already serialized (large lists, served without parsing every object).
+    Raw(u16, Bytes),
     Watch(std::pin::Pin<Box<dyn Stream<Item = Bytes> + Send>>),
 }
 
@@ -29,6 +31,7 @@ impl std::fmt::Debug for Reply {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             Reply::Json(code, _) => write!(f, "Reply::Json({code})"),
+            Reply::Raw(code, body) => write!(f, "Reply::Raw({code}, {} bytes)", body.len()),
             Reply::Watch(_) => write!(f, "Reply::Watch"),
         }
     }
@@ -221,7 +224,11 @@ impl Handlers {
         };
         // With a selector, pages are read until `limit` objects match (or the collection ends), as
         // upstream does; the continue token then points after the last key read.
+        // Without a selector, objects are served as stored (their resourceVersion spliced in), not
+        // parsed and written again: what makes a LIST of thousands cheap.
+        let raw = filter.is_everything();
         let mut items = Vec::new();
+        let mut raw_items: Vec<Vec<u8>> = Vec::new();
         let mut last_key = None;
         let (more, remaining, read_at) = loop {
             let mut range = RangeRequest::prefix(prefix.clone());
@@ -232,18 +239,23 @@ impl Handlers {
                 range = range.from(start.clone());
             }
             if let Some(limit) = query.limit {
-                range = range.limit(limit - items.len());
+                range = range.limit(limit - items.len() - raw_items.len());
             }
             let response = self.store.range(range).await.map_err(store_error)?;
             revision = Some(response.revision);
             for kv in &response.kvs {
-                let object = objects::from_storage(&kv.value, kv.mod_revision)?;
-                if filter.matches(&object) {
-                    items.push(object);
+                match objects::served_bytes(&kv.value, kv.mod_revision).filter(|_| raw) {
+                    Some(bytes) => raw_items.push(bytes),
+                    None => {
+                        let object = objects::from_storage(&kv.value, kv.mod_revision)?;
+                        if filter.matches(&object) {
+                            items.push(object);
+                        }
+                    }
                 }
                 last_key = Some(kv.key.clone());
             }
-            let full = query.limit.is_some_and(|limit| items.len() >= limit);
+            let full = query.limit.is_some_and(|limit| items.len() + raw_items.len() >= limit);
             if !response.more || full {
                 break (response.more, response.count - response.kvs.len(), response.revision);
             }
@@ -255,6 +267,31 @@ impl Handlers {
             if filter.is_everything() {
                 metadata["remainingItemCount"] = remaining.into();
             }
+        }
+        if raw && items.is_empty() {
+            let mut body = serde_json::to_vec(&json!({
+                "kind": format!("{}List", resource.kind),
+                "apiVersion": resource.api_version(),
+                "metadata": metadata,
+            }))
+            .map_err(|e| ApiError::Internal(format!("encoding a list: {e}")))?;
+            body.pop();
+            body.extend_from_slice(b",\"items\":[");
+            for (i, item) in raw_items.iter().enumerate() {
+                if i > 0 {
+                    body.push(b',');
+                }
+                body.extend_from_slice(item);
+            }
+            body.extend_from_slice(b"]}");
+            return Ok(Reply::Raw(200, Bytes::from(body)));
+        }
+        // Some stored objects were not of the shape splicing expects: parse them all.
+        for bytes in raw_items {
+            items.push(
+                serde_json::from_slice(&bytes)
+                    .map_err(|e| ApiError::Internal(format!("decoding an object: {e}")))?,
+            );
         }
         Ok(Reply::Json(
             200,

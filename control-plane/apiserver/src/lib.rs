@@ -164,6 +164,16 @@ impl ApiServer {
                 (result, validation::WARNINGS.with(std::cell::RefCell::take))
             })
             .await;
+        // A pre-serialized body is parsed again only when another form is wanted.
+        let result = match result {
+            Ok(Reply::Raw(code, bytes)) if table.is_some() || format == Format::Yaml => {
+                match serde_json::from_slice(&bytes) {
+                    Ok(value) => Ok(Reply::Json(code, value)),
+                    Err(e) => Err(ApiError::Internal(format!("re-reading a response: {e}"))),
+                }
+            }
+            other => other,
+        };
         let result = match (result, table) {
             (Ok(Reply::Json(code, value)), Some((resource, options))) if code < 300 => {
                 Ok(Reply::Json(code, as_table(resource, &value, options)))
@@ -179,6 +189,11 @@ impl ApiServer {
         let mut response = match result {
             Ok(Reply::Json(code, value)) if format == Format::Yaml => yaml_response(code, &value),
             Ok(Reply::Json(code, value)) => json_response(code, &value),
+            Ok(Reply::Raw(code, bytes)) => Response::builder()
+                .status(StatusCode::from_u16(code).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR))
+                .header(header::CONTENT_TYPE, "application/json")
+                .body(BodyExt::boxed_unsync(Full::new(bytes)))
+                .unwrap_or_else(|_| json_response(500, &json!({}))),
             Ok(Reply::Watch(_)) if format == Format::Yaml => {
                 let error =
                     ApiError::NotAcceptable("watch streams are served in application/json only".into());

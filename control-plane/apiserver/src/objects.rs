@@ -164,12 +164,27 @@ pub fn set_resource_version(object: &mut Value, revision: i64) {
 }
 
 /// The object without `metadata.resourceVersion`, as stored.
+/// Objects are stored with `metadata` as their first key, so [`served_bytes`] finds it without
+/// parsing.
 pub fn for_storage(object: &Value) -> Result<Vec<u8>, ApiError> {
+    let encode = |e: serde_json::Error| ApiError::Internal(format!("encoding the object: {e}"));
     let mut stored = object.clone();
-    if let Ok(metadata) = metadata_mut(&mut stored) {
+    let Value::Object(map) = &mut stored else { return serde_json::to_vec(&stored).map_err(encode) };
+    let mut metadata = map.remove("metadata").unwrap_or_else(|| json!({}));
+    if let Value::Object(metadata) = &mut metadata {
         metadata.remove("resourceVersion");
     }
-    serde_json::to_vec(&stored).map_err(|e| ApiError::Internal(format!("encoding the object: {e}")))
+    let mut out = b"{\"metadata\":".to_vec();
+    out.extend(serde_json::to_vec(&metadata).map_err(encode)?);
+    let rest = serde_json::to_vec(&stored).map_err(encode)?;
+    // `rest` is `{...}`: its members follow metadata's.
+    if rest.len() > 2 {
+        out.push(b',');
+        out.extend_from_slice(&rest[1..]);
+    } else {
+        out.push(b'}');
+    }
+    Ok(out)
 }
 
 /// A stored object as served, with its resourceVersion.
@@ -178,6 +193,25 @@ pub fn from_storage(bytes: &[u8], revision: i64) -> Result<Value, ApiError> {
         .map_err(|e| ApiError::Internal(format!("decoding a stored object: {e}")))?;
     set_resource_version(&mut object, revision);
     Ok(object)
+}
+
+/// A stored object as served, without parsing it: `metadata.resourceVersion` spliced into the
+/// bytes, which [`for_storage`] begins with `{"metadata":{`; `None` for bytes not of that shape
+/// (the caller then parses).
+pub fn served_bytes(stored: &[u8], revision: i64) -> Option<Vec<u8>> {
+    const MARK: &[u8] = b"{\"metadata\":{";
+    if !stored.starts_with(MARK) {
+        return None;
+    }
+    let at = MARK.len();
+    let mut out = Vec::with_capacity(stored.len() + 32);
+    out.extend_from_slice(&stored[..at]);
+    out.extend_from_slice(format!("\"resourceVersion\":\"{revision}\"").as_bytes());
+    if stored.get(at) != Some(&b'}') {
+        out.push(b',');
+    }
+    out.extend_from_slice(&stored[at..]);
+    Some(out)
 }
 
 /// The store key of an object: `/registry/<resource>/[<namespace>/]<name>`.
@@ -264,6 +298,21 @@ mod tests {
         assert!(!String::from_utf8_lossy(&stored).contains("resourceVersion"));
         let served = from_storage(&stored, 9).unwrap();
         assert_eq!(served["metadata"]["resourceVersion"], "9");
+        let spliced: Value = serde_json::from_slice(&served_bytes(&stored, 9).unwrap()).unwrap();
+        assert_eq!(spliced, served);
+        let empty: Value =
+            serde_json::from_slice(&served_bytes(br#"{"metadata":{},"kind":"X"}"#, 3).unwrap()).unwrap();
+        assert_eq!(empty["metadata"]["resourceVersion"], "3");
+        assert!(served_bytes(b"[]", 1).is_none());
+        assert!(served_bytes(br#"{"kind":"X","metadata":{}}"#, 1).is_none(), "metadata must come first");
+        // A value mentioning metadata does not fool it: metadata is always first.
+        let tricky = json!({"data": {"x": "\"metadata\":{"}, "metadata": {"name": "t"}});
+        let stored = for_storage(&tricky).unwrap();
+        assert!(stored.starts_with(br#"{"metadata":{"#));
+        let back: Value = serde_json::from_slice(&served_bytes(&stored, 4).unwrap()).unwrap();
+        assert_eq!(back["data"]["x"], "\"metadata\":{");
+        assert_eq!(back["metadata"]["resourceVersion"], "4");
+        assert_eq!(for_storage(&json!({})).unwrap(), br#"{"metadata":{}}"#);
         set_resource_version(&mut object, 3);
         assert_eq!(object["metadata"]["resourceVersion"], "3");
     }

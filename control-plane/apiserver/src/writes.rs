@@ -469,7 +469,7 @@ impl Handlers {
             one.name = Some(name.clone());
             match self.delete(&one, &name, options).await {
                 Ok(Reply::Json(_, object)) => deleted.push(object),
-                Ok(Reply::Watch(_)) | Err(ApiError::NotFound { .. }) => {}
+                Ok(Reply::Watch(_) | Reply::Raw(..)) | Err(ApiError::NotFound { .. }) => {}
                 Err(error) => return Err(error),
             }
         }

@@ -1,0 +1,313 @@
+//! `cargo xtask bench apiserver`: the keel-apiserver binary on the embedded store and on etcd (one
+//! member), side by side in one run. No kube-apiserver runs on these machines, so the server's CPU
+//! time per operation (from /proc of the server process) stands beside each rate.
+//!
+//! - creates: pod creates from 64 concurrent HTTP/2 streams over 8 connections (the load generator
+//!   shares the 2 cores): creates/s, p50/p99 latency, server CPU per create.
+//! - list_10k: one LIST of 10,000 pods.
+//! - watchers: 1,000 concurrent watches (20 connections × 50 streams); the time from a create to each
+//!   watcher seeing its event, p99 over watchers and rounds.
+//! - RSS of the server idle and holding 10,000 pods.
+//!
+//! `-- ROUNDS` (default 3) repeats the create and watch measurements.
+
+use std::net::SocketAddr;
+use std::process::Command;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use http_body_util::{BodyExt, Full};
+use hyper::client::conn::http2::SendRequest;
+use hyper_util::rt::{TokioExecutor, TokioIo};
+use keel_testbed::bench::{Report, Samples, ms};
+use keel_testbed::etcd::EtcdCluster;
+use keel_testbed::loopback::free_port;
+use keel_testbed::process::{Daemon, Readiness};
+use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName, pem::PemObject};
+
+struct Server {
+    daemon: Daemon,
+    address: SocketAddr,
+    tls: Arc<rustls::ClientConfig>,
+    _etcd: Option<EtcdCluster>,
+    _dir: tempfile::TempDir,
+}
+
+fn start(etcd: bool) -> Server {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let data = dir.path().join("data");
+    let port = free_port().expect("port");
+    let mut command = Command::new(env!("CARGO_BIN_EXE_keel-apiserver"));
+    command.arg("--data-dir").arg(&data).args([
+        "--bind-address",
+        "127.0.0.1",
+        "--secure-port",
+        &port.to_string(),
+    ]);
+    let cluster = etcd.then(|| EtcdCluster::start(1).expect("etcd"));
+    if let Some(cluster) = &cluster {
+        command.arg("--etcd-servers").arg(cluster.client_urls().join(","));
+    }
+    let mut probe = Command::new("test");
+    probe.arg("-s").arg(data.join("admin.kubeconfig"));
+    let daemon = Daemon::start("keel-apiserver", command, Readiness::Command(probe), Duration::from_secs(60))
+        .expect("start");
+    let pki = data.join("pki");
+    let read = |name: &str| std::fs::read(pki.join(name)).expect("pki file");
+    let mut roots = rustls::RootCertStore::empty();
+    roots.add(CertificateDer::from_pem_slice(&read("ca.crt")).expect("ca")).expect("root");
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let mut tls = rustls::ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .expect("tls versions")
+        .with_root_certificates(roots)
+        .with_client_auth_cert(
+            vec![CertificateDer::from_pem_slice(&read("admin.crt")).expect("cert")],
+            PrivateKeyDer::from_pem_slice(&read("admin.key")).expect("key"),
+        )
+        .expect("client auth");
+    tls.alpn_protocols = vec![b"h2".to_vec()];
+    Server {
+        daemon,
+        address: SocketAddr::from(([127, 0, 0, 1], port)),
+        tls: Arc::new(tls),
+        _etcd: cluster,
+        _dir: dir,
+    }
+}
+
+impl Server {
+    async fn connect(&self) -> SendRequest<Full<Bytes>> {
+        let tcp = tokio::net::TcpStream::connect(self.address).await.expect("connect");
+        let tls = tokio_rustls::TlsConnector::from(self.tls.clone())
+            .connect(ServerName::try_from("127.0.0.1").expect("name").to_owned(), tcp)
+            .await
+            .expect("tls");
+        let (sender, connection) =
+            hyper::client::conn::http2::handshake(TokioExecutor::new(), TokioIo::new(tls)).await.expect("h2");
+        tokio::spawn(connection);
+        sender
+    }
+
+    /// CPU time and resident memory of the server process.
+    fn usage(&self) -> (Duration, u64) {
+        let pid = self.daemon.pid();
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+        let fields: Vec<&str> =
+            stat.rsplit_once(") ").map(|(_, rest)| rest.split(' ').collect()).unwrap_or_default();
+        let ticks: u64 = fields.get(11).and_then(|f| f.parse().ok()).unwrap_or(0)
+            + fields.get(12).and_then(|f| f.parse().ok()).unwrap_or(0);
+        let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+        let rss_kib: u64 = status
+            .lines()
+            .find_map(|l| l.strip_prefix("VmRSS:"))
+            .and_then(|v| v.split_whitespace().next()?.parse().ok())
+            .unwrap_or(0);
+        (Duration::from_millis(ticks * 10), rss_kib * 1024)
+    }
+}
+
+fn request(method: &str, path: &str, body: Vec<u8>) -> hyper::Request<Full<Bytes>> {
+    hyper::Request::builder()
+        .method(method)
+        .uri(format!("https://127.0.0.1{path}"))
+        .header("content-type", "application/json")
+        .body(Full::new(Bytes::from(body)))
+        .expect("request")
+}
+
+fn pod(name: &str) -> Vec<u8> {
+    format!(r#"{{"metadata":{{"name":"{name}","labels":{{"app":"bench"}}}},"spec":{{"containers":[{{"name":"c","image":"busybox:1.36"}}]}}}}"#)
+        .into_bytes()
+}
+
+/// `count` pod creates from 64 streams over 8 connections: per-create latencies and the wall time.
+async fn creates(server: &Server, prefix: &str, count: usize) -> (Samples, Duration) {
+    let mut senders = Vec::new();
+    for _ in 0..8 {
+        senders.push(server.connect().await);
+    }
+    let started = Instant::now();
+    let mut tasks = Vec::new();
+    for stream in 0..64 {
+        let mut sender = senders[stream % 8].clone();
+        let prefix = prefix.to_owned();
+        tasks.push(tokio::spawn(async move {
+            let mut samples = Samples::default();
+            for i in (stream..count).step_by(64) {
+                let start = Instant::now();
+                sender.ready().await.expect("ready");
+                let response = sender
+                    .send_request(request(
+                        "POST",
+                        "/api/v1/namespaces/default/pods",
+                        pod(&format!("{prefix}-{i}")),
+                    ))
+                    .await
+                    .expect("create");
+                assert_eq!(response.status(), 201);
+                let _ = response.into_body().collect().await;
+                samples.push(start.elapsed());
+            }
+            samples
+        }));
+    }
+    let mut all = Samples::default();
+    for task in tasks {
+        all.extend(&task.await.expect("writer"));
+    }
+    (all, started.elapsed())
+}
+
+async fn list_all(server: &Server) -> Duration {
+    let mut sender = server.connect().await;
+    let start = Instant::now();
+    let response = sender
+        .send_request(request("GET", "/api/v1/namespaces/default/pods", Vec::new()))
+        .await
+        .expect("list");
+    let body = response.into_body().collect().await.expect("body").to_bytes();
+    let took = start.elapsed();
+    assert!(body.len() > 1_000_000, "the list is too small: {} bytes", body.len());
+    took
+}
+
+/// 1,000 watchers; the time from each create's start to every watcher seeing it.
+async fn watchers(server: &Server, rounds: usize) -> Samples {
+    let mut connections = Vec::new();
+    for _ in 0..20 {
+        connections.push(server.connect().await);
+    }
+    let (events, mut seen) = tokio::sync::mpsc::unbounded_channel::<Instant>();
+    for w in 0..1000 {
+        let mut sender = connections[w % 20].clone();
+        let events = events.clone();
+        sender.ready().await.expect("ready");
+        let response = sender
+            .send_request(request(
+                "GET",
+                "/api/v1/namespaces/default/pods?watch=true&labelSelector=watched%3Dyes&resourceVersion=0",
+                Vec::new(),
+            ))
+            .await
+            .expect("watch");
+        let mut body = response.into_body();
+        tokio::spawn(async move {
+            while let Some(Ok(frame)) = body.frame().await {
+                if frame.data_ref().is_some_and(|d| !d.is_empty()) && events.send(Instant::now()).is_err() {
+                    return;
+                }
+            }
+        });
+    }
+    let mut sender = server.connect().await;
+    let mut samples = Samples::default();
+    for round in 0..rounds {
+        let body = format!(
+            r#"{{"metadata":{{"name":"watched-{round}","labels":{{"watched":"yes"}}}},"spec":{{"containers":[{{"name":"c","image":"busybox"}}]}}}}"#
+        );
+        let start = Instant::now();
+        let response = sender
+            .send_request(request("POST", "/api/v1/namespaces/default/pods", body.into_bytes()))
+            .await
+            .expect("create");
+        assert_eq!(response.status(), 201);
+        for _ in 0..1000 {
+            let at = tokio::time::timeout(Duration::from_secs(30), seen.recv())
+                .await
+                .expect("an event")
+                .expect("channel");
+            samples.push(at.duration_since(start));
+        }
+    }
+    samples
+}
+
+fn main() {
+    let rounds: usize = std::env::args().skip(1).find_map(|a| a.parse().ok()).unwrap_or(3);
+    let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().expect("runtime");
+    let mut report = Report::new("apiserver");
+    runtime.block_on(async {
+        for (name, etcd) in [("embedded", false), ("etcd", true)] {
+            let server = start(etcd);
+            tokio::time::sleep(Duration::from_millis(500)).await;
+            let (_, idle_rss) = server.usage();
+            let mut rates = Vec::new();
+            let mut latencies = Samples::default();
+            let mut cpu_per_create = Vec::new();
+            let mut created = 0;
+            for round in 0..rounds {
+                let (cpu_before, _) = server.usage();
+                let (samples, wall) = creates(&server, &format!("r{round}"), 3200).await;
+                let (cpu_after, _) = server.usage();
+                created += samples.len();
+                rates.push(samples.len() as f64 / wall.as_secs_f64());
+                cpu_per_create.push((cpu_after - cpu_before).as_secs_f64() * 1000.0 / samples.len() as f64);
+                latencies.extend(&samples);
+            }
+            let (_, _) = creates(&server, "fill", 10_000 - created.min(10_000)).await;
+            rates.sort_by(f64::total_cmp);
+            cpu_per_create.sort_by(f64::total_cmp);
+            let key = |k: &str| format!("{name}_{k}");
+            report.figure(
+                &key("creates_per_s"),
+                &format!("{name}: pod creates/s, 64 HTTP/2 streams"),
+                &format!("{:.0}", rates[rates.len() / 2]),
+            );
+            report.figure(
+                &key("create_p50_ms"),
+                &format!("{name}: create latency p50 ms"),
+                &ms(latencies.percentile(50.0)),
+            );
+            report.figure(
+                &key("create_p99_ms"),
+                &format!("{name}: create latency p99 ms"),
+                &ms(latencies.percentile(99.0)),
+            );
+            report.figure(
+                &key("create_cpu_ms"),
+                &format!("{name}: server CPU per create ms"),
+                &format!("{:.3}", cpu_per_create[cpu_per_create.len() / 2]),
+            );
+            let mut lists = Samples::default();
+            let (cpu_before, _) = server.usage();
+            for _ in 0..5 {
+                lists.push(list_all(&server).await);
+            }
+            let (cpu_after, rss_10k) = server.usage();
+            report.figure(
+                &key("list_10k_ms"),
+                &format!("{name}: LIST of 10k pods ms (median of 5)"),
+                &ms(lists.median()),
+            );
+            report.figure(
+                &key("list_10k_cpu_ms"),
+                &format!("{name}: server CPU per LIST ms"),
+                &format!("{:.1}", (cpu_after - cpu_before).as_secs_f64() * 1000.0 / 5.0),
+            );
+            let watch = watchers(&server, rounds).await;
+            report.figure(
+                &key("watch_p99_ms"),
+                &format!("{name}: 1000 watchers see a create, p99 ms"),
+                &ms(watch.percentile(99.0)),
+            );
+            report.figure(
+                &key("watch_p50_ms"),
+                &format!("{name}: 1000 watchers see a create, p50 ms"),
+                &ms(watch.percentile(50.0)),
+            );
+            report.figure(
+                &key("idle_rss_mib"),
+                &format!("{name}: server RSS idle MiB"),
+                &format!("{:.1}", idle_rss as f64 / 1048576.0),
+            );
+            report.figure(
+                &key("rss_10k_mib"),
+                &format!("{name}: server RSS with 10k pods MiB"),
+                &format!("{:.1}", rss_10k as f64 / 1048576.0),
+            );
+        }
+    });
+    report.print();
+}
