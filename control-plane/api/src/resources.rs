@@ -188,7 +188,8 @@ pub const RESOURCES: &[Resource] = &[
         all(short(resource("", "Pod", "pods", "pod"), &["po"])),
         &[
             Subresource { name: "binding", kind: "Binding", group: "", version: "", verbs: CREATE },
-            Subresource { name: "eviction", kind: "Eviction", group: "policy", version: "v1", verbs: CREATE },
+            // pods/eviction is declared when it is served (with PodDisruptionBudget checks):
+            // kubectl drain uses it as soon as discovery lists it.
             status("Pod"),
         ],
     ),
@@ -315,7 +316,7 @@ mod tests {
         let pods = find("", "v1", "pods").unwrap();
         assert_eq!((pods.kind, pods.namespaced, pods.short_names), ("Pod", true, &["po"][..]));
         assert_eq!(pods.key_prefix(), "/registry/pods/");
-        assert_eq!(pods.subresource("eviction").map(|s| s.group), Some("policy"));
+        assert_eq!(pods.subresource("binding").map(|s| s.kind), Some("Binding"));
         assert!(pods.subresource("exec").is_none(), "only what Keel serves is declared");
         let deployments = find("apps", "v1", "deployments").unwrap();
         assert_eq!(deployments.api_version(), "apps/v1");

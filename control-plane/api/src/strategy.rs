@@ -143,6 +143,9 @@ pub fn apply_scale(object: &mut Value, scale: &Value) -> Result<(), String> {
     if replicas < 0 {
         return Err(format!("spec.replicas: Invalid value: {replicas}: must be greater than or equal to 0"));
     }
+    if replicas > i64::from(i32::MAX) {
+        return Err(format!("spec.replicas: Invalid value: {replicas}: must be at most {}", i32::MAX));
+    }
     object["spec"]["replicas"] = json!(replicas);
     Ok(())
 }

@@ -47,6 +47,7 @@ pub struct Query {
     pub label_selector: Option<String>,
     pub field_selector: Option<String>,
     pub resource_version_match: Option<String>,
+    pub send_initial_events: bool,
     /// `dryRun=All`: everything but the write.
     pub dry_run: bool,
     pub grace_period_seconds: Option<i64>,
@@ -69,6 +70,7 @@ impl Query {
                 }
                 "continue" => parsed.continue_token = Some(value).filter(|v| !v.is_empty()),
                 "labelSelector" => parsed.label_selector = Some(value),
+                "sendInitialEvents" => parsed.send_initial_events = value == "true",
                 "resourceVersionMatch" => {
                     parsed.resource_version_match = Some(value).filter(|v| !v.is_empty());
                 }
@@ -308,12 +310,26 @@ impl Handlers {
     /// ADDED first, then what follows, as kube-apiserver does.
     pub async fn watch(&self, request: &ResourceRequest, query: &Query) -> Result<Reply, ApiError> {
         let resource = request.resource;
+        if query.send_initial_events {
+            // Until bookmarks exist, say so: clients then list and watch (client-go falls back on 422).
+            return Err(ApiError::invalid_query(
+                "sendInitialEvents",
+                "sendInitialEvents is not supported by this server yet",
+            ));
+        }
         let filter =
             Filter::parse(resource, query.label_selector.as_deref(), query.field_selector.as_deref())?;
         let prefix = collection_prefix(resource, request.namespace.as_deref());
         let name = request.name.clone();
         let (initial, start) = match query.resource_version.as_deref().filter(|rv| *rv != "0") {
-            Some(rv) => (Vec::new(), parse_revision(rv)? + 1),
+            Some(rv) => {
+                let start = parse_revision(rv)?.checked_add(1);
+                (
+                    Vec::new(),
+                    start
+                        .ok_or_else(|| ApiError::BadRequest(format!("resourceVersion {rv} is too large")))?,
+                )
+            }
             None => {
                 let current =
                     self.store.range(RangeRequest::prefix(prefix.clone())).await.map_err(store_error)?;
@@ -344,13 +360,14 @@ impl Handlers {
             std::future::ready(line)
         });
         let stream = futures::stream::iter(initial).chain(events);
-        let stream: std::pin::Pin<Box<dyn Stream<Item = Bytes> + Send>> = match query.timeout_seconds {
-            Some(seconds) => {
-                let deadline = tokio::time::sleep(Duration::from_secs(seconds));
-                Box::pin(stream.take_until(deadline))
-            }
-            None => Box::pin(stream),
-        };
+        let stream: std::pin::Pin<Box<dyn Stream<Item = Bytes> + Send>> =
+            match query.timeout_seconds.filter(|s| *s > 0) {
+                Some(seconds) => {
+                    let deadline = tokio::time::sleep(Duration::from_secs(seconds));
+                    Box::pin(stream.take_until(deadline))
+                }
+                None => Box::pin(stream),
+            };
         Ok(Reply::Watch(stream))
     }
 
@@ -373,6 +390,7 @@ impl Handlers {
         keel_api::defaults::apply(resource, &mut object);
         self.admit_create(resource, namespace, &mut object).await?;
         strategy::prepare_for_create(resource, &mut object);
+        let mut object = crate::validation::typed(resource, &object)?;
         if dry_run {
             return Ok(Reply::Json(201, object));
         }
@@ -445,16 +463,23 @@ impl Handlers {
         object: &Value,
         revision: i64,
     ) -> Result<Outcome, ApiError> {
-        let held = crate::services::held_keys(resource, object);
-        if held.is_empty() {
+        // Only holds that are this object's (their value is its uid) go with it.
+        let uid = object.pointer("/metadata/uid").and_then(Value::as_str).unwrap_or_default();
+        let mut compares = vec![keel_store::Compare::ModRevision(key.to_owned(), revision)];
+        let mut ops = vec![keel_store::TxnOp::delete(key)];
+        for hold in crate::services::held_keys(resource, object) {
+            if let Some(kv) = self.store.get(&hold).await.map_err(store_error)?
+                && !uid.is_empty()
+                && kv.value.as_ref() == uid.as_bytes()
+            {
+                compares.push(keel_store::Compare::ModRevision(hold.clone(), kv.mod_revision));
+                ops.push(keel_store::TxnOp::delete(hold));
+            }
+        }
+        if ops.len() == 1 {
             return self.store.delete(key, Some(revision)).await.map_err(store_error);
         }
-        let mut ops = vec![keel_store::TxnOp::delete(key)];
-        ops.extend(held.into_iter().map(keel_store::TxnOp::delete));
-        let txn = keel_store::Txn::new()
-            .when([keel_store::Compare::ModRevision(key.to_owned(), revision)])
-            .and_then(ops)
-            .or_else([keel_store::TxnOp::get(key)]);
+        let txn = keel_store::Txn::new().when(compares).and_then(ops).or_else([keel_store::TxnOp::get(key)]);
         let response = self.store.txn(txn).await.map_err(store_error)?;
         if response.succeeded {
             return Ok(Outcome::Written { revision: response.revision, prev: None });

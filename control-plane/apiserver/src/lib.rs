@@ -252,7 +252,12 @@ impl ApiServer {
         if request.subresource.is_some() {
             let body = match request.verb {
                 Verb::Get => SubresourceBody::None,
-                Verb::Update => SubresourceBody::Replace(read_body(body, content_type).await?),
+                Verb::Update if request.subresource.as_deref() == Some("scale") => {
+                    SubresourceBody::Replace(read_body(body, content_type).await?)
+                }
+                Verb::Update => {
+                    SubresourceBody::Replace(read_checked(body, content_type, &request, fields).await?.1)
+                }
                 Verb::Patch => {
                     let bytes = read_bytes(body).await?;
                     SubresourceBody::Patch(handlers::PatchBody::parse(&bytes, content_type)?)
@@ -321,8 +326,9 @@ async fn read_checked(
     // Only JSON bodies are scanned for duplicates (the YAML parser refuses them itself).
     let scanned: &[u8] =
         if negotiate::body_type(content_type)? == negotiate::BodyType::Json { &raw } else { b"" };
-    validation::check(request.resource, scanned, &object, fields)?;
-    Ok((raw, object))
+    objects::check_type(&object, request.resource)?;
+    let typed = validation::check(request.resource, scanned, &object, fields)?;
+    Ok((raw, typed))
 }
 
 async fn read_body(body: Incoming, content_type: Option<&str>) -> Result<Value, ApiError> {

@@ -74,6 +74,12 @@ async fn open_store(flags: &Flags) -> Result<Arc<dyn Store>> {
 async fn main() -> Result<()> {
     tracing_subscriber::fmt().with_env_filter(tracing_subscriber::EnvFilter::from_default_env()).init();
     let flags = Flags::parse();
+    // Flags are checked before anything is written.
+    let services = keel_apiserver::services::ServiceRanges::parse(
+        &flags.service_cluster_ip_range,
+        &flags.service_node_port_range,
+    )
+    .map_err(|e| anyhow::anyhow!("--service-cluster-ip-range / --service-node-port-range: {e}"))?;
     std::fs::create_dir_all(&flags.data_dir)
         .with_context(|| format!("creating {}", flags.data_dir.display()))?;
     let advertise = flags.advertise_address.unwrap_or(if flags.bind_address.is_unspecified() {
@@ -81,7 +87,12 @@ async fn main() -> Result<()> {
     } else {
         flags.bind_address
     });
-    let pki = keel_apiserver::pki::ensure(&flags.data_dir.join("pki"), &[advertise.to_string()])?;
+    // In-cluster clients reach the apiserver at the kubernetes Service's address: the certificate names it.
+    let mut hosts = vec![advertise.to_string(), services.first().to_string()];
+    if !flags.bind_address.is_unspecified() {
+        hosts.push(flags.bind_address.to_string());
+    }
+    let pki = keel_apiserver::pki::ensure(&flags.data_dir.join("pki"), &hosts)?;
     let tls = auth::server_config(&pki)?;
     let tokens = match &flags.token_auth_file {
         Some(path) => Tokens::from_file(path)?,
@@ -93,7 +104,6 @@ async fn main() -> Result<()> {
         .with_context(|| format!("listening on {}:{}", flags.bind_address, flags.secure_port))?;
     let port = listener.local_addr()?.port();
     let address = SocketAddr::new(advertise, port).to_string();
-    // Flags are checked before anything is written.
     let kubeconfig = flags.data_dir.join("admin.kubeconfig");
     write_private(&kubeconfig, &pki.admin_kubeconfig(&format!("https://{address}")))
         .with_context(|| format!("writing {}", kubeconfig.display()))?;
@@ -118,10 +128,15 @@ async fn main() -> Result<()> {
 /// The admin kubeconfig holds the admin's key: owner-only.
 fn write_private(path: &std::path::Path, contents: &str) -> std::io::Result<()> {
     use std::io::Write;
-    use std::os::unix::fs::OpenOptionsExt;
+    use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+    let partial = path.with_extension("partial");
     let mut file =
-        std::fs::OpenOptions::new().write(true).create(true).truncate(true).mode(0o600).open(path)?;
-    file.write_all(contents.as_bytes())
+        std::fs::OpenOptions::new().write(true).create(true).truncate(true).mode(0o600).open(&partial)?;
+    // A file left by an earlier run keeps its mode on open: owner-only again.
+    std::fs::set_permissions(&partial, std::fs::Permissions::from_mode(0o600))?;
+    file.write_all(contents.as_bytes())?;
+    file.sync_all()?;
+    std::fs::rename(&partial, path)
 }
 
 async fn terminated() {

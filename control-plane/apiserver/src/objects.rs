@@ -72,24 +72,41 @@ fn generated_suffix(random: u64) -> String {
         .collect()
 }
 
-/// A DNS-1123 subdomain (most names) or label (namespaces): upstream's messages.
-pub fn validate_name(name: &str, label: bool) -> Option<String> {
-    let max = if label { 63 } else { 253 };
-    let shape = if label { "a lowercase RFC 1123 label" } else { "a lowercase RFC 1123 subdomain" };
-    let parts_ok = |part: &str| {
+/// Whether a name breaks the rule upstream applies to `resource`, and how (its message): a DNS-1123
+/// label for namespaces, a DNS-1035 label for services, a path segment for RBAC objects (names like
+/// `system:node`), a DNS-1123 subdomain for everything else.
+pub fn validate_name(name: &str, resource: &Resource) -> Option<String> {
+    let segment_ok = |part: &str, first_letter: bool| {
         !part.is_empty()
-            && part.len() <= 63
             && part.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
-            && part.as_bytes()[0].is_ascii_alphanumeric()
+            && if first_letter {
+                part.as_bytes()[0].is_ascii_lowercase()
+            } else {
+                part.as_bytes()[0].is_ascii_alphanumeric()
+            }
             && part.as_bytes()[part.len() - 1].is_ascii_alphanumeric()
     };
-    let ok = name.len() <= max && if label { parts_ok(name) } else { name.split('.').all(parts_ok) };
-    (!ok).then(|| {
-        let chars = if label { "'-'" } else { "'-' or '.'" };
-        format!(
-            "{shape} must consist of lower case alphanumeric characters, {chars}, and must start and end with an alphanumeric character"
-        )
-    })
+    let alphanumeric_ends = "must start and end with an alphanumeric character";
+    match (resource.group, resource.plural) {
+        ("", "namespaces") => (name.len() > 63 || !segment_ok(name, false)).then(|| {
+            format!("a lowercase RFC 1123 label must consist of lower case alphanumeric characters or '-', and {alphanumeric_ends}")
+        }),
+        ("", "services") => (name.len() > 63 || !segment_ok(name, true)).then(|| {
+            "a DNS-1035 label must consist of lower case alphanumeric characters or '-', start with an alphabetic character, and end with an alphanumeric character".to_owned()
+        }),
+        ("rbac.authorization.k8s.io", _) => {
+            if name == "." || name == ".." {
+                Some(format!("may not be '{name}'"))
+            } else if name.contains('/') || name.contains('%') {
+                Some("may not contain '/' or '%'".to_owned())
+            } else {
+                None
+            }
+        }
+        _ => (name.len() > 253 || !name.split('.').all(|part| segment_ok(part, false))).then(|| {
+            format!("a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' or '.', and {alphanumeric_ends}")
+        }),
+    }
 }
 
 /// Fills what the server owns on create; returns the object's name. `random` feeds generateName and
@@ -140,7 +157,7 @@ pub fn prepare_create(
     let mut causes = Vec::new();
     if name.is_empty() {
         causes.push(FieldError::required("metadata.name", "name or generateName is required"));
-    } else if let Some(problem) = validate_name(&name, resource.plural == "namespaces") {
+    } else if let Some(problem) = validate_name(&name, resource) {
         causes.push(FieldError::invalid("metadata.name", &Value::String(name.clone()), &problem));
     }
     if !causes.is_empty() {
@@ -269,6 +286,15 @@ mod tests {
         let namespaces = find("", "v1", "namespaces").unwrap();
         let mut dotted = json!({"metadata": {"name": "a.b"}});
         assert_eq!(prepare_create(&mut dotted, namespaces, None, "u", 1, "t").unwrap_err().code(), 422);
+        let rbac = find("rbac.authorization.k8s.io", "v1", "clusterroles").unwrap();
+        assert!(validate_name("system:node", rbac).is_none());
+        assert!(validate_name("..", rbac).is_some() && validate_name("a/b", rbac).is_some());
+        let services = find("", "v1", "services").unwrap();
+        assert!(validate_name("1svc", services).is_some() && validate_name("svc-1", services).is_none());
+        assert!(
+            validate_name(&"a".repeat(70), configmaps).is_none(),
+            "subdomain labels have no 63 limit upstream"
+        );
     }
 
     #[test]

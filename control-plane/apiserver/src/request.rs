@@ -115,6 +115,31 @@ pub fn parse(method: &http::Method, path: &str, query: Option<&str>) -> Result<T
         _ => return Err(ApiError::MethodNotAllowed),
     };
     let verb = if verb == Verb::Get && is_watch(query) { Verb::Watch } else { verb };
+    // Only the verbs the resource (or subresource) declares, and across all namespaces only reads,
+    // as upstream registers its routes; a create names no object.
+    let declared = match subresource.and_then(|sub| resource.subresource(sub)) {
+        Some(sub) => sub.verbs,
+        None => resource.verbs,
+    };
+    let verb_name = match verb {
+        Verb::Get => "get",
+        Verb::List => "list",
+        Verb::Watch => "watch",
+        Verb::Create => "create",
+        Verb::Update => "update",
+        Verb::Patch => "patch",
+        Verb::Delete => "delete",
+        Verb::DeleteCollection => "deletecollection",
+    };
+    // A watch of one object is a list-watch filtered to it.
+    let allowed = declared.contains(&verb_name)
+        || (verb == Verb::Watch && name.is_some() && declared.contains(&"watch"));
+    let cross_namespace_write =
+        resource.namespaced && namespace.is_none() && !matches!(verb, Verb::List | Verb::Watch);
+    let create_with_name = verb == Verb::Create && name.is_some() && subresource.is_none();
+    if !allowed || cross_namespace_write || create_with_name {
+        return Err(ApiError::MethodNotAllowed);
+    }
     Ok(Target::Resource(ResourceRequest {
         resource,
         namespace: namespace.map(str::to_owned),
@@ -180,5 +205,14 @@ mod tests {
             assert!(matches!(parse(&Method::GET, bad, None), Err(ApiError::NotFoundPath(_))), "{bad}");
         }
         assert!(matches!(parse(&Method::PUT, "/api/v1/pods", None), Err(ApiError::MethodNotAllowed)));
+        for (method, path) in [
+            (Method::DELETE, "/api/v1/namespaces"),
+            (Method::DELETE, "/api/v1/configmaps"),
+            (Method::POST, "/api/v1/configmaps"),
+            (Method::POST, "/api/v1/namespaces/d/configmaps/named"),
+            (Method::DELETE, "/api/v1/namespaces/d/pods/p/status"),
+        ] {
+            assert!(matches!(parse(&method, path, None), Err(ApiError::MethodNotAllowed)), "{method} {path}");
+        }
     }
 }

@@ -133,6 +133,27 @@ pub fn create_txn(
     random: u32,
 ) -> Result<Txn, ApiError> {
     let (wants_ip, ports) = needs(service);
+    let kind = service.pointer("/spec/type").and_then(Value::as_str).unwrap_or("ClusterIP").to_owned();
+    if ports.is_empty() {
+        let ports = service.pointer("/spec/ports").and_then(Value::as_array).cloned().unwrap_or_default();
+        if let Some(i) =
+            ports.iter().position(|p| p.get("nodePort").and_then(Value::as_i64).is_some_and(|n| n != 0))
+        {
+            let detail = format!("may not be used when `type` is '{kind}'");
+            return Err(invalid(
+                service,
+                vec![FieldError::forbidden(&format!("spec.ports[{i}].nodePort"), &detail)],
+            ));
+        }
+    }
+    if kind == "ExternalName"
+        && service.pointer("/spec/clusterIP").and_then(Value::as_str).is_some_and(|ip| !ip.is_empty())
+    {
+        return Err(invalid(
+            service,
+            vec![FieldError::forbidden("spec.clusterIP", "may not be set for ExternalName services")],
+        ));
+    }
     let mut compares = vec![Compare::Absent(key.to_owned())];
     let mut holds = Vec::new();
     if wants_ip {
@@ -251,6 +272,8 @@ pub fn held_keys(resource: &Resource, service: &Value) -> Vec<String> {
             keys.push(node_port_key(node_port));
         }
     }
+    keys.sort();
+    keys.dedup();
     keys
 }
 

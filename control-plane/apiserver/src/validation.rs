@@ -42,23 +42,35 @@ impl FieldValidation {
     }
 }
 
-/// Checks a body (`raw` as sent, `object` as parsed) against the resource's type.
-pub fn check(resource: &Resource, raw: &[u8], object: &Value, mode: FieldValidation) -> Result<(), ApiError> {
-    let typed = typed::round_trip(resource, object).map_err(|error| {
+/// The object as its type holds it (unknown fields dropped, values in the type's form), or a
+/// BadRequest naming what the type could not read.
+pub fn typed(resource: &Resource, object: &Value) -> Result<Value, ApiError> {
+    typed::round_trip(resource, object).map_err(|error| {
         ApiError::BadRequest(format!(
             "{kind} in version \"{version}\" cannot be handled as a {kind}: {error}",
             kind = resource.kind,
             version = resource.version
         ))
-    })?;
+    })
+}
+
+/// Checks a body (`raw` as sent, `object` as parsed) against the resource's type; returns the
+/// object as the type holds it, which is what gets stored.
+pub fn check(
+    resource: &Resource,
+    raw: &[u8],
+    object: &Value,
+    mode: FieldValidation,
+) -> Result<Value, ApiError> {
+    let typed = typed(resource, object)?;
     if mode == FieldValidation::Ignore {
-        return Ok(());
+        return Ok(typed);
     }
     let mut problems: Vec<String> =
         typed::unknown_fields(object, &typed).into_iter().map(|f| format!("unknown field {f:?}")).collect();
     problems.extend(typed::duplicate_fields(raw).into_iter().map(|f| format!("duplicate field {f:?}")));
     if problems.is_empty() {
-        return Ok(());
+        return Ok(typed);
     }
     match mode {
         FieldValidation::Strict => {
@@ -68,7 +80,7 @@ pub fn check(resource: &Resource, raw: &[u8], object: &Value, mode: FieldValidat
             for problem in problems {
                 warn(problem);
             }
-            Ok(())
+            Ok(typed)
         }
     }
 }

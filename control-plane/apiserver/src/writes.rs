@@ -92,6 +92,26 @@ fn ready_to_go(resource: &Resource, object: &Value) -> bool {
         && object.pointer("/spec/finalizers").and_then(Value::as_array).is_some_and(|f| !f.is_empty()))
 }
 
+/// The object of a namespaced resource is in the URL's namespace: filled in when left out, a
+/// BadRequest when it names another.
+fn check_namespace(object: &mut Value, namespace: Option<&str>, resource: &Resource) -> Result<(), ApiError> {
+    if !resource.namespaced {
+        return Ok(());
+    }
+    let Some(namespace) = namespace else { return Ok(()) };
+    match object.pointer("/metadata/namespace").and_then(Value::as_str) {
+        Some(given) if !given.is_empty() && given != namespace => Err(ApiError::BadRequest(
+            "the namespace of the provided object does not match the namespace sent on the request".into(),
+        )),
+        _ => {
+            if let Some(metadata) = object.get_mut("metadata").and_then(Value::as_object_mut) {
+                metadata.insert("namespace".into(), namespace.into());
+            }
+            Ok(())
+        }
+    }
+}
+
 /// Keeps what the server owns across an update: uid, creationTimestamp, deletionTimestamp,
 /// generation (raised when the spec changed), apiVersion and kind.
 fn carry_server_fields(existing: &Value, object: &mut Value, resource: &Resource) {
@@ -147,15 +167,24 @@ impl Handlers {
             {
                 return Err(ApiError::stale(resource.group, resource.plural, name));
             }
+            check_namespace(&mut object, request.namespace.as_deref(), resource)?;
             carry_server_fields(&existing, &mut object, resource);
+            // What is stored is what the type holds (the change may have come from a patch).
+            let mut object = crate::validation::typed(resource, &object)?;
             if dry_run {
                 objects::set_resource_version(&mut object, current.mod_revision);
                 return Ok(object);
             }
-            let outcome = if ready_to_go(resource, &object) {
+            let going = ready_to_go(resource, &object);
+            let stored = objects::for_storage(&object)?;
+            if !going && stored == current.value.as_ref() {
+                // Nothing changed: no new revision, no event (upstream's GuaranteedUpdate).
+                objects::set_resource_version(&mut object, current.mod_revision);
+                return Ok(object);
+            }
+            let outcome = if going {
                 self.remove(resource, &key, &object, current.mod_revision).await?
             } else {
-                let stored = objects::for_storage(&object)?;
                 self.store.update(&key, stored.into(), current.mod_revision, 0).await.map_err(store_error)?
             };
             match outcome {
@@ -218,6 +247,7 @@ impl Handlers {
                 let mut new = existing.clone();
                 patch.apply(&mut new)?;
                 objects::check_type(&new, resource)?;
+                let mut new = crate::validation::typed(resource, &new)?;
                 let precondition = changed_revision(existing, &new)?;
                 strategy::prepare_for_update(resource, existing, &mut new);
                 check_update(resource, existing, &mut new)?;
@@ -252,7 +282,7 @@ impl Handlers {
             ("status", body) => {
                 let updated = self
                     .guarded_update(request, name, dry_run, |existing| {
-                        let new = body.resolve(existing)?;
+                        let new = crate::validation::typed(resource, &body.resolve(existing)?)?;
                         Ok((strategy::status_update(existing, &new), changed_revision(existing, &new)?))
                     })
                     .await?;
@@ -261,7 +291,7 @@ impl Handlers {
             ("finalize", body) => {
                 let updated = self
                     .guarded_update(request, name, dry_run, |existing| {
-                        let new = body.resolve(existing)?;
+                        let new = crate::validation::typed(resource, &body.resolve(existing)?)?;
                         let mut merged = existing.clone();
                         merged["spec"]["finalizers"] =
                             new.pointer("/spec/finalizers").cloned().unwrap_or(json!([]));
@@ -352,6 +382,17 @@ impl Handlers {
         options: &DeleteOptions,
     ) -> Result<Reply, ApiError> {
         let resource = request.resource;
+        // NamespaceLifecycle: the namespaces the cluster itself needs stay.
+        if resource.group.is_empty()
+            && resource.plural == "namespaces"
+            && matches!(name, "default" | "kube-system" | "kube-public")
+        {
+            return Err(ApiError::Forbidden {
+                resource: GroupResource::new("", "namespaces"),
+                name: name.to_owned(),
+                detail: "this namespace may not be deleted".into(),
+            });
+        }
         let key = objects::key(resource, request.namespace.as_deref(), name);
         for _attempt in 0..RETRIES {
             let current = self.store.get(&key).await.map_err(store_error)?;
@@ -469,6 +510,7 @@ impl Handlers {
             one.name = Some(name.clone());
             match self.delete(&one, &name, options).await {
                 Ok(Reply::Json(_, object)) => deleted.push(object),
+                Err(ApiError::Forbidden { .. }) => {}
                 Ok(Reply::Watch(_) | Reply::Raw(..)) | Err(ApiError::NotFound { .. }) => {}
                 Err(error) => return Err(error),
             }
