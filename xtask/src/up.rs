@@ -126,7 +126,9 @@ pub fn up(args: &UpArgs) -> Result<()> {
 
     if !args.no_build {
         eprintln!("up: building the workspace");
-        util::run(util::cargo().args(["build", "--workspace", "--bins", "--locked"]))?;
+        // Not xtask itself: it is running, and a rebuild (feature unification differs from `cargo run
+        // -p xtask`) would replace the binary the supervisor is started from.
+        util::run(util::cargo().args(["build", "--workspace", "--bins", "--locked", "--exclude", "xtask"]))?;
     }
 
     fs::create_dir_all(&dir).with_context(|| format!("create {}", dir.display()))?;
