@@ -347,9 +347,13 @@ impl Handlers {
         };
         let events = self.store.watch(&prefix, Some(start)).await.map_err(store_error)?;
         let wanted = move |key: &str| name.as_deref().is_none_or(|n| key.rsplit('/').next() == Some(n));
+        let everything = filter.is_everything();
         let events = events.filter_map(move |event| {
             let line = match event {
                 Ok(event) if !wanted(&event.kv.key) => None,
+                // Without a selector nothing needs the object parsed: the stored bytes are sent with
+                // the event's resourceVersion spliced in.
+                Ok(event) if everything && let Some(line) = raw_watch_line(&event) => Some(line),
                 Ok(event) => match watch_event(&event, &filter) {
                     Ok(Some((kind, object))) => Some(watch_line(kind, object)),
                     Ok(None) => None,
@@ -674,6 +678,24 @@ fn watch_event(
     })
 }
 
+/// A watch event line built from the stored bytes, or `None` when they are not of the shape
+/// [`objects::served_bytes`] splices.
+fn raw_watch_line(event: &keel_store::Event) -> Option<Bytes> {
+    let (kind, stored) = match event.kind {
+        EventKind::Put if event.prev_kv.is_none() => ("ADDED", &event.kv.value),
+        EventKind::Put => ("MODIFIED", &event.kv.value),
+        EventKind::Delete => ("DELETED", &event.prev_kv.as_ref()?.value),
+    };
+    let object = objects::served_bytes(stored, event.kv.mod_revision)?;
+    let mut line = Vec::with_capacity(object.len() + 32);
+    line.extend_from_slice(b"{\"type\":\"");
+    line.extend_from_slice(kind.as_bytes());
+    line.extend_from_slice(b"\",\"object\":");
+    line.extend_from_slice(&object);
+    line.extend_from_slice(b"}\n");
+    Some(Bytes::from(line))
+}
+
 fn watch_line(kind: &str, object: Value) -> Bytes {
     let mut event = serde_json::Map::new();
     event.insert("type".into(), kind.into());
@@ -749,6 +771,33 @@ mod tests {
             seen(event(EventKind::Delete, json!(null), Some(json!({"tier": "web"})))).unwrap().0,
             "DELETED"
         );
+    }
+
+    #[test]
+    fn raw_watch_lines_match_parsed_ones() {
+        let stored = objects::for_storage(
+            &json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "a"}, "data": {"k": "v"}}),
+        )
+        .unwrap();
+        let kv = |value: Vec<u8>, revision| keel_store::KeyValue {
+            key: "/registry/configmaps/d/a".into(),
+            value: value.into(),
+            create_revision: 1,
+            mod_revision: revision,
+            version: 1,
+            lease: 0,
+        };
+        let everything = Filter::default();
+        for (kind, new, prev) in [
+            (EventKind::Put, kv(stored.clone(), 5), None),
+            (EventKind::Put, kv(stored.clone(), 6), Some(kv(stored.clone(), 5))),
+            (EventKind::Delete, kv(Vec::new(), 7), Some(kv(stored.clone(), 6))),
+        ] {
+            let event = keel_store::Event { kind, kv: new, prev_kv: prev };
+            let raw: Value = serde_json::from_slice(&raw_watch_line(&event).unwrap()).unwrap();
+            let (parsed_kind, object) = watch_event(&event, &everything).unwrap().unwrap();
+            assert_eq!(raw, json!({"type": parsed_kind, "object": object}));
+        }
     }
 
     #[test]
