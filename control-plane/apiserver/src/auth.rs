@@ -71,7 +71,12 @@ impl Tokens {
 
     /// The user of an `Authorization: Bearer <token>` header.
     pub fn authenticate(&self, authorization: Option<&str>) -> Option<User> {
-        let token = authorization?.strip_prefix("Bearer ")?.trim();
+        // The scheme is case-insensitive (RFC 7235), as upstream reads it.
+        let (scheme, token) = authorization?.trim().split_once(' ')?;
+        if !scheme.eq_ignore_ascii_case("bearer") {
+            return None;
+        }
+        let token = token.trim();
         self.users.get(token).cloned()
     }
 }
@@ -129,6 +134,7 @@ mod tests {
         assert!(tokens.authenticate(Some("Bearer xyz")).unwrap().groups.is_empty());
         assert!(tokens.authenticate(Some("Bearer nope")).is_none());
         assert!(tokens.authenticate(Some("Basic abc")).is_none());
+        assert!(tokens.authenticate(Some("bearer abc")).is_some(), "the scheme is case-insensitive");
         assert!(Tokens::parse(",alice,1").is_err());
     }
 

@@ -69,7 +69,13 @@ impl Filter {
 /// A field's value as upstream's field sets hold it: strings as they are, booleans and numbers
 /// printed, anything missing empty.
 fn field_value(object: &Value, field: &str) -> String {
-    let pointer = format!("/{}", field.replace('.', "/"));
+    // Upstream's field labels that name another path (GetAttrs / conversion funcs).
+    let path = match field {
+        "status.successful" => "status.succeeded",
+        "source" => "source.component",
+        other => other,
+    };
+    let pointer = format!("/{}", path.replace('.', "/"));
     match object.pointer(&pointer) {
         Some(Value::String(s)) => s.clone(),
         Some(Value::Bool(b)) => b.to_string(),
@@ -78,7 +84,12 @@ fn field_value(object: &Value, field: &str) -> String {
         Some(Value::Array(items)) => {
             items.first().and_then(|i| i.get("ip")).and_then(Value::as_str).unwrap_or("").to_owned()
         }
-        _ => String::new(),
+        // A missing field is its type's zero value, as in upstream's typed field sets.
+        _ => match field {
+            "spec.unschedulable" | "spec.hostNetwork" => "false".to_owned(),
+            "status.replicas" | "status.successful" => "0".to_owned(),
+            _ => String::new(),
+        },
     }
 }
 
@@ -103,6 +114,15 @@ mod tests {
         assert!(check(None, Some("metadata.name=a,metadata.namespace=d,spec.hostNetwork=true")));
         assert!(!check(None, Some("spec.nodeName=n2")));
         assert!(check(None, Some("spec.schedulerName=")), "a missing field is empty");
+        let nodes = find("", "v1", "nodes").unwrap();
+        let node = json!({"metadata": {"name": "n"}, "spec": {}});
+        assert!(Filter::parse(nodes, None, Some("spec.unschedulable=false")).unwrap().matches(&node));
+        let jobs = find("batch", "v1", "jobs").unwrap();
+        let job = json!({"metadata": {"name": "j"}, "status": {"succeeded": 2}});
+        assert!(Filter::parse(jobs, None, Some("status.successful=2")).unwrap().matches(&job));
+        assert!(
+            Filter::parse(jobs, None, Some("status.successful=0")).unwrap().matches(&json!({"metadata": {}}))
+        );
         assert!(Filter::parse(pods, Some(""), Some("")).unwrap().is_everything());
     }
 

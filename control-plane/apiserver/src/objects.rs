@@ -134,6 +134,8 @@ pub fn prepare_create(
     if name.is_empty()
         && let Some(prefix) = metadata.get("generateName").and_then(Value::as_str)
     {
+        // As upstream: the prefix is cut so the name fits 63 characters with its 5-character suffix.
+        let prefix: String = prefix.chars().take(58).collect();
         name = format!("{prefix}{}", generated_suffix(random));
         metadata.insert("name".into(), name.clone().into());
     }
@@ -258,6 +260,9 @@ mod tests {
         assert_eq!(object["metadata"]["namespace"], "default");
         assert_eq!(object["metadata"]["uid"], "u-1");
         assert!(object["metadata"].get("generation").is_none());
+        let mut long = json!({"metadata": {"generateName": "x".repeat(80)}});
+        let name = prepare_create(&mut long, configmaps, Some("d"), "u", 7, "t").unwrap();
+        assert_eq!(name.len(), 63);
         let deployments = find("apps", "v1", "deployments").unwrap();
         let mut object = json!({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "web"}});
         prepare_create(&mut object, deployments, Some("a"), "u", 1, "t").unwrap();

@@ -414,9 +414,11 @@ impl Handlers {
                 }
             }
             let grace = self.grace_period(resource, &object, options);
-            if grace == 0 && object.pointer("/metadata/deletionTimestamp").is_some() {
+            let running = object.pointer("/metadata/deletionGracePeriodSeconds").and_then(Value::as_i64);
+            if object.pointer("/metadata/deletionTimestamp").is_some() && running.is_some_and(|r| grace < r) {
                 // A shorter grace period replaces a longer one; 0 ends it.
-                object["metadata"]["deletionGracePeriodSeconds"] = 0.into();
+                object["metadata"]["deletionGracePeriodSeconds"] = grace.into();
+                object["metadata"]["deletionTimestamp"] = if grace > 0 { later(grace) } else { now() }.into();
             }
             let graceful = resource.plural == "namespaces" || grace > 0 || !held.is_empty();
             let revision = if graceful {
@@ -483,7 +485,11 @@ impl Handlers {
         }
         let default =
             object.pointer("/spec/terminationGracePeriodSeconds").and_then(Value::as_i64).unwrap_or(30);
-        options.grace_period_seconds.unwrap_or(default).max(0)
+        // A negative grace period is the shortest graceful one, as upstream.
+        match options.grace_period_seconds.unwrap_or(default) {
+            grace if grace < 0 => 1,
+            grace => grace,
+        }
     }
 
     /// DELETE of a collection: every object the selectors pick, each deleted as one DELETE would.

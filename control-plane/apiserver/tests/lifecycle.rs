@@ -146,6 +146,10 @@ async fn deletion_finalizers_propagation_and_grace() -> Result<()> {
         "{p}"
     );
     ensure!(p["status"]["phase"] == "Pending", "{p}");
+    // A second delete with a shorter grace period shortens it.
+    ok(&k, &kc, &["delete", "pod", "bound", "--grace-period=10", "--wait=false"])?;
+    let p = get(&k, &kc, &["get", "pod", "bound"])?;
+    ensure!(p["metadata"]["deletionGracePeriodSeconds"] == 10, "{p}");
     ok(&k, &kc, &["delete", "pod", "pending", "--wait=false"])?;
     ensure!(!kubectl(&k, &kc, &["get", "pod", "pending"])?.0);
     // The kubelet's final delete (grace 0) removes it.
