@@ -366,7 +366,7 @@ fn watch_as_table(
 fn query_param(query: Option<&str>, name: &str) -> Option<String> {
     query?.split('&').find_map(|pair| {
         let (key, value) = pair.split_once('=').unwrap_or((pair, ""));
-        (key == name).then(|| value.replace("%20", " "))
+        (key == name).then(|| handlers::percent_decode(value))
     })
 }
 

@@ -105,7 +105,7 @@ async fn main() -> Result<()> {
     let port = listener.local_addr()?.port();
     let address = SocketAddr::new(advertise, port).to_string();
     let kubeconfig = flags.data_dir.join("admin.kubeconfig");
-    write_private(&kubeconfig, &pki.admin_kubeconfig(&format!("https://{address}")))
+    keel_apiserver::pki::write_file(&kubeconfig, &pki.admin_kubeconfig(&format!("https://{address}")), true)
         .with_context(|| format!("writing {}", kubeconfig.display()))?;
     let services = keel_apiserver::services::ServiceRanges::parse(
         &flags.service_cluster_ip_range,
@@ -123,20 +123,6 @@ async fn main() -> Result<()> {
         _ = terminated() => {}
     }
     Ok(())
-}
-
-/// The admin kubeconfig holds the admin's key: owner-only.
-fn write_private(path: &std::path::Path, contents: &str) -> std::io::Result<()> {
-    use std::io::Write;
-    use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
-    let partial = path.with_extension("partial");
-    let mut file =
-        std::fs::OpenOptions::new().write(true).create(true).truncate(true).mode(0o600).open(&partial)?;
-    // A file left by an earlier run keeps its mode on open: owner-only again.
-    std::fs::set_permissions(&partial, std::fs::Permissions::from_mode(0o600))?;
-    file.write_all(contents.as_bytes())?;
-    file.sync_all()?;
-    std::fs::rename(&partial, path)
 }
 
 async fn terminated() {

@@ -42,18 +42,27 @@ fn read(path: &Path, what: &'static str) -> Result<String, PkiError> {
     fs::read_to_string(path).map_err(|source| PkiError::Io { what, path: path.to_owned(), source })
 }
 
-/// Writes a file readable by its owner only (keys) or by all (certificates).
-fn write(path: &Path, contents: &str, private: bool) -> Result<(), PkiError> {
+/// Writes a file readable by its owner only (keys, kubeconfigs with credentials) or by all
+/// (certificates), under a temporary name renamed into place once synced: a reader or a crash never
+/// sees half of it, and a file left by an earlier run gets the mode again.
+pub fn write_file(path: &Path, contents: &str, private: bool) -> Result<(), PkiError> {
+    use std::os::unix::fs::PermissionsExt;
     let io = |source| PkiError::Io { what: "writing", path: path.to_owned(), source };
+    let mode = if private { 0o600 } else { 0o644 };
+    let mut partial = path.as_os_str().to_owned();
+    partial.push(".partial");
+    let partial = PathBuf::from(partial);
     let mut file = fs::OpenOptions::new()
         .write(true)
         .create(true)
         .truncate(true)
-        .mode(if private { 0o600 } else { 0o644 })
-        .open(path)
+        .mode(mode)
+        .open(&partial)
         .map_err(io)?;
+    fs::set_permissions(&partial, fs::Permissions::from_mode(mode)).map_err(io)?;
     file.write_all(contents.as_bytes()).map_err(io)?;
-    file.sync_all().map_err(io)
+    file.sync_all().map_err(io)?;
+    fs::rename(&partial, path).map_err(io)
 }
 
 /// Loads the CA and admin certificate from `dir` (making them on first start) and issues a serving
@@ -74,8 +83,8 @@ pub fn ensure(dir: &Path, hosts: &[String]) -> Result<Pki, PkiError> {
             vec![KeyUsagePurpose::KeyCertSign, KeyUsagePurpose::CrlSign, KeyUsagePurpose::DigitalSignature];
         params.not_after = rcgen::date_time_ymd(2036, 1, 1);
         let cert = params.self_signed(&key).map_err(cert_error("signing the CA"))?;
-        write(&ca_key_path, &key.serialize_pem(), true)?;
-        write(&ca_path, &cert.pem(), false)?;
+        write_file(&ca_key_path, &key.serialize_pem(), true)?;
+        write_file(&ca_path, &cert.pem(), false)?;
     }
     let ca_pem = read(&ca_path, "reading the CA certificate")?;
     let ca_key =
@@ -92,8 +101,8 @@ pub fn ensure(dir: &Path, hosts: &[String]) -> Result<Pki, PkiError> {
         params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ClientAuth];
         params.not_after = rcgen::date_time_ymd(2036, 1, 1);
         let cert = params.signed_by(&key, &issuer).map_err(cert_error("signing the admin certificate"))?;
-        write(&admin_key_path, &key.serialize_pem(), true)?;
-        write(&admin_path, &cert.pem(), false)?;
+        write_file(&admin_key_path, &key.serialize_pem(), true)?;
+        write_file(&admin_path, &cert.pem(), false)?;
     }
 
     let key = KeyPair::generate().map_err(cert_error("generating the serving key"))?;

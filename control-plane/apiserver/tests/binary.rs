@@ -2,6 +2,8 @@
 //! start, client-certificate and token authentication, anonymous requests refused but for health,
 //! and everything still there after a restart.
 
+mod common;
+
 use std::net::SocketAddr;
 use std::path::Path;
 use std::process::Command;
@@ -19,36 +21,6 @@ fn kubectl(kubectl: &Kubectl, kubeconfig: &Path, args: &[&str]) -> Result<(bool,
         String::from_utf8_lossy(&output.stdout).into_owned(),
         String::from_utf8_lossy(&output.stderr).into_owned(),
     ))
-}
-
-/// `GET path` over TLS with no credentials: the status code and the body.
-fn anonymous_get(address: SocketAddr, ca: &Path, path: &str) -> Result<(u16, String)> {
-    use rustls::pki_types::{CertificateDer, ServerName, pem::PemObject};
-    use std::io::{Read, Write};
-    use std::sync::Arc;
-    let mut roots = rustls::RootCertStore::empty();
-    roots.add(CertificateDer::from_pem_file(ca)?)?;
-    let provider = Arc::new(rustls::crypto::ring::default_provider());
-    let config = rustls::ClientConfig::builder_with_provider(provider)
-        .with_safe_default_protocol_versions()?
-        .with_root_certificates(roots)
-        .with_no_client_auth();
-    let mut connection =
-        rustls::ClientConnection::new(Arc::new(config), ServerName::try_from("127.0.0.1")?.to_owned())?;
-    let mut socket = std::net::TcpStream::connect(address)?;
-    let mut tls = rustls::Stream::new(&mut connection, &mut socket);
-    write!(tls, "GET {path} HTTP/1.1\r\nHost: {address}\r\nConnection: close\r\n\r\n")?;
-    let mut response = Vec::new();
-    match tls.read_to_end(&mut response) {
-        Ok(_) => {}
-        // The server may close without close_notify once the response is sent.
-        Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => {}
-        Err(e) => return Err(e.into()),
-    }
-    let text = String::from_utf8_lossy(&response).into_owned();
-    let status = text.split(' ').nth(1).and_then(|s| s.parse().ok()).context("no status line")?;
-    let body = text.split_once("\r\n\r\n").map(|(_, b)| b.to_owned()).unwrap_or_default();
-    Ok((status, body))
 }
 
 /// A kubeconfig for `server` trusting the cluster CA, with a token.
@@ -102,9 +74,11 @@ fn serves_https_with_authentication_and_survives_a_restart() -> Result<()> {
     ensure!(ok && out.contains("namespace/kept"), "listing with a token: {out}{err}");
 
     // Without credentials (kubectl would prompt for a password, so a plain TLS client asks).
-    let (status, body) = anonymous_get(address, &ca, "/api/v1/namespaces")?;
+    let ca_pem = std::fs::read_to_string(&ca)?;
+    let anonymous_get = |path: &str| common::raw_request(address, &ca_pem, None, "GET", path, &[], b"");
+    let (status, _, body) = anonymous_get("/api/v1/namespaces")?;
     ensure!(status == 401 && body.contains(r#""reason":"Unauthorized""#), "{status} {body}");
-    let (status, body) = anonymous_get(address, &ca, "/healthz")?;
+    let (status, _, body) = anonymous_get("/healthz")?;
     ensure!(status == 200 && body == "ok", "{status} {body}");
     let wrong = dir.path().join("wrong.kubeconfig");
     kubeconfig(&wrong, &server_url, &ca, Some("guess"))?;

@@ -163,14 +163,20 @@ async fn sigkill_at_random_moments() -> Result<()> {
     Ok(())
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn power_loss_at_random_moments() -> Result<()> {
+/// A power-loss filesystem mounted in a temp dir (root), and the data directory to use on it.
+fn power_loss_fs() -> Result<(tempfile::TempDir, DurableFs, std::path::PathBuf)> {
     keel_testbed::require_root()?;
     let dir = tempfile::tempdir()?;
     let mountpoint = dir.path().join("mnt");
     std::fs::create_dir(&mountpoint)?;
-    let mut fs = DurableFs::mount(&mountpoint)?;
+    let fs = DurableFs::mount(&mountpoint)?;
     let data = fs.mountpoint().join("data");
+    Ok((dir, fs, data))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn power_loss_at_random_moments() -> Result<()> {
+    let (_dir, mut fs, data) = power_loss_fs()?;
     // Power goes while the writer writes; everything it had not fsynced is gone.
     crash_rounds(&data, 10, "power", || Ok(fs.power_loss()?)).await?;
     Ok(())
@@ -192,12 +198,7 @@ fn committer_ticks() -> Result<u64> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_engine_failure_stops_writes_not_reads() -> Result<()> {
     use keel_store::StoreError;
-    keel_testbed::require_root()?;
-    let dir = tempfile::tempdir()?;
-    let mountpoint = dir.path().join("mnt");
-    std::fs::create_dir(&mountpoint)?;
-    let mut fs = DurableFs::mount(&mountpoint)?;
-    let data = fs.mountpoint().join("data");
+    let (_dir, mut fs, data) = power_loss_fs()?;
     {
         let store = EmbeddedStore::open(Options::new(&data))?;
         let mut watch = store.watch("/f/", None).await?;

@@ -57,7 +57,7 @@ impl Server {
         let headers: Vec<(String, String)> =
             headers.iter().map(|(k, v)| ((*k).to_owned(), (*v).to_owned())).collect();
         tokio::task::spawn_blocking(move || {
-            raw_request(address, &pki_ca, &cert, &key, &method, &path, &headers, &body)
+            raw_request(address, &pki_ca, Some((&cert, &key)), &method, &path, &headers, &body)
         })
         .await?
     }
@@ -79,12 +79,12 @@ impl Server {
     }
 }
 
-#[expect(clippy::too_many_arguments, reason = "a test helper spelling out one HTTP request")]
-fn raw_request(
+/// One HTTP/1.1 request over TLS trusting `ca`, with a client certificate and key (PEM) or none;
+/// returns status, the response's header lines and body.
+pub fn raw_request(
     address: SocketAddr,
     ca: &str,
-    cert: &str,
-    key: &str,
+    client: Option<(&str, &str)>,
     method: &str,
     path: &str,
     headers: &[(String, String)],
@@ -93,13 +93,16 @@ fn raw_request(
     let mut roots = rustls::RootCertStore::empty();
     roots.add(CertificateDer::from_pem_slice(ca.as_bytes())?)?;
     let provider = Arc::new(rustls::crypto::ring::default_provider());
-    let config = rustls::ClientConfig::builder_with_provider(provider)
+    let builder = rustls::ClientConfig::builder_with_provider(provider)
         .with_safe_default_protocol_versions()?
-        .with_root_certificates(roots)
-        .with_client_auth_cert(
+        .with_root_certificates(roots);
+    let config = match client {
+        Some((cert, key)) => builder.with_client_auth_cert(
             vec![CertificateDer::from_pem_slice(cert.as_bytes())?],
             PrivateKeyDer::from_pem_slice(key.as_bytes())?,
-        )?;
+        )?,
+        None => builder.with_no_client_auth(),
+    };
     let mut connection =
         rustls::ClientConnection::new(Arc::new(config), ServerName::try_from("127.0.0.1")?.to_owned())?;
     let mut socket = std::net::TcpStream::connect(address)?;
@@ -117,6 +120,7 @@ fn raw_request(
     let mut response = Vec::new();
     match tls.read_to_end(&mut response) {
         Ok(_) => {}
+        // The server may close without close_notify once the response is sent.
         Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => {}
         Err(e) => return Err(e.into()),
     }
