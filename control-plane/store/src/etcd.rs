@@ -32,7 +32,7 @@ use crate::types::{
     Compare, KeyValue, Lease, LeaseId, MAX_PREFIX_BYTES, OpResult, RangeRequest, RangeResponse, Revision,
     Txn, TxnOp, TxnResponse,
 };
-use crate::{Store, WatchStream, validate};
+use crate::{ProgressStream, Store, validate};
 
 /// The largest response accepted (tonic's default is 4 MiB: too small for a list or a watch batch).
 const MAX_RESPONSE_BYTES: usize = 2 * 1024 * 1024 * 1024 - 1;
@@ -458,12 +458,16 @@ impl Store for EtcdStore {
         })
     }
 
-    async fn watch(&self, prefix: &str, start: Option<Revision>) -> Result<WatchStream> {
+    async fn watch_with_progress(&self, prefix: &str, start: Option<Revision>) -> Result<ProgressStream> {
         validate::key(prefix)?;
         if start.is_some_and(|r| r < 0) {
             return Err(StoreError::InvalidRequest(format!("negative watch revision {start:?}")));
         }
         watch::watch(self.inner.clone(), prefix, start.filter(|&r| r > 0)).await
+    }
+
+    fn prompt_progress(&self) -> bool {
+        false
     }
 
     async fn compact(&self, revision: Revision) -> Result<()> {

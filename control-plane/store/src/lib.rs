@@ -20,7 +20,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use bytes::Bytes;
-use futures::Stream;
+use futures::{Stream, StreamExt};
 
 pub use error::{Result, StoreError};
 pub use types::*;
@@ -28,6 +28,18 @@ pub use types::*;
 /// The events of a watch in revision order, with no gaps. It ends after an error (a compacted start
 /// revision, a closed store); dropping it cancels the watch.
 pub type WatchStream = Pin<Box<dyn Stream<Item = Result<Event>> + Send>>;
+
+/// What a watch with progress yields: an event, or the news that every event of its prefix up to a
+/// revision has been delivered — revisions that changed only other keys included (etcd's progress
+/// notification). A cache fed by such a watch knows how current it is without any event of its own.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum WatchItem {
+    Event(Event),
+    Progress(Revision),
+}
+
+/// [`WatchStream`] with progress items between the events, in revision order.
+pub type ProgressStream = Pin<Box<dyn Stream<Item = Result<WatchItem>> + Send>>;
 
 /// The outcome of a guarded write: done at a revision, or refused because the key was not as expected.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -50,7 +62,26 @@ pub trait Store: Send + Sync + fmt::Debug {
     /// Watches every key under `prefix`: events with revision ≥ `start` (`None`: only changes after
     /// now), each with the key's previous value. A `start` older than the compacted revision yields
     /// [`StoreError::Compacted`] as the stream's only item.
-    async fn watch(&self, prefix: &str, start: Option<Revision>) -> Result<WatchStream>;
+    async fn watch(&self, prefix: &str, start: Option<Revision>) -> Result<WatchStream> {
+        let items = self.watch_with_progress(prefix, start).await?;
+        Ok(Box::pin(items.filter_map(|item| {
+            std::future::ready(match item {
+                Ok(WatchItem::Event(event)) => Some(Ok(event)),
+                Ok(WatchItem::Progress(_)) => None,
+                Err(error) => Some(Err(error)),
+            })
+        })))
+    }
+
+    /// [`Store::watch`] with [`WatchItem::Progress`] items: how often they come is the backend's (see
+    /// [`Store::prompt_progress`]); a progress revision is never below an event already delivered.
+    async fn watch_with_progress(&self, prefix: &str, start: Option<Revision>) -> Result<ProgressStream>;
+
+    /// Whether progress follows every change of the store at once (the embedded store reports it after
+    /// each commit), so that waiting for a watch to reach [`Store::current_revision`] is a short wait.
+    /// etcd reports progress on its own schedule (every 10 minutes by default), and the requested
+    /// progress notifications of the etcd 3.4 here are not ordered with the events (etcd #15220).
+    fn prompt_progress(&self) -> bool;
 
     /// Forgets every revision of a key older than `revision` except the one visible at `revision`.
     /// Reads and watches from before it then fail with [`StoreError::Compacted`].

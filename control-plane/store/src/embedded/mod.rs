@@ -23,7 +23,7 @@ use self::disk::{REVISIONS, Record, table_key};
 use self::index::{Found, key_value};
 use crate::error::{Result, StoreError};
 use crate::types::{Lease, LeaseId, RangeRequest, RangeResponse, Revision, Txn, TxnResponse};
-use crate::{Store, WatchStream, validate};
+use crate::{ProgressStream, Store, validate};
 
 /// How many group commits a watch may fall behind before it reads the missed ones from disk.
 const WATCH_BUFFER: usize = 1024;
@@ -258,12 +258,16 @@ impl Store for EmbeddedStore {
         self.request(|reply| Request::Txn { txn, reply }).await
     }
 
-    async fn watch(&self, prefix: &str, start: Option<Revision>) -> Result<WatchStream> {
+    async fn watch_with_progress(&self, prefix: &str, start: Option<Revision>) -> Result<ProgressStream> {
         validate::key(prefix)?;
         if start.is_some_and(|r| r < 0) {
             return Err(StoreError::InvalidRequest(format!("negative watch revision {start:?}")));
         }
         Ok(watch::watch(self.shared.clone(), prefix.to_owned(), start.filter(|&r| r > 0)))
+    }
+
+    fn prompt_progress(&self) -> bool {
+        true
     }
 
     async fn compact(&self, revision: Revision) -> Result<()> {

@@ -1,7 +1,9 @@
 //! Watches of the embedded store. Live events come from the committer's broadcast of each group
 //! commit; a watch that starts in the past, or falls behind the broadcast, reads the missed revisions
 //! from disk and rejoins. It subscribes before reading where the store stands, so no revision falls
-//! between the two: every watch sees its prefix's events in revision order with no gaps.
+//! between the two: every watch sees its prefix's events in revision order with no gaps. After each
+//! commit (and each step of a catch-up) it reports progress to the last revision seen, so a consumer
+//! knows at once that a revision which changed other keys has passed.
 
 use std::collections::VecDeque;
 use std::sync::Arc;
@@ -13,9 +15,9 @@ use tokio::sync::broadcast::{self, error::RecvError};
 use super::commit::{Batch, Shared, deleted, lock};
 use super::disk::{REVISIONS, Record, table_key};
 use super::index::{RecordId, key_value};
-use crate::WatchStream;
 use crate::error::{Result, StoreError};
 use crate::types::{Event, EventKind, KeyValue, Revision};
+use crate::{ProgressStream, WatchItem};
 
 /// Revisions read from disk per step of a catch-up, and the bytes of values after which a step ends
 /// early, to bound the memory a far-behind watch takes.
@@ -30,11 +32,11 @@ struct Watch {
     /// Read from disk up to this revision before listening to the broadcast again.
     catch_up_to: Option<Revision>,
     receiver: Option<broadcast::Receiver<Arc<Batch>>>,
-    queue: VecDeque<Result<Event>>,
+    queue: VecDeque<Result<WatchItem>>,
     done: bool,
 }
 
-pub(crate) fn watch(shared: Arc<Shared>, prefix: String, start: Option<Revision>) -> WatchStream {
+pub(crate) fn watch(shared: Arc<Shared>, prefix: String, start: Option<Revision>) -> ProgressStream {
     let receiver = lock(&shared.events).as_ref().map(broadcast::Sender::subscribe);
     let (current, compacted) = {
         let index = shared.index.read().unwrap_or_else(std::sync::PoisonError::into_inner);
@@ -85,7 +87,8 @@ impl Watch {
             let read = tokio::task::spawn_blocking(move || catch_up(&shared, &prefix, from, to)).await;
             match read {
                 Ok(Ok((events, next))) => {
-                    self.queue.extend(events.into_iter().map(Ok));
+                    self.queue.extend(events.into_iter().map(|event| Ok(WatchItem::Event(event))));
+                    self.queue.push_back(Ok(WatchItem::Progress(next - 1)));
                     self.next = next;
                     if next > to {
                         self.catch_up_to = None;
@@ -103,11 +106,14 @@ impl Watch {
             Ok(batch) => {
                 for event in &batch.events {
                     if self.wants(event) {
-                        self.queue.push_back(Ok(event.clone()));
+                        self.queue.push_back(Ok(WatchItem::Event(event.clone())));
                     }
                 }
-                if let Some(last) = batch.events.last() {
-                    self.next = self.next.max(last.revision() + 1);
+                if let Some(last) = batch.events.last()
+                    && last.revision() >= self.next
+                {
+                    self.next = last.revision() + 1;
+                    self.queue.push_back(Ok(WatchItem::Progress(last.revision())));
                 }
             }
             Err(RecvError::Lagged(_)) => {

@@ -8,6 +8,10 @@
 //! working stream. etcd cancelling
 //! it because the revision was compacted ends it with [`StoreError::Compacted`].
 //!
+//! Watches ask for etcd's progress notifications (sent to a watch that is up to date, every
+//! `--experimental-watch-progress-notify-interval`, 10 minutes by default) and pass them on as
+//! [`WatchItem::Progress`].
+//!
 //! The stream is a plain state machine polled by the consumer (no task of its own): dropping it drops
 //! the etcd stream, which cancels the watch on the member.
 
@@ -21,10 +25,10 @@ use tokio::time::Instant;
 
 use super::Inner;
 use super::call::{FIRST_BACKOFF, Failure, Kind, MAX_BACKOFF, Retry};
-use crate::WatchStream;
 use crate::error::{Result, StoreError};
 use crate::types::{Event, EventKind, Revision};
 use crate::validate;
+use crate::{ProgressStream, WatchItem};
 
 /// How long a watch keeps trying to resume before it ends with [`StoreError::Unavailable`], unless
 /// the options say otherwise.
@@ -42,7 +46,7 @@ struct Watch {
     /// When the stream was lost, if it was.
     lost_at: Option<Instant>,
     last_error: String,
-    queue: VecDeque<Result<Event>>,
+    queue: VecDeque<Result<WatchItem>>,
     done: bool,
 }
 
@@ -55,7 +59,11 @@ enum Opened {
 
 /// Opens the watch before returning, so a change made after this returns is seen even without a start
 /// revision, and an unreachable etcd fails the call.
-pub(super) async fn watch(inner: Arc<Inner>, prefix: &str, start: Option<Revision>) -> Result<WatchStream> {
+pub(super) async fn watch(
+    inner: Arc<Inner>,
+    prefix: &str,
+    start: Option<Revision>,
+) -> Result<ProgressStream> {
     let key = inner.full_key(prefix);
     let range_end = validate::prefix_end(&key);
     let mut watch = Watch {
@@ -104,7 +112,8 @@ impl Watch {
 
     /// Opens an etcd watch from `next` and waits for etcd to confirm it.
     async fn open(&mut self) -> Opened {
-        let mut options = ec::WatchOptions::new().with_range(self.range_end.clone()).with_prev_key();
+        let mut options =
+            ec::WatchOptions::new().with_range(self.range_end.clone()).with_prev_key().with_progress_notify();
         if self.next > 0 {
             options = options.with_start_revision(self.next);
         }
@@ -166,16 +175,27 @@ impl Watch {
             // A member without a leader cancels its watches ("etcdserver: no leader"): resume elsewhere.
             return self.lost(format!("etcd cancelled the watch: {}", response.cancel_reason()));
         }
+        if response.events().is_empty() {
+            // A progress notification: nothing more up to the header's revision.
+            let revision = super::header_revision(response.header());
+            if revision >= self.next {
+                self.next = revision + 1;
+                self.queue.push_back(Ok(WatchItem::Progress(revision)));
+            }
+            return;
+        }
+        let first_new = self.next;
         for event in response.events() {
             match self.event(event) {
-                // Defensive: a resumed stream never repeats a revision already received.
-                Ok(event) if event.revision() < self.next => {}
-                Ok(event) => self.queue.push_back(Ok(event)),
+                // Defensive: a resumed stream never repeats a revision already received. (The events
+                // of one revision all come in one response.)
+                Ok(event) if event.revision() < first_new => {}
+                Ok(event) => {
+                    self.next = self.next.max(event.revision() + 1);
+                    self.queue.push_back(Ok(WatchItem::Event(event)));
+                }
                 Err(error) => return self.fail(error),
             }
-        }
-        if let Some(last) = self.queue.back().and_then(|item| item.as_ref().ok()) {
-            self.next = self.next.max(last.revision() + 1);
         }
     }
 

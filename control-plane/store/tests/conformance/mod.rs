@@ -15,7 +15,7 @@ use bytes::Bytes;
 use futures::StreamExt;
 use keel_store::{
     Compare, Event, EventKind, KeyValue, MAX_REQUEST_BYTES, OpResult, Outcome, RangeRequest, Revision, Store,
-    StoreError, Txn, TxnOp, WatchStream,
+    StoreError, Txn, TxnOp, WatchItem, WatchStream,
 };
 
 /// A fresh store and whatever keeps it alive.
@@ -35,7 +35,7 @@ macro_rules! conformance_tests {
             watch_order_no_gaps_under_load, watch_from_past_revision, delete_events_carry_prev_value,
             watch_prefix_isolation, compaction, lease_expiry, lease_revoke_and_keep_alive,
             current_revision_is_consistent, lease_put_racing_revoke, keep_alive_keeps_a_lease,
-            watches_started_under_load, limits_of_leases_and_compares);
+            watches_started_under_load, limits_of_leases_and_compares, watch_progress);
     };
     (@each $open:expr; $($name:ident),*) => {
         $(
@@ -670,4 +670,61 @@ pub async fn limits_of_leases_and_compares(fixture: &impl Fixture) -> Result<()>
     ensure!(matches!(store.txn(txn).await, Err(StoreError::InvalidRequest(_))));
     ensure!(store.get("/cmp/x").await?.is_none());
     Ok(())
+}
+
+/// A watch with progress yields its prefix's events and, where the backend reports progress
+/// promptly, the news that a revision changing only other keys has passed — also at the end of a
+/// catch-up from the past. Progress never goes back, nor below an event already delivered.
+pub async fn watch_progress(fixture: &impl Fixture) -> Result<()> {
+    let store = fixture.store();
+    let mut live = store.watch_with_progress("/progress/a/", None).await?;
+    let other = retrying(|| store.put("/progress/b/x", b("1"))).await?;
+    let mine = retrying(|| store.put("/progress/a/y", b("2"))).await?;
+    let mut from_past = store.watch_with_progress("/progress/none/", Some(1)).await?;
+    let items = progress_until(&mut live, mine).await?;
+    let mut seen = 0;
+    for item in &items {
+        let at = match item {
+            WatchItem::Event(event) => {
+                ensure!(event.kv.key == "/progress/a/y", "an event of another prefix: {event:?}");
+                event.revision()
+            }
+            WatchItem::Progress(revision) => *revision,
+        };
+        ensure!(at >= seen, "progress went back: {items:?}");
+        seen = at;
+    }
+    ensure!(matches!(items.last(), Some(WatchItem::Event(event)) if event.revision() == mine), "{items:?}");
+    if store.prompt_progress() {
+        ensure!(
+            items.contains(&WatchItem::Progress(other)),
+            "no progress for the other key's revision: {items:?}"
+        );
+        let items = progress_until(&mut from_past, mine).await?;
+        ensure!(
+            items == [WatchItem::Progress(mine)],
+            "a catch-up over nothing reports where it got: {items:?}"
+        );
+    }
+    Ok(())
+}
+
+/// The items of `watch` up to the first at or past revision `until`.
+async fn progress_until(watch: &mut keel_store::ProgressStream, until: Revision) -> Result<Vec<WatchItem>> {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    let mut items = Vec::new();
+    loop {
+        let item = tokio::time::timeout_at(deadline, watch.next())
+            .await
+            .with_context(|| format!("revision {until} not reached; items {items:?}"))?
+            .context("the watch ended")??;
+        let at = match &item {
+            WatchItem::Event(event) => event.revision(),
+            WatchItem::Progress(revision) => *revision,
+        };
+        items.push(item);
+        if at >= until {
+            return Ok(items);
+        }
+    }
 }
