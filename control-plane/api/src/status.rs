@@ -285,6 +285,19 @@ impl ApiError {
                 ),
                 ..StatusDetails::default()
             }),
+            // Upstream's NewTooLargeResourceVersionError, which client-go's reflector recognises by
+            // its cause and answers by listing again.
+            ApiError::Timeout(message) if message.starts_with("Too large resource version") => {
+                Some(StatusDetails {
+                    causes: Some(vec![StatusCause {
+                        field: None,
+                        message: Some("Too large resource version".to_owned()),
+                        reason: Some("ResourceVersionTooLarge".to_owned()),
+                    }]),
+                    retry_after_seconds: Some(1),
+                    ..StatusDetails::default()
+                })
+            }
             _ => None,
         };
         Status {

@@ -40,29 +40,52 @@ impl Filter {
     }
 
     pub fn matches(&self, object: &Value) -> bool {
-        if let Some(labels) = &self.labels {
-            let set: BTreeMap<String, String> = object
-                .pointer("/metadata/labels")
-                .and_then(Value::as_object)
-                .map(|map| {
-                    map.iter().filter_map(|(k, v)| Some((k.clone(), v.as_str()?.to_owned()))).collect()
-                })
-                .unwrap_or_default();
-            if !labels.matches(&set) {
-                return false;
-            }
+        let fields: Vec<&str> =
+            self.fields.iter().flat_map(FieldSelector::requirements).map(|r| r.field.as_str()).collect();
+        self.matches_attrs(&Attrs::of(object, &fields))
+    }
+
+    /// Whether an object with these labels and fields passes; `attrs` must hold every field the
+    /// selector names (a field it lacks reads as empty).
+    pub fn matches_attrs(&self, attrs: &Attrs) -> bool {
+        if let Some(labels) = &self.labels
+            && !labels.matches(&attrs.labels)
+        {
+            return false;
         }
         if let Some(fields) = &self.fields {
-            let set: BTreeMap<String, String> = fields
-                .requirements()
-                .iter()
-                .map(|requirement| (requirement.field.clone(), field_value(object, &requirement.field)))
-                .collect();
-            if !fields.matches(&set) {
-                return false;
-            }
+            return fields.matches(&attrs.fields);
         }
         true
+    }
+}
+
+/// What selectors read of an object (upstream's GetAttrs): its labels and its selectable fields,
+/// computed once per cached object version.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Attrs {
+    labels: BTreeMap<String, String>,
+    fields: BTreeMap<String, String>,
+}
+
+impl Attrs {
+    /// The labels of `object` and the values of `fields`.
+    pub fn of(object: &Value, fields: &[&str]) -> Attrs {
+        let labels = object
+            .pointer("/metadata/labels")
+            .and_then(Value::as_object)
+            .map(|map| map.iter().filter_map(|(k, v)| Some((k.clone(), v.as_str()?.to_owned()))).collect())
+            .unwrap_or_default();
+        let fields = fields.iter().map(|field| ((*field).to_owned(), field_value(object, field))).collect();
+        Attrs { labels, fields }
+    }
+
+    /// The same from stored JSON; bytes that are no JSON object have no labels and empty fields.
+    pub fn of_bytes(bytes: &[u8], fields: &[&str]) -> Attrs {
+        match serde_json::from_slice::<Value>(bytes) {
+            Ok(object) => Attrs::of(&object, fields),
+            Err(_) => Attrs::of(&Value::Null, fields),
+        }
     }
 }
 

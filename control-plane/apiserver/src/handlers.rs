@@ -8,16 +8,18 @@ use std::time::Duration;
 use base64::Engine as _;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use bytes::Bytes;
-use futures::{Stream, StreamExt};
+use futures::Stream;
 use keel_api::resources::{self, Resource};
 use keel_api::status::ApiError;
 use keel_api::strategy;
-use keel_store::{EventKind, Outcome, RangeRequest, Store, StoreError};
+use keel_store::{Outcome, RangeRequest, Store, StoreError};
 use serde_json::{Value, json};
 
+use crate::cache::{self, Cache, Change, Entry, WatchCache};
 use crate::filter::Filter;
 use crate::objects;
 use crate::request::ResourceRequest;
+use crate::watch::{Feed, Start, Watcher};
 
 /// What a handler answers: a status code and a JSON body, or a stream of watch events.
 pub enum Reply {
@@ -47,7 +49,9 @@ pub struct Query {
     pub label_selector: Option<String>,
     pub field_selector: Option<String>,
     pub resource_version_match: Option<String>,
-    pub send_initial_events: bool,
+    /// `sendInitialEvents`, when given.
+    pub send_initial_events: Option<bool>,
+    pub allow_watch_bookmarks: bool,
     /// `dryRun=All`: everything but the write.
     pub dry_run: bool,
     pub grace_period_seconds: Option<i64>,
@@ -70,7 +74,8 @@ impl Query {
                 }
                 "continue" => parsed.continue_token = Some(value).filter(|v| !v.is_empty()),
                 "labelSelector" => parsed.label_selector = Some(value),
-                "sendInitialEvents" => parsed.send_initial_events = value == "true",
+                "sendInitialEvents" => parsed.send_initial_events = Some(value == "true"),
+                "allowWatchBookmarks" => parsed.allow_watch_bookmarks = value == "true",
                 "resourceVersionMatch" => {
                     parsed.resource_version_match = Some(value).filter(|v| !v.is_empty());
                 }
@@ -161,11 +166,25 @@ pub(crate) fn collection_prefix(resource: &Resource, namespace: Option<&str>) ->
     }
 }
 
-/// The server's handle on the store.
+/// The server's handle on the store and the watch cache.
 #[derive(Debug, Clone)]
 pub struct Handlers {
     pub store: Arc<dyn Store>,
+    pub cache: Arc<WatchCache>,
     pub services: crate::services::ServiceRanges,
+}
+
+/// How current a read must be, by kube-apiserver's resourceVersion rules.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Read {
+    /// No resourceVersion: the latest, consistently.
+    Consistent,
+    /// "0": whatever is at hand.
+    Any,
+    /// N with NotOlderThan (or no match, without a limit): the latest, which must be at least N.
+    NotOlderThan(i64),
+    /// N with Exact (or, as the legacy rule has it, with a limit and no match): exactly N.
+    Exact(i64),
 }
 
 impl Handlers {
@@ -177,34 +196,33 @@ impl Handlers {
         Ok(Reply::Json(200, objects::from_storage(&kv.value, kv.mod_revision)?))
     }
 
-    /// The revision a list reads at (`None`: the latest), by kube-apiserver's rules: no
-    /// resourceVersion is the latest; "0" is any (the latest here); N with match Exact (or, as the
-    /// legacy rule has it, with a limit and no match) is exactly N; N with NotOlderThan (or no match)
-    /// is the latest, which must be at least N.
-    async fn list_revision(&self, query: &Query) -> Result<Option<i64>, ApiError> {
+    /// What a list asks for, checked as upstream's ValidateListOptions does.
+    fn list_read(query: &Query) -> Result<Read, ApiError> {
+        if query.send_initial_events.is_some() {
+            return Err(ApiError::invalid_query(
+                "sendInitialEvents",
+                "sendInitialEvents is forbidden for list",
+            ));
+        }
         let rv = query.resource_version.as_deref();
         match (rv, query.resource_version_match.as_deref()) {
             (None, Some(_)) => Err(ApiError::invalid_query(
                 "resourceVersionMatch",
                 "resourceVersionMatch is forbidden unless resourceVersion is provided",
             )),
+            (Some(_), Some(_)) if query.continue_token.is_some() => Err(ApiError::invalid_query(
+                "resourceVersionMatch",
+                "resourceVersionMatch is forbidden when continue is provided",
+            )),
             (Some("0"), Some("Exact")) => Err(ApiError::invalid_query(
                 "resourceVersionMatch",
                 "resourceVersionMatch \"exact\" is forbidden for resourceVersion \"0\"",
             )),
-            (None | Some("0"), None | Some("NotOlderThan")) => Ok(None),
-            (Some(rv), Some("Exact")) => Ok(Some(parse_revision(rv)?)),
-            (Some(rv), None) if query.limit.is_some() => Ok(Some(parse_revision(rv)?)),
-            (Some(rv), None | Some("NotOlderThan")) => {
-                let wanted = parse_revision(rv)?;
-                let current = self.store.current_revision().await.map_err(store_error)?;
-                if wanted > current {
-                    return Err(ApiError::Timeout(format!(
-                        "Too large resource version: {wanted}, current: {current}"
-                    )));
-                }
-                Ok(None)
-            }
+            (None, None) => Ok(Read::Consistent),
+            (Some("0"), None | Some("NotOlderThan")) => Ok(Read::Any),
+            (Some(rv), Some("Exact")) => Ok(Read::Exact(parse_revision(rv)?)),
+            (Some(rv), None) if query.limit.is_some() => Ok(Read::Exact(parse_revision(rv)?)),
+            (Some(rv), None | Some("NotOlderThan")) => Ok(Read::NotOlderThan(parse_revision(rv)?)),
             (_, Some(other)) => Err(ApiError::invalid_query(
                 "resourceVersionMatch",
                 &format!("unsupported value {other:?}: supported values: \"Exact\", \"NotOlderThan\""),
@@ -212,25 +230,75 @@ impl Handlers {
         }
     }
 
+    /// Refuses a resourceVersion newer than the store's, as upstream does after waiting for it.
+    async fn not_in_the_future(&self, wanted: i64) -> Result<(), ApiError> {
+        let current = self.store.current_revision().await.map_err(store_error)?;
+        if wanted > current {
+            return Err(ApiError::Timeout(format!(
+                "Too large resource version: {wanted}, current: {current}"
+            )));
+        }
+        Ok(())
+    }
+
+    /// Whether `cache` can serve a read asking for `read`, once it has caught up as far as needed:
+    /// a consistent read waits for the store's current revision (only where the store reports
+    /// progress promptly; otherwise it goes to the store, as upstream does on etcd before v3.4.31).
+    async fn cache_serves(&self, cache: &Cache, read: Read) -> Result<bool, ApiError> {
+        let Some(at) = cache.revision() else { return Ok(false) };
+        let wanted = match read {
+            Read::Exact(_) => return Ok(false),
+            Read::Any => return Ok(true),
+            Read::NotOlderThan(wanted) if at >= wanted => return Ok(true),
+            Read::NotOlderThan(wanted) => {
+                self.not_in_the_future(wanted).await?;
+                wanted
+            }
+            Read::Consistent => self.store.current_revision().await.map_err(store_error)?,
+        };
+        Ok(self.store.prompt_progress() && cache.wait_for(wanted).await)
+    }
+
     pub async fn list(&self, request: &ResourceRequest, query: &Query) -> Result<Reply, ApiError> {
         let resource = request.resource;
         let filter =
             Filter::parse(resource, query.label_selector.as_deref(), query.field_selector.as_deref())?;
         let prefix = collection_prefix(resource, request.namespace.as_deref());
+        let read = Self::list_read(query)?;
+        let fields = cache::fields_for(resource);
+        // The first page from memory when the cache can serve it; the following ones from the store
+        // at the revision it was read at (the continue token says which).
+        if query.continue_token.is_none()
+            && let Some(cache) = self.cache.of(resource)
+            && self.cache_serves(cache, read).await?
+            && let Some(listed) = cache.list(&prefix, None, &filter, query.limit)
+        {
+            return list_reply(
+                resource,
+                &prefix,
+                &filter,
+                listed.revision,
+                &listed.entries,
+                listed.more.as_ref(),
+            );
+        }
         let (mut revision, mut from) = match &query.continue_token {
             Some(token) => {
                 let (at, start) = decode_continue(token, &prefix)?;
                 (Some(at), Some(start))
             }
-            None => (self.list_revision(query).await?, None),
+            None => match read {
+                Read::Consistent | Read::Any => (None, None),
+                Read::NotOlderThan(wanted) => {
+                    self.not_in_the_future(wanted).await?;
+                    (None, None)
+                }
+                Read::Exact(at) => (Some(at), None),
+            },
         };
         // With a selector, pages are read until `limit` objects match (or the collection ends), as
         // upstream does; the continue token then points after the last key read.
-        // Without a selector, objects are served as stored (their resourceVersion spliced in), not
-        // parsed and written again: what makes a LIST of thousands cheap.
-        let raw = filter.is_everything();
-        let mut items = Vec::new();
-        let mut raw_items: Vec<Vec<u8>> = Vec::new();
+        let mut entries = Vec::new();
         let mut last_key = None;
         let (more, remaining, read_at) = loop {
             let mut range = RangeRequest::prefix(prefix.clone());
@@ -241,138 +309,141 @@ impl Handlers {
                 range = range.from(start.clone());
             }
             if let Some(limit) = query.limit {
-                range = range.limit(limit - items.len() - raw_items.len());
+                range = range.limit(limit - entries.len());
             }
             let response = self.store.range(range).await.map_err(store_error)?;
             revision = Some(response.revision);
-            for kv in &response.kvs {
-                match objects::served_bytes(&kv.value, kv.mod_revision).filter(|_| raw) {
-                    Some(bytes) => raw_items.push(bytes),
-                    None => {
-                        let object = objects::from_storage(&kv.value, kv.mod_revision)?;
-                        if filter.matches(&object) {
-                            items.push(object);
-                        }
-                    }
+            for kv in response.kvs.iter() {
+                let entry = Entry::new(kv.key.clone(), kv.value.clone(), kv.mod_revision);
+                if entry.passes(&filter, &fields) {
+                    entries.push(entry);
                 }
                 last_key = Some(kv.key.clone());
             }
-            let full = query.limit.is_some_and(|limit| items.len() + raw_items.len() >= limit);
+            let full = query.limit.is_some_and(|limit| entries.len() >= limit);
             if !response.more || full {
                 break (response.more, response.count - response.kvs.len(), response.revision);
             }
             from = last_key.as_ref().map(|key| format!("{key}\u{0}"));
         };
-        let mut metadata = json!({"resourceVersion": read_at.to_string()});
-        if more && let Some(last) = &last_key {
-            metadata["continue"] = encode_continue(read_at, &last[prefix.len()..]).into();
-            if filter.is_everything() {
-                metadata["remainingItemCount"] = remaining.into();
-            }
-        }
-        if raw && items.is_empty() {
-            let mut body = serde_json::to_vec(&json!({
-                "kind": format!("{}List", resource.kind),
-                "apiVersion": resource.api_version(),
-                "metadata": metadata,
-            }))
-            .map_err(|e| ApiError::Internal(format!("encoding a list: {e}")))?;
-            body.pop();
-            body.extend_from_slice(b",\"items\":[");
-            for (i, item) in raw_items.iter().enumerate() {
-                if i > 0 {
-                    body.push(b',');
-                }
-                body.extend_from_slice(item);
-            }
-            body.extend_from_slice(b"]}");
-            return Ok(Reply::Raw(200, Bytes::from(body)));
-        }
-        // Some stored objects were not of the shape splicing expects: parse them all.
-        for bytes in raw_items {
-            items.push(
-                serde_json::from_slice(&bytes)
-                    .map_err(|e| ApiError::Internal(format!("decoding an object: {e}")))?,
-            );
-        }
-        Ok(Reply::Json(
-            200,
-            json!({
-                "kind": format!("{}List", resource.kind),
-                "apiVersion": resource.api_version(),
-                "metadata": metadata,
-                "items": items,
-            }),
-        ))
+        let more = last_key.filter(|_| more).map(|last| (last, remaining));
+        list_reply(resource, &prefix, &filter, read_at, &entries, more.as_ref())
     }
 
-    /// A watch from `resourceVersion` (events after it), or with none / "0" the current objects as
-    /// ADDED first, then what follows, as kube-apiserver does.
+    /// A watch as kube-apiserver serves it: from `resourceVersion` (the changes after it), or with
+    /// none / "0" the current objects as ADDED first; with `sendInitialEvents=true` (a watch-list)
+    /// the objects at a revision at least `resourceVersion`, then the bookmark ending them.
     pub async fn watch(&self, request: &ResourceRequest, query: &Query) -> Result<Reply, ApiError> {
         let resource = request.resource;
-        if query.send_initial_events {
-            // Until bookmarks exist, say so: clients then list and watch (client-go falls back on 422).
-            return Err(ApiError::invalid_query(
-                "sendInitialEvents",
-                "sendInitialEvents is not supported by this server yet",
-            ));
-        }
-        let filter =
-            Filter::parse(resource, query.label_selector.as_deref(), query.field_selector.as_deref())?;
-        let prefix = collection_prefix(resource, request.namespace.as_deref());
-        let name = request.name.clone();
-        let (initial, start) = match query.resource_version.as_deref().filter(|rv| *rv != "0") {
-            Some(rv) => {
-                let start = parse_revision(rv)?.checked_add(1);
-                (
-                    Vec::new(),
-                    start
-                        .ok_or_else(|| ApiError::BadRequest(format!("resourceVersion {rv} is too large")))?,
-                )
-            }
-            None => {
-                let current =
-                    self.store.range(RangeRequest::prefix(prefix.clone())).await.map_err(store_error)?;
-                let mut initial = Vec::new();
-                for kv in current.kvs {
-                    let object = objects::from_storage(&kv.value, kv.mod_revision)?;
-                    if name.as_deref().is_none_or(|n| kv.key.rsplit('/').next() == Some(n))
-                        && filter.matches(&object)
-                    {
-                        initial.push(watch_line("ADDED", object));
+        let rv = query.resource_version.as_deref();
+        check_watch_options(query)?;
+        let watcher = Watcher {
+            resource,
+            prefix: collection_prefix(resource, request.namespace.as_deref()),
+            name: request.name.clone(),
+            filter: Filter::parse(
+                resource,
+                query.label_selector.as_deref(),
+                query.field_selector.as_deref(),
+            )?,
+            fields: cache::fields_for(resource),
+            bookmarks: query.allow_watch_bookmarks,
+            deadline: query
+                .timeout_seconds
+                .filter(|s| *s > 0)
+                .map(|s| tokio::time::Instant::now() + Duration::from_secs(s)),
+        };
+        let cache = self.cache.of(resource);
+        let initial = query.send_initial_events.unwrap_or(matches!(rv, None | Some("0")));
+        let start = if initial {
+            let read = match rv {
+                None => Read::Consistent,
+                Some("0") => Read::Any,
+                Some(rv) => Read::NotOlderThan(parse_revision(rv)?),
+            };
+            let ends_initial = query.send_initial_events == Some(true);
+            match cache {
+                Some(cache) if self.cache_serves(cache, read).await? => {
+                    match cache.subscribe(&watcher.prefix, None) {
+                        Some(sub) => Start {
+                            initial: sub.snapshot,
+                            initial_end: ends_initial.then_some(sub.revision),
+                            replay: sub.replay,
+                            after: sub.revision,
+                            feed: Feed::Cache(sub.live),
+                        },
+                        None => {
+                            self.start_from_store(&watcher.prefix, Some(cache), read, ends_initial).await?
+                        }
                     }
                 }
-                (initial, current.revision + 1)
+                _ => self.start_from_store(&watcher.prefix, cache, read, ends_initial).await?,
             }
-        };
-        let events = self.store.watch(&prefix, Some(start)).await.map_err(store_error)?;
-        let wanted = move |key: &str| name.as_deref().is_none_or(|n| key.rsplit('/').next() == Some(n));
-        let everything = filter.is_everything();
-        let events = events.filter_map(move |event| {
-            let line = match event {
-                Ok(event) if !wanted(&event.kv.key) => None,
-                // Without a selector nothing needs the object parsed: the stored bytes are sent with
-                // the event's resourceVersion spliced in.
-                Ok(event) if everything && let Some(line) = raw_watch_line(&event) => Some(line),
-                Ok(event) => match watch_event(&event, &filter) {
-                    Ok(Some((kind, object))) => Some(watch_line(kind, object)),
-                    Ok(None) => None,
-                    Err(error) => Some(watch_line("ERROR", error.to_json())),
-                },
-                Err(error) => Some(watch_line("ERROR", store_error(error).to_json())),
-            };
-            std::future::ready(line)
-        });
-        let stream = futures::stream::iter(initial).chain(events);
-        let stream: std::pin::Pin<Box<dyn Stream<Item = Bytes> + Send>> =
-            match query.timeout_seconds.filter(|s| *s > 0) {
-                Some(seconds) => {
-                    let deadline = tokio::time::sleep(Duration::from_secs(seconds));
-                    Box::pin(stream.take_until(deadline))
+        } else {
+            let after = match rv {
+                Some(rv) => {
+                    let after = parse_revision(rv)?;
+                    if after.checked_add(1).is_none() {
+                        return Err(ApiError::BadRequest(format!("resourceVersion {after} is too large")));
+                    }
+                    self.not_in_the_future(after).await?;
+                    after
                 }
-                None => Box::pin(stream),
+                // sendInitialEvents=false without a resourceVersion: from now on.
+                None => self.store.current_revision().await.map_err(store_error)?,
             };
-        Ok(Reply::Watch(stream))
+            let (replay, feed) = self.changes_after(&watcher.prefix, cache, after).await?;
+            Start { initial: Vec::new(), initial_end: None, replay, after, feed }
+        };
+        Ok(Reply::Watch(watcher.stream(start)))
+    }
+
+    /// A watch's start read from the store: its objects now (at least `read`'s revision), then the
+    /// changes after.
+    async fn start_from_store(
+        &self,
+        prefix: &str,
+        cache: Option<&Arc<Cache>>,
+        read: Read,
+        ends_initial: bool,
+    ) -> Result<Start, ApiError> {
+        let listed = self.store.range(RangeRequest::prefix(prefix.to_owned())).await.map_err(store_error)?;
+        if let Read::NotOlderThan(wanted) = read
+            && wanted > listed.revision
+        {
+            return Err(ApiError::Timeout(format!(
+                "Too large resource version: {wanted}, current: {}",
+                listed.revision
+            )));
+        }
+        let initial =
+            listed.kvs.into_iter().map(|kv| Entry::new(kv.key, kv.value, kv.mod_revision)).collect();
+        let (replay, feed) = self.changes_after(prefix, cache, listed.revision).await?;
+        Ok(Start {
+            initial,
+            initial_end: ends_initial.then_some(listed.revision),
+            replay,
+            after: listed.revision,
+            feed,
+        })
+    }
+
+    /// The changes under `prefix` after revision `after`: from the cache while its window reaches
+    /// back that far, otherwise from a store watch (which answers 410 Expired once compacted).
+    async fn changes_after(
+        &self,
+        prefix: &str,
+        cache: Option<&Arc<Cache>>,
+        after: i64,
+    ) -> Result<(Vec<Arc<Change>>, Feed), ApiError> {
+        if let Some(sub) = cache.and_then(|cache| cache.subscribe(prefix, Some(after))) {
+            return Ok((sub.replay, Feed::Cache(sub.live)));
+        }
+        let start = after
+            .checked_add(1)
+            .ok_or_else(|| ApiError::BadRequest(format!("resourceVersion {after} is too large")))?;
+        let items = self.store.watch_with_progress(prefix, Some(start)).await.map_err(store_error)?;
+        Ok((Vec::new(), Feed::Store(items)))
     }
 
     pub async fn create(
@@ -656,53 +727,60 @@ impl PatchBody {
     }
 }
 
-/// What a watcher with `filter` sees of a store event: ADDED, MODIFIED or DELETED by whether the old
-/// and new states match (the DELETED object is the old content at the event's revision), or nothing.
-fn watch_event(
-    event: &keel_store::Event,
+/// upstream's validateWatchOptions: sendInitialEvents needs resourceVersionMatch=NotOlderThan, and a
+/// match needs sendInitialEvents.
+fn check_watch_options(query: &Query) -> Result<(), ApiError> {
+    let invalid = |detail: &str| Err(ApiError::invalid_query("resourceVersionMatch", detail));
+    match (query.send_initial_events, query.resource_version_match.as_deref()) {
+        (None, None) | (Some(_), Some("NotOlderThan")) => Ok(()),
+        (Some(_), _) => invalid("sendInitialEvents requires setting resourceVersionMatch to NotOlderThan"),
+        (None, Some(_)) => {
+            invalid("resourceVersionMatch is forbidden for watch unless sendInitialEvents is provided")
+        }
+    }
+}
+
+/// A list response: the objects as stored with their resourceVersions spliced in, the list's
+/// revision, and when more follow the continue token (and, without a selector, how many remain).
+fn list_reply(
+    resource: &Resource,
+    prefix: &str,
     filter: &Filter,
-) -> Result<Option<(&'static str, Value)>, ApiError> {
-    let revision = event.kv.mod_revision;
-    let old = event.prev_kv.as_ref().map(|kv| objects::from_storage(&kv.value, revision)).transpose()?;
-    let new = match event.kind {
-        EventKind::Put => Some(objects::from_storage(&event.kv.value, revision)?),
-        EventKind::Delete => None,
-    };
-    let old_passes = old.as_ref().is_some_and(|o| filter.matches(o));
-    let new_passes = new.as_ref().is_some_and(|n| filter.matches(n));
-    Ok(match (old, new) {
-        (_, Some(new)) if new_passes && old_passes => Some(("MODIFIED", new)),
-        (_, Some(new)) if new_passes => Some(("ADDED", new)),
-        (Some(old), _) if old_passes => Some(("DELETED", old)),
-        _ => None,
-    })
-}
-
-/// A watch event line built from the stored bytes, or `None` when they are not of the shape
-/// [`objects::served_bytes`] splices.
-fn raw_watch_line(event: &keel_store::Event) -> Option<Bytes> {
-    let (kind, stored) = match event.kind {
-        EventKind::Put if event.prev_kv.is_none() => ("ADDED", &event.kv.value),
-        EventKind::Put => ("MODIFIED", &event.kv.value),
-        EventKind::Delete => ("DELETED", &event.prev_kv.as_ref()?.value),
-    };
-    let object = objects::served_bytes(stored, event.kv.mod_revision)?;
-    let mut line = Vec::with_capacity(object.len() + 32);
-    line.extend_from_slice(b"{\"type\":\"");
-    line.extend_from_slice(kind.as_bytes());
-    line.extend_from_slice(b"\",\"object\":");
-    line.extend_from_slice(&object);
-    line.extend_from_slice(b"}\n");
-    Some(Bytes::from(line))
-}
-
-fn watch_line(kind: &str, object: Value) -> Bytes {
-    let mut event = serde_json::Map::new();
-    event.insert("type".into(), kind.into());
-    event.insert("object".into(), object);
-    let mut line = serde_json::to_vec(&event).unwrap_or_default();
-    line.push(b'\n');
-    Bytes::from(line)
+    revision: i64,
+    entries: &[Arc<Entry>],
+    more: Option<&(String, usize)>,
+) -> Result<Reply, ApiError> {
+    let mut metadata = json!({"resourceVersion": revision.to_string()});
+    if let Some((last, remaining)) = more {
+        metadata["continue"] = encode_continue(revision, &last[prefix.len()..]).into();
+        if filter.is_everything() {
+            metadata["remainingItemCount"] = (*remaining).into();
+        }
+    }
+    let mut body = serde_json::to_vec(&json!({
+        "kind": format!("{}List", resource.kind),
+        "apiVersion": resource.api_version(),
+        "metadata": metadata,
+    }))
+    .map_err(|e| ApiError::Internal(format!("encoding a list: {e}")))?;
+    body.pop();
+    body.extend_from_slice(b",\"items\":[");
+    for (i, entry) in entries.iter().enumerate() {
+        if i > 0 {
+            body.push(b',');
+        }
+        match objects::served_bytes(&entry.value, entry.revision) {
+            Some(bytes) => body.extend_from_slice(&bytes),
+            // Not of the shape splicing expects: parse it.
+            None => {
+                let object = objects::from_storage(&entry.value, entry.revision)?;
+                serde_json::to_writer(&mut body, &object)
+                    .map_err(|e| ApiError::Internal(format!("encoding a list: {e}")))?;
+            }
+        }
+    }
+    body.extend_from_slice(b"]}");
+    Ok(Reply::Raw(200, Bytes::from(body)))
 }
 
 /// kube-apiserver's continue token: base64url of `{"v":"meta.k8s.io/v1","rv":R,"start":KEY}`, KEY
@@ -735,69 +813,6 @@ mod tests {
         assert_eq!((revision, start.as_str()), (42, "/registry/pods/default/web\u{0}"));
         assert!(decode_continue("!!", "/p/").is_err());
         assert!(decode_continue(&URL_SAFE_NO_PAD.encode("{}"), "/p/").is_err());
-    }
-
-    #[test]
-    fn watch_events_follow_the_selector() {
-        let configmaps = resources::find("", "v1", "configmaps").unwrap();
-        let filter = Filter::parse(configmaps, Some("tier=web"), None).unwrap();
-        let kv = |labels: Value, revision: i64| keel_store::KeyValue {
-            key: "/registry/configmaps/d/a".into(),
-            value: serde_json::to_vec(&json!({"metadata": {"name": "a", "labels": labels}})).unwrap().into(),
-            create_revision: 1,
-            mod_revision: revision,
-            version: 1,
-            lease: 0,
-        };
-        let event = |kind, new: Value, old: Option<Value>| keel_store::Event {
-            kind,
-            kv: kv(new, 7),
-            prev_kv: old.map(|old| kv(old, 6)),
-        };
-        let seen = |e: keel_store::Event| watch_event(&e, &filter).unwrap();
-        assert_eq!(seen(event(EventKind::Put, json!({"tier": "web"}), None)).unwrap().0, "ADDED");
-        assert_eq!(seen(event(EventKind::Put, json!({"tier": "web"}), Some(json!({})))).unwrap().0, "ADDED");
-        assert_eq!(
-            seen(event(EventKind::Put, json!({"tier": "web"}), Some(json!({"tier": "web"})))).unwrap().0,
-            "MODIFIED"
-        );
-        let (kind, object) = seen(event(EventKind::Put, json!({}), Some(json!({"tier": "web"})))).unwrap();
-        assert_eq!(
-            (kind, &object["metadata"]["labels"]["tier"], &object["metadata"]["resourceVersion"]),
-            ("DELETED", &json!("web"), &json!("7"))
-        );
-        assert!(seen(event(EventKind::Put, json!({}), Some(json!({})))).is_none());
-        assert_eq!(
-            seen(event(EventKind::Delete, json!(null), Some(json!({"tier": "web"})))).unwrap().0,
-            "DELETED"
-        );
-    }
-
-    #[test]
-    fn raw_watch_lines_match_parsed_ones() {
-        let stored = objects::for_storage(
-            &json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "a"}, "data": {"k": "v"}}),
-        )
-        .unwrap();
-        let kv = |value: Vec<u8>, revision| keel_store::KeyValue {
-            key: "/registry/configmaps/d/a".into(),
-            value: value.into(),
-            create_revision: 1,
-            mod_revision: revision,
-            version: 1,
-            lease: 0,
-        };
-        let everything = Filter::default();
-        for (kind, new, prev) in [
-            (EventKind::Put, kv(stored.clone(), 5), None),
-            (EventKind::Put, kv(stored.clone(), 6), Some(kv(stored.clone(), 5))),
-            (EventKind::Delete, kv(Vec::new(), 7), Some(kv(stored.clone(), 6))),
-        ] {
-            let event = keel_store::Event { kind, kv: new, prev_kv: prev };
-            let raw: Value = serde_json::from_slice(&raw_watch_line(&event).unwrap()).unwrap();
-            let (parsed_kind, object) = watch_event(&event, &everything).unwrap().unwrap();
-            assert_eq!(raw, json!({"type": parsed_kind, "object": object}));
-        }
     }
 
     #[test]

@@ -10,6 +10,7 @@
 
 pub mod admission;
 pub mod auth;
+pub mod cache;
 pub mod filter;
 pub mod handlers;
 pub mod negotiate;
@@ -18,6 +19,7 @@ pub mod pki;
 pub mod request;
 pub mod services;
 pub mod validation;
+pub mod watch;
 pub mod writes;
 
 use std::convert::Infallible;
@@ -76,7 +78,8 @@ pub struct ApiServer {
 impl ApiServer {
     /// Prepares a server on `store`, creating the system namespaces.
     pub async fn new(store: Arc<dyn Store>, config: Config) -> Result<Arc<ApiServer>, ApiError> {
-        let handlers = Handlers { store, services: config.services };
+        let cache = Arc::new(cache::WatchCache::start(&store));
+        let handlers = Handlers { store, cache, services: config.services };
         let server =
             Arc::new(ApiServer { handlers, address: config.address.to_string(), tokens: config.tokens });
         server.handlers.ensure_system_namespaces().await?;

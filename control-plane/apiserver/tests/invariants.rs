@@ -166,12 +166,21 @@ async fn watches_and_pages() -> Result<()> {
     let (status, _, body) = server
         .request(
             "GET",
-            &format!("{CM}?watch=1&sendInitialEvents=true&resourceVersionMatch=NotOlderThan"),
+            &format!("{CM}?watch=1&sendInitialEvents=true&resourceVersionMatch=Exact&resourceVersion=1"),
             &[],
             b"",
         )
         .await?;
-    ensure!(status == 422 && body.contains("sendInitialEvents"), "{status} {body}");
+    ensure!(
+        status == 422 && body.contains("requires setting resourceVersionMatch to NotOlderThan"),
+        "{status} {body}"
+    );
+    let (status, _, body) =
+        server.request("GET", &format!("{CM}?sendInitialEvents=false&resourceVersion=0"), &[], b"").await?;
+    ensure!(status == 422 && body.contains("sendInitialEvents is forbidden for list"), "{status} {body}");
+    let (status, _, body) =
+        server.request("GET", &format!("{CM}?watch=1&resourceVersion=99999"), &[], b"").await?;
+    ensure!(status == 504 && body.contains("Too large resource version"), "{status} {body}");
     for (name, tier) in [("a", "x"), ("b", "y"), ("c", "x"), ("d", "x")] {
         ensure!(
             post(&server, CM, &json!({"metadata": {"name": name, "labels": {"tier": tier}}})).await?.0 == 201

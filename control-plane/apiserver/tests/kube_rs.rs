@@ -1,5 +1,6 @@
 //! kube-rs, the client Keel's own components use, against the keel-apiserver binary: typed CRUD, and
-//! a watcher-fed reflector over pods that goes on through an apiserver restart.
+//! watcher-fed reflectors over pods (list-then-watch, and streaming lists) that go on through an
+//! apiserver restart.
 
 use std::process::Command;
 use std::time::Duration;
@@ -68,6 +69,13 @@ async fn reflector_over_pods_survives_an_apiserver_restart() -> Result<()> {
     let stream = reflector(writer, watcher(pods.clone(), watcher::Config::default())).applied_objects();
     let driver = tokio::spawn(stream.for_each(|_| std::future::ready(())));
     wait_for(&store, &["a", "b"]).await?;
+    // A second one on streaming lists: one watch with sendInitialEvents=true, which needs the bookmark
+    // ending the initial events to be ready.
+    let (streamed, writer) = reflector::store();
+    let config = watcher::Config::default().streaming_lists();
+    let stream = reflector(writer, watcher(pods.clone(), config)).applied_objects();
+    let streaming = tokio::spawn(stream.for_each(|_| std::future::ready(())));
+    wait_for(&streamed, &["a", "b"]).await?;
 
     server.restart().context("restarting keel-apiserver")?;
     // After the restart the watch resumes (or relists) and sees what changes next.
@@ -83,8 +91,11 @@ async fn reflector_over_pods_survives_an_apiserver_restart() -> Result<()> {
         }
     }
     wait_for(&store, &["a", "b", "c"]).await?;
+    wait_for(&streamed, &["a", "b", "c"]).await?;
     pods.delete("a", &DeleteParams::default()).await?;
     wait_for(&store, &["b", "c"]).await?;
+    wait_for(&streamed, &["b", "c"]).await?;
     driver.abort();
+    streaming.abort();
     Ok(())
 }
