@@ -188,8 +188,7 @@ pub const RESOURCES: &[Resource] = &[
         all(short(resource("", "Pod", "pods", "pod"), &["po"])),
         &[
             Subresource { name: "binding", kind: "Binding", group: "", version: "", verbs: CREATE },
-            // pods/eviction is declared when it is served (with PodDisruptionBudget checks):
-            // kubectl drain uses it as soon as discovery lists it.
+            Subresource { name: "eviction", kind: "Eviction", group: "policy", version: "v1", verbs: CREATE },
             status("Pod"),
         ],
     ),

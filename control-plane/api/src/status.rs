@@ -171,6 +171,10 @@ pub enum ApiError {
     ServiceUnavailable(String),
     #[error("Timeout: {0}")]
     Timeout(String),
+    /// 429: try again later (`retry_after_seconds`); `causes` are (reason, message) pairs, e.g. the
+    /// DisruptionBudget cause of a refused eviction.
+    #[error("{message}")]
+    TooManyRequests { message: String, retry_after_seconds: i32, causes: Vec<(String, String)> },
 }
 
 /// Upstream's aggregate: one error as is, several as `[a, b]`.
@@ -229,6 +233,7 @@ impl ApiError {
             ApiError::Internal(_) => 500,
             ApiError::ServiceUnavailable(_) => 503,
             ApiError::Timeout(_) => 504,
+            ApiError::TooManyRequests { .. } => 429,
         }
     }
 
@@ -251,6 +256,7 @@ impl ApiError {
             ApiError::Internal(_) => "InternalError",
             ApiError::ServiceUnavailable(_) => "ServiceUnavailable",
             ApiError::Timeout(_) => "Timeout",
+            ApiError::TooManyRequests { .. } => "TooManyRequests",
         }
     }
 
@@ -298,6 +304,21 @@ impl ApiError {
                     ..StatusDetails::default()
                 })
             }
+            ApiError::TooManyRequests { retry_after_seconds, causes, .. } => Some(StatusDetails {
+                causes: Some(
+                    causes
+                        .iter()
+                        .map(|(reason, message)| StatusCause {
+                            field: None,
+                            message: Some(message.clone()),
+                            reason: Some(reason.clone()),
+                        })
+                        .collect(),
+                )
+                .filter(|causes: &Vec<StatusCause>| !causes.is_empty()),
+                retry_after_seconds: Some(*retry_after_seconds).filter(|s| *s > 0),
+                ..StatusDetails::default()
+            }),
             _ => None,
         };
         Status {

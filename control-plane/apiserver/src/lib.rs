@@ -11,6 +11,7 @@
 pub mod admission;
 pub mod auth;
 pub mod cache;
+pub mod eviction;
 pub mod filter;
 pub mod handlers;
 pub mod negotiate;
@@ -274,7 +275,10 @@ impl ApiServer {
                     let binding = read_body(body, content_type).await?;
                     return self.handlers.bind(&request, &name, &binding, query.dry_run).await;
                 }
-                // pods/eviction comes with PodDisruptionBudget evaluation.
+                Verb::Create if request.subresource.as_deref() == Some("eviction") => {
+                    let eviction = read_body(body, content_type).await?;
+                    return self.handlers.evict(&request, &name, &eviction, &query).await;
+                }
                 _ => return Err(ApiError::MethodNotAllowed),
             };
             return self.handlers.subresource(&request, &name, body, query.dry_run).await;
