@@ -51,7 +51,7 @@ pub struct Entry {
     pub key: String,
     pub value: Bytes,
     pub revision: Revision,
-    attrs: OnceLock<Attrs>,
+    attrs: OnceLock<Attrs<'static>>,
 }
 
 impl Entry {
@@ -60,7 +60,7 @@ impl Entry {
     }
 
     /// Whether the object passes `filter`, `fields` being every selectable field of its resource.
-    pub fn passes(&self, filter: &Filter, fields: &[&str]) -> bool {
+    pub fn passes(&self, filter: &Filter, fields: &[&'static str]) -> bool {
         filter.is_everything()
             || filter.matches_attrs(self.attrs.get_or_init(|| Attrs::of_bytes(&self.value, fields)))
     }

@@ -47,41 +47,43 @@ impl Filter {
 
     /// Whether an object with these labels and fields passes; `attrs` must hold every field the
     /// selector names (a field it lacks reads as empty).
-    pub fn matches_attrs(&self, attrs: &Attrs) -> bool {
+    pub fn matches_attrs(&self, attrs: &Attrs<'_>) -> bool {
         if let Some(labels) = &self.labels
             && !labels.matches(&attrs.labels)
         {
             return false;
         }
         if let Some(fields) = &self.fields {
-            return fields.matches(&attrs.fields);
+            return fields.matches_with(|field| {
+                attrs.fields.iter().find(|(name, _)| *name == field).map(|(_, value)| value.as_str())
+            });
         }
         true
     }
 }
 
 /// What selectors read of an object (upstream's GetAttrs): its labels and its selectable fields,
-/// computed once per cached object version.
+/// computed once per cached object version (the field names are the resource's, not copied).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Attrs {
+pub struct Attrs<'a> {
     labels: BTreeMap<String, String>,
-    fields: BTreeMap<String, String>,
+    fields: Vec<(&'a str, String)>,
 }
 
-impl Attrs {
+impl<'a> Attrs<'a> {
     /// The labels of `object` and the values of `fields`.
-    pub fn of(object: &Value, fields: &[&str]) -> Attrs {
+    pub fn of(object: &Value, fields: &[&'a str]) -> Attrs<'a> {
         let labels = object
             .pointer("/metadata/labels")
             .and_then(Value::as_object)
             .map(|map| map.iter().filter_map(|(k, v)| Some((k.clone(), v.as_str()?.to_owned()))).collect())
             .unwrap_or_default();
-        let fields = fields.iter().map(|field| ((*field).to_owned(), field_value(object, field))).collect();
+        let fields = fields.iter().map(|field| (*field, field_value(object, field))).collect();
         Attrs { labels, fields }
     }
 
     /// The same from stored JSON; bytes that are no JSON object have no labels and empty fields.
-    pub fn of_bytes(bytes: &[u8], fields: &[&str]) -> Attrs {
+    pub fn of_bytes(bytes: &[u8], fields: &[&'a str]) -> Attrs<'a> {
         match serde_json::from_slice::<Value>(bytes) {
             Ok(object) => Attrs::of(&object, fields),
             Err(_) => Attrs::of(&Value::Null, fields),
