@@ -58,13 +58,51 @@ pub struct Config {
     pub address: std::net::SocketAddr,
     pub tokens: Tokens,
     pub services: services::ServiceRanges,
+    pub limits: Limits,
 }
 
 impl Config {
-    /// Defaults for a server at `address`: no tokens, kube-apiserver's Service ranges.
+    /// Defaults for a server at `address`: no tokens, kube-apiserver's Service ranges and limits.
     pub fn new(address: std::net::SocketAddr) -> Config {
-        Config { address, tokens: Tokens::default(), services: services::ServiceRanges::default() }
+        Config {
+            address,
+            tokens: Tokens::default(),
+            services: services::ServiceRanges::default(),
+            limits: Limits::default(),
+        }
     }
+}
+
+/// What one client may hold of the server, with kube-apiserver's flag names and defaults. Watches
+/// (long-running) count against neither in-flight limit nor the timeout.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Limits {
+    /// `--max-requests-inflight` (reads; 0: no limit). Beyond it: 429 with Retry-After.
+    pub max_requests_inflight: usize,
+    /// `--max-mutating-requests-inflight` (writes; 0: no limit).
+    pub max_mutating_requests_inflight: usize,
+    /// `--request-timeout`: a request not answered by then is a 504 Timeout.
+    pub request_timeout: std::time::Duration,
+}
+
+impl Default for Limits {
+    fn default() -> Limits {
+        Limits {
+            max_requests_inflight: 400,
+            max_mutating_requests_inflight: 200,
+            request_timeout: std::time::Duration::from_secs(60),
+        }
+    }
+}
+
+/// How long a client has to complete its TLS handshake, and (HTTP/1) to send a request's headers
+/// (kube-apiserver's ReadHeaderTimeout), so idle half-open connections do not pile up.
+const HANDSHAKE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
+const HEADER_READ_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(32);
+
+/// An in-flight limit: `None` is no limit.
+fn inflight(limit: usize) -> Option<Arc<tokio::sync::Semaphore>> {
+    (limit > 0).then(|| Arc::new(tokio::sync::Semaphore::new(limit)))
 }
 
 /// A running API server's shared state.
@@ -74,6 +112,9 @@ pub struct ApiServer {
     /// `host:port` clients reach this server at (discovery's serverAddressByClientCIDRs).
     address: String,
     tokens: Tokens,
+    reads: Option<Arc<tokio::sync::Semaphore>>,
+    writes: Option<Arc<tokio::sync::Semaphore>>,
+    request_timeout: std::time::Duration,
 }
 
 impl ApiServer {
@@ -81,8 +122,14 @@ impl ApiServer {
     pub async fn new(store: Arc<dyn Store>, config: Config) -> Result<Arc<ApiServer>, ApiError> {
         let cache = Arc::new(cache::WatchCache::start(&store));
         let handlers = Handlers { store, cache, services: config.services };
-        let server =
-            Arc::new(ApiServer { handlers, address: config.address.to_string(), tokens: config.tokens });
+        let server = Arc::new(ApiServer {
+            handlers,
+            address: config.address.to_string(),
+            tokens: config.tokens,
+            reads: inflight(config.limits.max_requests_inflight),
+            writes: inflight(config.limits.max_mutating_requests_inflight),
+            request_timeout: config.limits.request_timeout,
+        });
         server.handlers.ensure_system_namespaces().await?;
         server.handlers.ensure_kubernetes_service(config.address).await?;
         Ok(server)
@@ -105,10 +152,14 @@ impl ApiServer {
             }
             let (server, acceptor) = (self.clone(), acceptor.clone());
             tokio::spawn(async move {
-                let stream = match acceptor.accept(stream).await {
-                    Ok(stream) => stream,
-                    Err(error) => {
+                let stream = match tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(stream)).await {
+                    Ok(Ok(stream)) => stream,
+                    Ok(Err(error)) => {
                         tracing::debug!(%peer, %error, "TLS handshake failed");
+                        return;
+                    }
+                    Err(_) => {
+                        tracing::debug!(%peer, "TLS handshake timed out");
                         return;
                     }
                 };
@@ -122,7 +173,11 @@ impl ApiServer {
                     let (server, user) = (server.clone(), user.clone());
                     async move { Ok::<_, Infallible>(server.handle(request, user).await) }
                 });
-                let builder = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new());
+                let mut builder = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new());
+                builder
+                    .http1()
+                    .timer(hyper_util::rt::TokioTimer::new())
+                    .header_read_timeout(HEADER_READ_TIMEOUT);
                 if let Err(error) = builder.serve_connection(TokioIo::new(stream), service).await {
                     tracing::debug!(%peer, %error, "connection ended");
                 }
@@ -139,6 +194,20 @@ impl ApiServer {
             return json_response(401, &ApiError::Unauthorized.to_json());
         }
         let query = parts.uri.query().map(str::to_owned);
+        // Upstream's max-in-flight filter: long-running requests (watches) are not counted.
+        let long_running = path.contains("/watch/")
+            || query_param(query.as_deref(), "watch").is_some_and(|w| w == "true" || w == "1");
+        let limit = if matches!(parts.method, http::Method::GET | http::Method::HEAD | http::Method::OPTIONS)
+        {
+            &self.reads
+        } else {
+            &self.writes
+        };
+        let _permit = match limit.as_ref().filter(|_| !long_running).map(|s| s.clone().try_acquire_owned()) {
+            Some(Err(_)) => return too_many_requests(),
+            Some(Ok(permit)) => Some(permit),
+            None => None,
+        };
         let content_type =
             parts.headers.get(header::CONTENT_TYPE).and_then(|v| v.to_str().ok()).map(str::to_owned);
         let accept = parts.headers.get(header::ACCEPT).and_then(|v| v.to_str().ok()).map(str::to_owned);
@@ -168,8 +237,18 @@ impl ApiServer {
         };
         let (result, warnings) = validation::WARNINGS
             .scope(std::cell::RefCell::new(Vec::new()), async {
-                let result =
-                    self.route(&parts.method, &path, query.as_deref(), content_type.as_deref(), body).await;
+                let routed =
+                    self.route(&parts.method, &path, query.as_deref(), content_type.as_deref(), body);
+                let result = if long_running {
+                    routed.await
+                } else {
+                    tokio::time::timeout(self.request_timeout, routed).await.unwrap_or_else(|_| {
+                        Err(ApiError::Timeout(
+                            "request did not complete within requested timeout - context deadline exceeded"
+                                .into(),
+                        ))
+                    })
+                };
                 (result, validation::WARNINGS.with(std::cell::RefCell::take))
             })
             .await;
@@ -372,6 +451,18 @@ fn watch_as_table(
     let mut out = serde_json::to_vec(&event).unwrap_or_default();
     out.push(b'\n');
     Bytes::from(out)
+}
+
+/// upstream's tooManyRequests: 429, Retry-After 1.
+fn too_many_requests() -> Response<Body> {
+    let error = ApiError::TooManyRequests {
+        message: "Too many requests, please try again later.".into(),
+        retry_after_seconds: 1,
+        causes: Vec::new(),
+    };
+    let mut response = json_response(error.code(), &error.to_json());
+    response.headers_mut().insert(header::RETRY_AFTER, http::HeaderValue::from_static("1"));
+    response
 }
 
 /// One query parameter's (percent-decoded) value.

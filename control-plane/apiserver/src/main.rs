@@ -51,6 +51,15 @@ struct Flags {
     /// Where NodePorts come from.
     #[arg(long, default_value = "30000-32767")]
     service_node_port_range: String,
+    /// Reads served at once (watches not counted); beyond it 429. 0: no limit.
+    #[arg(long, default_value_t = 400)]
+    max_requests_inflight: usize,
+    /// Writes served at once; beyond it 429. 0: no limit.
+    #[arg(long, default_value_t = 200)]
+    max_mutating_requests_inflight: usize,
+    /// How long a request (not a watch) may take before it is answered 504, e.g. `60s`, `1m`.
+    #[arg(long, default_value = "60s", value_parser = parse_duration)]
+    request_timeout: std::time::Duration,
 }
 
 async fn open_store(flags: &Flags) -> Result<Arc<dyn Store>> {
@@ -107,14 +116,14 @@ async fn main() -> Result<()> {
     let kubeconfig = flags.data_dir.join("admin.kubeconfig");
     keel_apiserver::pki::write_file(&kubeconfig, &pki.admin_kubeconfig(&format!("https://{address}")), true)
         .with_context(|| format!("writing {}", kubeconfig.display()))?;
-    let services = keel_apiserver::services::ServiceRanges::parse(
-        &flags.service_cluster_ip_range,
-        &flags.service_node_port_range,
-    )
-    .map_err(|e| anyhow::anyhow!("--service-cluster-ip-range / --service-node-port-range: {e}"))?;
     let mut config = keel_apiserver::Config::new(SocketAddr::new(advertise, port));
     config.tokens = tokens;
     config.services = services;
+    config.limits = keel_apiserver::Limits {
+        max_requests_inflight: flags.max_requests_inflight,
+        max_mutating_requests_inflight: flags.max_mutating_requests_inflight,
+        request_timeout: flags.request_timeout,
+    };
     let server = ApiServer::new(store, config).await?;
     println!("keel-apiserver serving https://{address} (admin kubeconfig: {})", kubeconfig.display());
     tokio::select! {
@@ -123,6 +132,21 @@ async fn main() -> Result<()> {
         _ = terminated() => {}
     }
     Ok(())
+}
+
+/// A Go-style duration of whole units: `90s`, `2m`, `1h`, `500ms`.
+fn parse_duration(text: &str) -> Result<std::time::Duration, String> {
+    let split = text.find(|c: char| !c.is_ascii_digit()).unwrap_or(text.len());
+    let (number, unit) = text.split_at(split);
+    let number: u64 = number.parse().map_err(|_| format!("{text:?} is not a duration like 60s"))?;
+    let seconds = match unit {
+        "ms" => return Ok(std::time::Duration::from_millis(number)),
+        "s" => Some(number),
+        "m" => number.checked_mul(60),
+        "h" => number.checked_mul(3600),
+        _ => return Err(format!("{text:?}: the unit must be ms, s, m or h")),
+    };
+    seconds.map(std::time::Duration::from_secs).ok_or_else(|| format!("{text:?} is too long"))
 }
 
 async fn terminated() {

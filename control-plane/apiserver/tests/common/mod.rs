@@ -30,11 +30,22 @@ impl Server {
     }
 
     pub async fn start_on(store: Arc<dyn Store>, dir: tempfile::TempDir) -> Result<Server> {
+        Server::start_with(store, dir, |_| {}).await
+    }
+
+    /// On `store`, with the configuration changed by `configure`.
+    pub async fn start_with(
+        store: Arc<dyn Store>,
+        dir: tempfile::TempDir,
+        configure: impl FnOnce(&mut keel_apiserver::Config),
+    ) -> Result<Server> {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
         let address = listener.local_addr()?;
         let pki = keel_apiserver::pki::ensure(&dir.path().join("pki"), &[])?;
         let tls = keel_apiserver::auth::server_config(&pki)?;
-        let server = ApiServer::new(store, keel_apiserver::Config::new(address)).await?;
+        let mut config = keel_apiserver::Config::new(address);
+        configure(&mut config);
+        let server = ApiServer::new(store, config).await?;
         let serving = tokio::spawn(server.serve(listener, tls));
         Ok(Server { address, pki, dir, _serving: serving })
     }
@@ -79,17 +90,12 @@ impl Server {
     }
 }
 
-/// One HTTP/1.1 request over TLS trusting `ca`, with a client certificate and key (PEM) or none;
-/// returns status, the response's header lines and body.
-pub fn raw_request(
+/// A TLS connection to `address` trusting `ca`, with a client certificate and key (PEM) or none.
+pub fn tls_stream(
     address: SocketAddr,
     ca: &str,
     client: Option<(&str, &str)>,
-    method: &str,
-    path: &str,
-    headers: &[(String, String)],
-    body: &[u8],
-) -> Result<(u16, String, String)> {
+) -> Result<rustls::StreamOwned<rustls::ClientConnection, std::net::TcpStream>> {
     let mut roots = rustls::RootCertStore::empty();
     roots.add(CertificateDer::from_pem_slice(ca.as_bytes())?)?;
     let provider = Arc::new(rustls::crypto::ring::default_provider());
@@ -103,10 +109,23 @@ pub fn raw_request(
         )?,
         None => builder.with_no_client_auth(),
     };
-    let mut connection =
+    let connection =
         rustls::ClientConnection::new(Arc::new(config), ServerName::try_from("127.0.0.1")?.to_owned())?;
-    let mut socket = std::net::TcpStream::connect(address)?;
-    let mut tls = rustls::Stream::new(&mut connection, &mut socket);
+    Ok(rustls::StreamOwned::new(connection, std::net::TcpStream::connect(address)?))
+}
+
+/// One HTTP/1.1 request over TLS trusting `ca`, with a client certificate and key (PEM) or none;
+/// returns status, the response's header lines and body.
+pub fn raw_request(
+    address: SocketAddr,
+    ca: &str,
+    client: Option<(&str, &str)>,
+    method: &str,
+    path: &str,
+    headers: &[(String, String)],
+    body: &[u8],
+) -> Result<(u16, String, String)> {
+    let mut tls = tls_stream(address, ca, client)?;
     let mut request = format!(
         "{method} {path} HTTP/1.1\r\nHost: {address}\r\nConnection: close\r\nContent-Length: {}\r\n",
         body.len()
