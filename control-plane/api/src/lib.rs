@@ -3,6 +3,7 @@
 //! label and field selectors ([`labels`], [`fields`]) and the discovery documents ([`discovery`]).
 //! Kubernetes 1.34 (k8s-openapi's `v1_34`).
 
+pub mod convert;
 pub mod defaults;
 pub mod discovery;
 pub mod fields;
