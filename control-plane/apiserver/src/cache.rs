@@ -237,37 +237,40 @@ impl Cache {
     }
 
     /// Up to `limit` objects under `prefix` (a collection within the cache's prefix) passing
-    /// `filter`, from key `from` on; `None` while the cache is not serving.
-    pub fn list(
-        &self,
-        prefix: &str,
-        from: Option<&str>,
-        filter: &Filter,
-        limit: Option<usize>,
-    ) -> Option<Listed> {
-        let state = self.read();
-        if !state.ready {
-            return None;
-        }
-        let start = from.unwrap_or(prefix).to_owned();
-        let mut entries = Vec::new();
-        let mut keys = state.objects.range(start..).take_while(|(key, _)| key.starts_with(prefix));
-        let mut last = None;
-        for (key, entry) in keys.by_ref() {
-            if entry.passes(filter, &self.fields) {
-                entries.push(entry.clone());
+    /// `filter`, from key `from` on; `None` while the cache is not serving. The objects are taken
+    /// under the lock and filtered after it (a selector may parse each object once), so the feeder
+    /// is never held up by a list.
+    pub fn list(&self, prefix: &str, from: Option<&str>, filter: &Filter, limit: Option<usize>) -> Option<Listed> {
+        let (revision, candidates, total) = {
+            let state = self.read();
+            if !state.ready {
+                return None;
             }
-            last = Some(key);
+            let start = from.unwrap_or(prefix).to_owned();
+            let under = state.objects.range(start..).take_while(|(key, _)| key.starts_with(prefix));
+            // Without a selector, one more than the page tells whether more follow.
+            let wanted = limit.filter(|_| filter.is_everything()).map(|l| l + 1);
+            let candidates: Vec<Arc<Entry>> =
+                under.clone().take(wanted.unwrap_or(usize::MAX)).map(|(_, e)| e.clone()).collect();
+            let total = if wanted.is_some() { under.count() } else { candidates.len() };
+            (state.revision, candidates, total)
+        };
+        let mut entries = Vec::new();
+        let mut read: usize = 0;
+        for entry in &candidates {
             if limit.is_some_and(|limit| entries.len() >= limit) {
                 break;
             }
+            read += 1;
+            if entry.passes(filter, &self.fields) {
+                entries.push(entry.clone());
+            }
         }
-        let remaining = keys.count();
-        let more = match last {
-            Some(last) if remaining > 0 => Some((last.clone(), remaining)),
+        let more = match read.checked_sub(1).and_then(|last| candidates.get(last)) {
+            Some(last) if total > read => Some((last.key.clone(), total - read)),
             _ => None,
         };
-        Some(Listed { revision: state.revision, entries, more })
+        Some(Listed { revision, entries, more })
     }
 
     /// Starts a watch of `prefix` after revision `after` (`None`: after the cache's current revision,
