@@ -31,10 +31,11 @@ use crate::filter::{Attrs, Filter};
 /// Changes kept per cache for watches from a resourceVersion.
 pub const WINDOW: usize = 10_000;
 /// Changes a live watch may fall behind by before it is closed (upstream closes unresponsive
-/// watchers too; the client watches again from its last resourceVersion).
+/// watchers too; the client watches again from its last resourceVersion, served from the window).
 const LIVE_CAPACITY: usize = 2048;
-/// Store watch items applied under one lock.
-const CHUNK: usize = 4096;
+/// Store watch items applied under one lock: well under [`LIVE_CAPACITY`], and the feeder yields
+/// between chunks, so a burst of changes does not by itself leave a reading watcher behind.
+const CHUNK: usize = 256;
 /// How often, at most, a cache tells its watches that its revision moved without a change of its
 /// own (for their bookmarks).
 const PROGRESS_EVERY: Duration = Duration::from_secs(1);
@@ -240,7 +241,13 @@ impl Cache {
     /// `filter`, from key `from` on; `None` while the cache is not serving. The objects are taken
     /// under the lock and filtered after it (a selector may parse each object once), so the feeder
     /// is never held up by a list.
-    pub fn list(&self, prefix: &str, from: Option<&str>, filter: &Filter, limit: Option<usize>) -> Option<Listed> {
+    pub fn list(
+        &self,
+        prefix: &str,
+        from: Option<&str>,
+        filter: &Filter,
+        limit: Option<usize>,
+    ) -> Option<Listed> {
         let (revision, candidates, total) = {
             let state = self.read();
             if !state.ready {
@@ -331,15 +338,23 @@ impl Cache {
         }
         self.reached.send_replace(listed.revision);
         let mut chunks = items.ready_chunks(CHUNK);
-        while let Some(items) = chunks.next().await {
+        let mut carried = Vec::new();
+        while let Some(chunk) = chunks.next().await {
             // The events of one revision are queued together by both backends, so a chunk ends
-            // between revisions — unless it is full, when its last revision may go on.
-            let full = items.len() == CHUNK;
-            let (revision, failed) = self.write().apply(items, full);
+            // between revisions — unless it is full: then the events of its last revision wait for
+            // the next chunk, so that a revision is never seen half applied.
+            let mut items = std::mem::take(&mut carried);
+            let full = chunk.len() == CHUNK;
+            items.extend(chunk);
+            if full {
+                carried = split_last_revision(&mut items);
+            }
+            let (revision, failed) = self.write().apply(items);
             self.reached.send_replace(revision);
             if let Some(error) = failed {
                 return Err(error);
             }
+            tokio::task::yield_now().await;
         }
         Err(StoreError::Closed)
     }
@@ -357,36 +372,23 @@ impl Cache {
 impl State {
     /// Applies one chunk of store watch items; answers the revision now held completely and the
     /// error that ended the watch, if one did.
-    fn apply(
-        &mut self,
-        items: Vec<keel_store::Result<WatchItem>>,
-        full: bool,
-    ) -> (Revision, Option<StoreError>) {
+    fn apply(&mut self, items: Vec<keel_store::Result<WatchItem>>) -> (Revision, Option<StoreError>) {
         let mut reached = self.revision;
         let mut changed = false;
         let mut failed = None;
-        let mut last_event = None;
         for item in items {
             match item {
                 Ok(WatchItem::Event(event)) => {
-                    let revision = event.revision();
+                    reached = reached.max(event.revision());
                     self.change(event);
-                    reached = reached.max(revision);
-                    last_event = Some(revision);
                     changed = true;
                 }
-                Ok(WatchItem::Progress(revision)) => {
-                    reached = reached.max(revision);
-                    last_event = None;
-                }
+                Ok(WatchItem::Progress(revision)) => reached = reached.max(revision),
                 Err(error) => {
                     failed = Some(error);
                     break;
                 }
             }
-        }
-        if full && last_event == Some(reached) {
-            reached -= 1;
         }
         if reached > self.revision {
             self.revision = reached;
@@ -419,6 +421,21 @@ impl State {
         // No receiver is no error: nobody watches.
         let _ = self.live.send(Item::Change(change));
     }
+}
+
+/// Takes the events of the last revision of a full chunk off its end (unless the chunk is nothing
+/// else: then it is applied whole — a revision of more changes than a chunk holds).
+fn split_last_revision(items: &mut Vec<keel_store::Result<WatchItem>>) -> Vec<keel_store::Result<WatchItem>> {
+    let revision_of = |item: &keel_store::Result<WatchItem>| match item {
+        Ok(WatchItem::Event(event)) => Some(event.revision()),
+        _ => None,
+    };
+    let Some(last) = items.last().and_then(revision_of) else { return Vec::new() };
+    let keep = items.iter().rposition(|item| revision_of(item) != Some(last)).map_or(0, |i| i + 1);
+    if keep == 0 {
+        return Vec::new();
+    }
+    items.split_off(keep)
 }
 
 /// Keeps `cache` fed: lists and watches, and after a failure stops serving, pauses and lists again.
@@ -483,14 +500,11 @@ mod tests {
     #[test]
     fn changes_progress_and_the_window() {
         let cache = cache();
-        let (revision, failed) = cache.write().apply(
-            vec![
-                put("/registry/configmaps/a/x", r#"{"metadata":{"labels":{"t":"1"}}}"#, 3, None),
-                put("/registry/configmaps/b/y", "{}", 4, None),
-                Ok(WatchItem::Progress(9)),
-            ],
-            false,
-        );
+        let (revision, failed) = cache.write().apply(vec![
+            put("/registry/configmaps/a/x", r#"{"metadata":{"labels":{"t":"1"}}}"#, 3, None),
+            put("/registry/configmaps/b/y", "{}", 4, None),
+            Ok(WatchItem::Progress(9)),
+        ]);
         assert_eq!((revision, failed.is_none()), (9, true));
         let everything = Filter::default();
         let listed = cache.list("/registry/configmaps/", None, &everything, Some(1)).unwrap();
@@ -510,13 +524,25 @@ mod tests {
         let sub = cache.subscribe("/registry/configmaps/a/", None).unwrap();
         assert_eq!((sub.revision, sub.snapshot.len()), (9, 1));
 
-        // An update keeps the old version for its watchers; a full chunk holds back its last
-        // revision, which may go on in the next chunk.
-        let (revision, _) =
-            cache.write().apply(vec![put("/registry/configmaps/a/x", "{}", 10, Some(3))], true);
-        assert_eq!(revision, 9);
+        // An update keeps the old version for its watchers.
+        let (revision, _) = cache.write().apply(vec![put("/registry/configmaps/a/x", "{}", 10, Some(3))]);
+        assert_eq!(revision, 10);
         let sub = cache.subscribe("/registry/configmaps/", Some(9)).unwrap();
         assert_eq!(sub.replay[0].old.as_ref().unwrap().revision, 3);
+    }
+
+    #[test]
+    fn a_full_chunk_keeps_its_last_revision_for_the_next() {
+        let key = |n: i64| format!("/registry/configmaps/a/{n}");
+        let mut items =
+            vec![put(&key(1), "{}", 5, None), put(&key(2), "{}", 6, None), put(&key(3), "{}", 6, None)];
+        let carried = split_last_revision(&mut items);
+        assert_eq!((items.len(), carried.len()), (1, 2));
+        let mut one_revision = vec![put(&key(1), "{}", 6, None), put(&key(2), "{}", 6, None)];
+        assert!(split_last_revision(&mut one_revision).is_empty());
+        assert_eq!(one_revision.len(), 2);
+        let mut ends_in_progress = vec![put(&key(1), "{}", 6, None), Ok(WatchItem::Progress(6))];
+        assert!(split_last_revision(&mut ends_in_progress).is_empty());
     }
 
     #[test]
@@ -525,7 +551,7 @@ mod tests {
         let items = (1..=WINDOW as Revision + 5)
             .map(|r| put(&format!("/registry/configmaps/a/{r}"), "{}", r, None))
             .collect();
-        cache.write().apply(items, false);
+        cache.write().apply(items);
         assert!(cache.subscribe("/registry/configmaps/", Some(4)).is_none(), "revision 5 is gone");
         let sub = cache.subscribe("/registry/configmaps/", Some(5)).unwrap();
         assert_eq!(sub.replay.len(), WINDOW);

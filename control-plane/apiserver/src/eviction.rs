@@ -1,15 +1,17 @@
 //! pods/eviction: a delete that respects the pod's PodDisruptionBudget, as kube-apiserver's
 //! EvictionREST does (what `kubectl drain` calls).
 //!
-//! A pod that already stopped counting (Succeeded, Failed, Pending, or being deleted) is deleted at
-//! once. Otherwise the one budget whose selector matches the pod decides: none — delete; more than
-//! one — 500, as upstream; a budget its controller has not caught up with, or with no disruption
-//! left — 429 TooManyRequests with a DisruptionBudget cause; else `status.disruptionsAllowed` is
-//! decremented and the pod recorded in `status.disruptedPods` (one guarded write, retried on
-//! conflict) before the pod is deleted. An unready pod does not use up the budget when the budget
-//! says so (`unhealthyPodEvictionPolicy: AlwaysAllow`) or when enough pods are healthy without it;
-//! it is then deleted only if still at the version that was judged. Computing the budget's status is
-//! the disruption controller's work (keel-controller-manager).
+//! A pod that already stopped counting (Succeeded, Failed, being deleted) or never counted
+//! (Pending — deleted only at the version judged) is deleted at once, retried on a conflict unless
+//! the caller pinned a resourceVersion. Otherwise the one budget whose selector matches the pod
+//! decides: none — delete; more than one — 500, as upstream; a budget its controller has not caught
+//! up with, or with no disruption left — 429 TooManyRequests with a DisruptionBudget cause; else
+//! `status.disruptionsAllowed` is decremented and the pod recorded in `status.disruptedPods` (one
+//! guarded write, retried on conflict) before the pod is deleted. An unready pod does not use up the
+//! budget when the budget says so (`unhealthyPodEvictionPolicy: AlwaysAllow`) or when enough pods
+//! are healthy without it; it is then deleted only if still at the version that was judged (429 if
+//! not). Every evicted pod first gets the DisruptionTarget condition. Computing the budget's status
+//! is the disruption controller's work (keel-controller-manager).
 
 use keel_api::labels::LabelSelector;
 use keel_api::resources;
@@ -62,27 +64,36 @@ impl Handlers {
         if eviction.pointer("/metadata/name").and_then(Value::as_str) != Some(name) {
             return Err(ApiError::BadRequest("name in URL does not match name in Eviction object".into()));
         }
-        let mut options = DeleteOptions::from(eviction.get("deleteOptions"), query);
+        let options = DeleteOptions::from(eviction.get("deleteOptions"), query);
+        // A resourceVersion the caller pinned is never retried past.
         let caller_rv = options.precondition_resource_version.is_some();
         let namespace = request.namespace.as_deref().unwrap_or_default();
         let key = objects::key(request.resource, Some(namespace), name);
-        let kv = self.store.get(&key).await.map_err(store_error)?;
-        let kv = kv.ok_or_else(|| ApiError::not_found("", "pods", name))?;
-        let pod = objects::from_storage(&kv.value, kv.mod_revision)?;
-        let phase = pod.pointer("/status/phase").and_then(Value::as_str).unwrap_or_default();
-        let pinned = |options: &mut DeleteOptions| {
-            options.precondition_resource_version.get_or_insert_with(|| kv.mod_revision.to_string());
+        let mut attempt = 0;
+        let pod = loop {
+            attempt += 1;
+            let kv = self.store.get(&key).await.map_err(store_error)?;
+            let kv = kv.ok_or_else(|| ApiError::not_found("", "pods", name))?;
+            let pod = objects::from_storage(&kv.value, kv.mod_revision)?;
+            let phase = pod.pointer("/status/phase").and_then(Value::as_str).unwrap_or_default();
+            let going = pod.pointer("/metadata/deletionTimestamp").is_some();
+            if !going && !matches!(phase, "Succeeded" | "Failed" | "Pending") {
+                break pod;
+            }
+            // It already caused its disruption, or never counted. A pending pod is deleted only as
+            // it was judged (it could become ready meanwhile).
+            let mut pinned = options.clone();
+            if phase == "Pending" && !going && !caller_rv {
+                pinned.precondition_resource_version = Some(kv.mod_revision.to_string());
+            }
+            match self.delete_evicted(request, name, &pinned).await {
+                Err(ApiError::Conflict { .. }) if !caller_rv && attempt < RETRIES => {}
+                done => return done,
+            }
         };
-        if pod.pointer("/metadata/deletionTimestamp").is_some()
-            || matches!(phase, "Succeeded" | "Failed" | "Pending")
-        {
-            // It already caused its disruption, or never counted.
-            pinned(&mut options);
-            return self.delete_evicted(request, name, &options, None, caller_rv).await;
-        }
         let budgets = self.budgets_of(namespace, &pod).await?;
         let budget = match budgets.as_slice() {
-            [] => return self.delete_evicted(request, name, &options, None, caller_rv).await,
+            [] => return self.delete_evicted(request, name, &options).await,
             [one] => one.clone(),
             _ => {
                 return Err(ApiError::Internal(
@@ -99,12 +110,20 @@ impl Handlers {
             let desired = int(&budget.0, "/status/desiredHealthy");
             let healthy_enough = int(&budget.0, "/status/currentHealthy") >= desired && desired > 0;
             if always || healthy_enough {
-                pinned(&mut options);
-                return self.delete_evicted(request, name, &options, Some(&budget_name), caller_rv).await;
+                // Deleted only if it did not become ready since.
+                let mut pinned = options.clone();
+                if !caller_rv {
+                    pinned.precondition_resource_version =
+                        pod.pointer("/metadata/resourceVersion").and_then(Value::as_str).map(str::to_owned);
+                }
+                return match self.delete_evicted(request, name, &pinned).await {
+                    Err(ApiError::Conflict { .. }) if !caller_rv => Err(still_processing(&budget_name)),
+                    done => done,
+                };
             }
         }
         self.take_disruption(namespace, name, budget, options.dry_run).await?;
-        self.delete_evicted(request, name, &options, None, caller_rv).await
+        self.delete_evicted(request, name, &options).await
     }
 
     /// The namespace's budgets whose selector matches the pod (a missing or empty selector matches
@@ -194,32 +213,95 @@ impl Handlers {
                     budget = objects::from_storage(&current.value, current.mod_revision)?;
                     revision = current.mod_revision;
                 }
-                Outcome::Conflict { current: None } => return Err(still_processing(&name)),
+                Outcome::Conflict { current: None } => {
+                    return Err(ApiError::not_found("policy", "poddisruptionbudgets", &name));
+                }
             }
         }
         Err(still_processing(&name))
     }
 
-    /// Deletes the evicted pod and answers as upstream: 201 with a Success Status. A conflict on the
-    /// resourceVersion this eviction pinned (the pod changed since it was judged) is a 429, so that
-    /// clients try again.
+    /// upstream's addConditionAndDeletePod: the pod gets the DisruptionTarget condition (what a
+    /// Job's podFailurePolicy matches on) — checked against the delete's preconditions — and is
+    /// then deleted, the pinned resourceVersion moved to the condition's write. Answers as upstream:
+    /// 201 with a Success Status.
     async fn delete_evicted(
         &self,
         request: &ResourceRequest,
         name: &str,
         options: &DeleteOptions,
-        budget: Option<&str>,
-        caller_rv: bool,
     ) -> Result<Reply, ApiError> {
-        match self.delete(request, name, options).await {
-            Ok(_) => Ok(Reply::Json(
-                201,
-                json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success", "code": 201}),
-            )),
-            Err(ApiError::Conflict { .. }) if !caller_rv && budget.is_some() => {
-                Err(still_processing(budget.unwrap_or_default()))
+        let mut options = options.clone();
+        if !options.dry_run {
+            let (uid, version) =
+                (options.precondition_uid.clone(), options.precondition_resource_version.clone());
+            let conflict = |detail: String| ApiError::Conflict {
+                resource: GroupResource::new("", "pods"),
+                name: name.to_owned(),
+                detail,
+            };
+            let updated = self
+                .guarded_update(request, name, false, |pod| {
+                    let current = |field: &str| {
+                        pod.pointer(&format!("/metadata/{field}")).and_then(Value::as_str).unwrap_or_default().to_owned()
+                    };
+                    if let Some(uid) = &uid
+                        && *uid != current("uid")
+                    {
+                        return Err(conflict(format!(
+                            "Precondition failed: UID in precondition: {uid}, UID in object meta: {}",
+                            current("uid")
+                        )));
+                    }
+                    if let Some(version) = &version
+                        && *version != current("resourceVersion")
+                    {
+                        return Err(conflict(format!(
+                            "the ResourceVersion in the precondition ({version}) does not match the ResourceVersion in record ({}). The object might have been modified",
+                            current("resourceVersion")
+                        )));
+                    }
+                    let mut pod = pod.clone();
+                    set_disruption_target(&mut pod["status"]);
+                    Ok((pod, None))
+                })
+                .await?;
+            if options.precondition_resource_version.is_some() {
+                options.precondition_resource_version =
+                    updated.pointer("/metadata/resourceVersion").and_then(Value::as_str).map(str::to_owned);
             }
-            Err(error) => Err(error),
+        }
+        self.delete(request, name, &options).await?;
+        Ok(Reply::Json(
+            201,
+            json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success", "code": 201}),
+        ))
+    }
+}
+
+/// upstream's UpdatePodCondition with DisruptionTarget=True, reason EvictionByEvictionAPI: the
+/// transition time moves only when the status does.
+fn set_disruption_target(status: &mut Value) {
+    let now = jiff::Timestamp::now().strftime("%Y-%m-%dT%H:%M:%SZ").to_string();
+    let condition = json!({
+        "type": "DisruptionTarget", "status": "True", "reason": "EvictionByEvictionAPI",
+        "message": "Eviction API: evicting", "lastTransitionTime": now,
+    });
+    if !status["conditions"].is_array() {
+        status["conditions"] = json!([]);
+    }
+    if let Some(conditions) = status["conditions"].as_array_mut() {
+        match conditions.iter_mut().find(|c| c["type"] == "DisruptionTarget") {
+            Some(existing) => {
+                let time = if existing["status"] == "True" {
+                    existing["lastTransitionTime"].clone()
+                } else {
+                    now.into()
+                };
+                *existing = condition;
+                existing["lastTransitionTime"] = time;
+            }
+            None => conditions.push(condition),
         }
     }
 }

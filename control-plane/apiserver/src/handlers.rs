@@ -268,7 +268,10 @@ impl Handlers {
         let fields = cache::fields_for(resource);
         // The first page from memory when the cache can serve it; the following ones from the store
         // at the revision it was read at (the continue token says which).
+        // On a store without prompt progress a quiet cache's revision may be minutes old, too old
+        // for the pages that would follow from the store: paged lists go to the store there.
         if query.continue_token.is_none()
+            && (query.limit.is_none() || self.store.prompt_progress())
             && let Some(cache) = self.cache.of(resource)
             && self.cache_serves(cache, read).await?
             && let Some(listed) = cache.list(&prefix, None, &filter, query.limit)
@@ -381,6 +384,11 @@ impl Handlers {
             }
         } else {
             let after = match rv {
+                // "0" without initial events: from about now (upstream: the cache's revision).
+                Some("0") => match cache.and_then(|cache| cache.revision()) {
+                    Some(at) => at,
+                    None => self.store.current_revision().await.map_err(store_error)?,
+                },
                 Some(rv) => {
                     let after = parse_revision(rv)?;
                     if after.checked_add(1).is_none() {

@@ -145,7 +145,8 @@ impl Watcher {
         let seen = start.replay.last().map_or(after, |change| change.revision.max(after));
         let next_bookmark = self.next_bookmark(Instant::now());
         let deadline = self.deadline;
-        let running = Running { watcher: self, pending, feed: start.feed, seen, next_bookmark, done: false };
+        let running =
+            Running { watcher: self, pending, feed: start.feed, after, seen, next_bookmark, done: false };
         let stream = futures::stream::unfold(running, |mut running| async move {
             let line = running.next().await?;
             Some((line, running))
@@ -161,6 +162,8 @@ struct Running {
     watcher: Watcher,
     pending: VecDeque<Bytes>,
     feed: Feed,
+    /// The revision the watch starts after.
+    after: Revision,
     /// The revision every change up to which has been sent (or did not concern this watcher).
     seen: Revision,
     next_bookmark: Option<Instant>,
@@ -195,8 +198,10 @@ impl Running {
                 }
             };
             match fed {
-                Fed::Change(change) if change.revision > self.seen => {
-                    self.seen = change.revision;
+                // Feeds never repeat a change, and a revision may hold several: only what the
+                // watch starts after is left out (a live feed may begin before it).
+                Fed::Change(change) if change.revision > self.after => {
+                    self.seen = self.seen.max(change.revision);
                     if let Some(line) = self.watcher.change_line(&change) {
                         self.pending.push_back(line);
                     }
@@ -326,6 +331,35 @@ mod tests {
         let mut other_namespace = watcher(None);
         other_namespace.prefix = "/registry/configmaps/e/".into();
         assert!(seen(&other_namespace, Some(json!({})), None).is_none());
+    }
+
+    #[tokio::test]
+    async fn every_change_of_a_revision_is_sent() {
+        let (sender, receiver) = broadcast::channel(16);
+        let start = Start {
+            initial: vec![],
+            initial_end: None,
+            replay: vec![],
+            after: 6,
+            feed: Feed::Cache(receiver),
+        };
+        let mut lines = watcher(None).stream(start);
+        for (name, revision) in [("old", 6), ("a", 7), ("b", 7), ("c", 8)] {
+            let key = format!("/registry/configmaps/d/{name}");
+            let new = Some(Entry::new(
+                key.clone(),
+                objects::for_storage(&json!({"metadata": {"name": name}})).unwrap().into(),
+                revision,
+            ));
+            sender.send(Item::Change(Arc::new(Change { revision, key, new, old: None }))).unwrap();
+        }
+        let mut names = Vec::new();
+        for _ in 0..3 {
+            let line = tokio::time::timeout(Duration::from_secs(5), lines.next()).await.unwrap().unwrap();
+            let event: Value = serde_json::from_slice(&line).unwrap();
+            names.push(event["object"]["metadata"]["name"].as_str().unwrap().to_owned());
+        }
+        assert_eq!(names, ["a", "b", "c"], "a change at the start revision is left out, the others all sent");
     }
 
     #[test]

@@ -141,7 +141,7 @@ impl Handlers {
     /// Reads the object, lets `change` compute its new state (and an optional resourceVersion
     /// precondition), writes it guarded by the revision read, retrying on a concurrent change when
     /// there is no precondition. An object being deleted whose last finalizer goes is deleted.
-    async fn guarded_update(
+    pub(crate) async fn guarded_update(
         &self,
         request: &ResourceRequest,
         name: &str,

@@ -57,7 +57,13 @@ fn serves_https_with_authentication_and_survives_a_restart() -> Result<()> {
     let mut server =
         Daemon::start("keel-apiserver", command, Readiness::Tcp(address), Duration::from_secs(30))?;
 
+    // The kubeconfig is written just after the port is bound (it names the port bound).
     let admin = data.join("admin.kubeconfig");
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while !admin.exists() {
+        ensure!(std::time::Instant::now() < deadline, "no admin.kubeconfig after 30 s");
+        std::thread::sleep(Duration::from_millis(20));
+    }
     use std::os::unix::fs::PermissionsExt;
     ensure!(
         std::fs::metadata(&admin)?.permissions().mode() & 0o077 == 0,

@@ -116,6 +116,15 @@ async fn evictions_follow_disruption_budgets() -> Result<()> {
     ensure!(condition.is_some_and(|c| c["status"] == "False" && c["reason"] == "InsufficientPods"), "{pdb}");
     let (_, web1) = call(&server, "GET", &format!("{PODS}/web-1"), &[], &Value::Null).await?;
     ensure!(web1["metadata"]["deletionTimestamp"].is_string(), "a bound pod is deleted gracefully: {web1}");
+    let target = web1["status"]["conditions"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .find(|c| c["type"] == "DisruptionTarget");
+    ensure!(
+        target.is_some_and(|c| c["status"] == "True" && c["reason"] == "EvictionByEvictionAPI"),
+        "an evicted pod is marked as a disruption target: {web1}"
+    );
 
     let (status, answer) = evict(&server, "web-2").await?;
     ensure!(status == 429 && answer["reason"] == "TooManyRequests", "{status} {answer}");
@@ -200,5 +209,33 @@ async fn kubectl_drain_evicts_through_budgets() -> Result<()> {
     ensure!(exists(&server, &format!("{PODS}/elsewhere")).await?);
     let (_, pdb) = call(&server, "GET", &format!("{PDBS}/web"), &[], &Value::Null).await?;
     ensure!(pdb["status"]["disruptionsAllowed"] == 0, "{pdb}");
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn evicting_a_terminating_pod_rides_out_status_writes() -> Result<()> {
+    let server = std::sync::Arc::new(Server::start().await?);
+    pod(&server, "t", "web", "n1").await?;
+    budget(&server, "web", "web", 0).await?;
+    // Terminating (a bound pod's graceful deletion), while its kubelet keeps writing its status.
+    ensure!(call(&server, "DELETE", &format!("{PODS}/t"), &[], &Value::Null).await?.0 == 200);
+    let writer = {
+        let server = server.clone();
+        tokio::spawn(async move {
+            for i in 0..200 {
+                let status = json!({"status": {"message": format!("stopping {i}")}});
+                let _ = call(&server, "PATCH", &format!("{PODS}/t/status"), &MERGE, &status).await;
+            }
+        })
+    };
+    let mut answers = Vec::new();
+    for _ in 0..50 {
+        answers.push(evict(&server, "t").await?.0);
+    }
+    writer.await?;
+    ensure!(
+        answers.iter().all(|status| *status == 201),
+        "a terminating pod is evicted whatever its budget: {answers:?}"
+    );
     Ok(())
 }

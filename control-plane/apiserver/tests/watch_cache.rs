@@ -132,6 +132,11 @@ async fn watch_list_and_bookmarks(etcd: bool) -> Result<()> {
     for name in ["a", "b", "c"] {
         last = revision(&maps.create(&PostParams::default(), &config_map(name, name)?).await?)?;
     }
+    // resourceVersion 0 without initial events starts from about now: no history.
+    let path = "/api/v1/namespaces/default/configmaps?watch=true&sendInitialEvents=false\
+                &resourceVersionMatch=NotOlderThan&resourceVersion=0&timeoutSeconds=1";
+    let (status, _, body) = cluster.server.request("GET", path, &[], b"").await?;
+    ensure!(status == 200 && !body.contains("\"type\""), "{status} {body}");
     // A watch-list: the objects as ADDED, then the bookmark ending them, then what changes.
     let mut watch = maps.watch(&WatchParams::default().initial_events(), "").await?.boxed();
     let mut names = Vec::new();
