@@ -536,8 +536,8 @@ impl Handlers {
 /// What an update may not change, per resource (a Service's ClusterIP; node ports are kept as
 /// allocated — changing them is refused until reallocation on update exists).
 fn check_update(resource: &Resource, old: &Value, new: &mut Value) -> Result<(), ApiError> {
-    if resource.group.is_empty() && resource.plural == "services" {
-        crate::services::carry_allocations(old, new);
+    if crate::services::is_services(resource) {
+        crate::services::prepare_for_update(old, new);
         crate::services::check_update(old, new)?;
         let ports = |v: &Value| {
             v.pointer("/spec/ports")
