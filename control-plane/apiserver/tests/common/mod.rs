@@ -30,11 +30,22 @@ impl Server {
     }
 
     pub async fn start_on(store: Arc<dyn Store>, dir: tempfile::TempDir) -> Result<Server> {
+        Server::start_configured(store, dir, |_| {}).await
+    }
+
+    /// A server with the configuration `configure` leaves (the address is chosen here).
+    pub async fn start_configured(
+        store: Arc<dyn Store>,
+        dir: tempfile::TempDir,
+        configure: impl FnOnce(&mut keel_apiserver::Config),
+    ) -> Result<Server> {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
         let address = listener.local_addr()?;
         let pki = keel_apiserver::pki::ensure(&dir.path().join("pki"), &[])?;
         let tls = keel_apiserver::auth::server_config(&pki)?;
-        let server = ApiServer::new(store, keel_apiserver::Config::new(address)).await?;
+        let mut config = keel_apiserver::Config::new(address);
+        configure(&mut config);
+        let server = ApiServer::new(store, config).await?;
         let serving = tokio::spawn(server.serve(listener, tls));
         Ok(Server { address, pki, dir, _serving: serving })
     }
