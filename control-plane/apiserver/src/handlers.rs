@@ -2,6 +2,7 @@
 //! (from a resourceVersion, or the current state first), create, update (optimistic concurrency on
 //! resourceVersion) and delete. JSON only in this slice.
 
+use std::collections::HashSet;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -12,7 +13,7 @@ use futures::Stream;
 use keel_api::resources::{self, Resource};
 use keel_api::status::ApiError;
 use keel_api::strategy;
-use keel_store::{Outcome, RangeRequest, Store, StoreError};
+use keel_store::{Compare, OpResult, Outcome, RangeRequest, Store, StoreError, Txn, TxnOp};
 use serde_json::{Value, json};
 
 use crate::cache::{self, Cache, Change, Entry, WatchCache};
@@ -164,6 +165,17 @@ pub(crate) fn collection_prefix(resource: &Resource, namespace: Option<&str>) ->
         Some(namespace) if resource.namespaced => format!("{}{namespace}/", resource.key_prefix()),
         _ => resource.key_prefix(),
     }
+}
+
+/// How many times a write retries on a concurrent change.
+pub(crate) const RETRIES: usize = 5;
+
+/// An object as read before an update: parsed, as stored, and the revision the write is guarded by.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Prior<'a> {
+    pub object: &'a Value,
+    pub stored: &'a [u8],
+    pub revision: i64,
 }
 
 /// The server's handle on the store and the watch cache.
@@ -474,12 +486,15 @@ impl Handlers {
         self.admit_create(resource, namespace, &mut object).await?;
         strategy::prepare_for_create(resource, &mut object);
         let mut object = crate::validation::typed(resource, &object)?;
-        if dry_run {
-            return Ok(Reply::Json(201, object));
-        }
         let key = objects::key(resource, namespace, &name);
-        let outcome = if resource.group.is_empty() && resource.plural == "services" {
-            self.create_service(&key, &mut object).await?
+        let outcome = if crate::services::is_services(resource) {
+            // A dry run too answers with what would be allocated.
+            match self.write_service(&key, None, &mut object, dry_run).await? {
+                Some(outcome) => outcome,
+                None => return Ok(Reply::Json(201, object)),
+            }
+        } else if dry_run {
+            return Ok(Reply::Json(201, object));
         } else {
             let stored = objects::for_storage(&object)?;
             self.store.create(&key, stored.into(), 0).await.map_err(store_error)?
@@ -496,45 +511,96 @@ impl Handlers {
         }
     }
 
-    /// Creates a Service with the ClusterIP and NodePorts it is given, in one transaction.
-    async fn create_service(&self, key: &str, service: &mut Value) -> Result<Outcome, ApiError> {
-        let taken_under = |prefix: &'static str| async move {
-            let held = self.store.range(RangeRequest::prefix(prefix)).await.map_err(store_error)?;
-            Ok::<_, ApiError>(
-                held.kvs.into_iter().map(|kv| kv.key).collect::<std::collections::HashSet<String>>(),
-            )
-        };
-        for _attempt in 0..5 {
-            // A Service of that name answers AlreadyExists, whatever its address.
-            if self.store.get(key).await.map_err(store_error)?.is_some() {
-                return Ok(Outcome::Conflict { current: None });
+    /// Writes a Service with the ClusterIP and NodePorts it holds: created when `prior` is `None`,
+    /// else updated from `prior`; the holds it keeps, takes and releases go in the same transaction
+    /// ([`crate::services`]). `None` when nothing was written: a dry run, or an update that changes
+    /// nothing; `service` then holds what would have been written.
+    pub(crate) async fn write_service(
+        &self,
+        key: &str,
+        prior: Option<Prior<'_>>,
+        service: &mut Value,
+        dry_run: bool,
+    ) -> Result<Option<Outcome>, ApiError> {
+        let old = prior.as_ref().map(|p| p.object);
+        let owner = service.pointer("/metadata/uid").and_then(Value::as_str).unwrap_or_default().to_owned();
+        let mut scan = false;
+        for _attempt in 0..RETRIES {
+            // A Service of that name answers AlreadyExists, whatever it asks for.
+            if prior.is_none() && !dry_run && self.store.get(key).await.map_err(store_error)?.is_some() {
+                return Ok(Some(Outcome::Conflict { current: None }));
             }
-            let mut taken = taken_under("/registry/serviceips/").await?;
-            taken.extend(taken_under("/registry/servicenodeports/").await?);
+            let mut taken = HashSet::new();
+            if scan {
+                for prefix in crate::services::HOLD_PREFIXES {
+                    let held = self.store.range(RangeRequest::prefix(prefix)).await.map_err(store_error)?;
+                    taken.extend(held.kvs.into_iter().map(|kv| kv.key));
+                }
+            } else {
+                for asked in crate::services::asked_keys(old, service) {
+                    if self.store.get(&asked).await.map_err(store_error)?.is_some() {
+                        taken.insert(asked);
+                    }
+                }
+            }
             let random =
                 u32::from_le_bytes(uuid::Uuid::new_v4().as_bytes()[..4].try_into().unwrap_or_default());
             let mut candidate = service.clone();
-            let txn = crate::services::create_txn(
+            let holds = crate::services::allocate(
                 &self.services,
+                old,
                 &mut candidate,
-                key,
-                objects::for_storage,
                 &|k| taken.contains(k),
                 random,
             )?;
+            let stored = objects::for_storage(&candidate)?;
+            if dry_run || prior.as_ref().is_some_and(|p| holds.is_empty() && stored == p.stored) {
+                *service = candidate;
+                return Ok(None);
+            }
+            let release = self.owned_holds(&holds.release, &owner).await?;
+            let guard = match &prior {
+                Some(prior) => Compare::ModRevision(key.to_owned(), prior.revision),
+                None => Compare::Absent(key.to_owned()),
+            };
+            let txn = crate::services::write_txn(key, guard, stored, &owner, &holds.take, &release);
             let response = self.store.txn(txn).await.map_err(store_error)?;
             if response.succeeded {
                 *service = candidate;
-                return Ok(Outcome::Written { revision: response.revision, prev: None });
+                return Ok(Some(Outcome::Written { revision: response.revision, prev: None }));
             }
-            if self.store.get(key).await.map_err(store_error)?.is_some() {
-                return Ok(Outcome::Conflict { current: None });
+            let current = match response.results.into_iter().next() {
+                Some(OpResult::Get(current)) => current,
+                _ => None,
+            };
+            let service_moved = match &prior {
+                Some(prior) => current.as_ref().is_none_or(|kv| kv.mod_revision != prior.revision),
+                None => current.is_some(),
+            };
+            if service_moved {
+                return Ok(Some(Outcome::Conflict { current }));
             }
-            // Another Service took a chosen address or port meanwhile: choose again.
+            // Another Service took a value chosen here: choose again knowing every hold.
+            scan = true;
         }
         Err(ApiError::ServiceUnavailable(
-            "could not allocate a ClusterIP or NodePort: too many concurrent creates".into(),
+            "could not allocate a ClusterIP or NodePort: too many concurrent writes".into(),
         ))
+    }
+
+    /// Of `keys`, those held by `owner` (a hold's value is its Service's uid), with their revisions:
+    /// only these are released with it.
+    async fn owned_holds(&self, keys: &[String], owner: &str) -> Result<Vec<(String, i64)>, ApiError> {
+        let mut owned = Vec::new();
+        for key in keys {
+            if let Some(kv) = self.store.get(key).await.map_err(store_error)?
+                && !owner.is_empty()
+                && kv.value.as_ref() == owner.as_bytes()
+            {
+                owned.push((key.clone(), kv.mod_revision));
+            }
+        }
+        Ok(owned)
     }
 
     /// Deletes the object at `key` if it is still at `revision`, with what it holds (a Service's
@@ -546,29 +612,24 @@ impl Handlers {
         object: &Value,
         revision: i64,
     ) -> Result<Outcome, ApiError> {
-        // Only holds that are this object's (their value is its uid) go with it.
         let uid = object.pointer("/metadata/uid").and_then(Value::as_str).unwrap_or_default();
-        let mut compares = vec![keel_store::Compare::ModRevision(key.to_owned(), revision)];
-        let mut ops = vec![keel_store::TxnOp::delete(key)];
-        for hold in crate::services::held_keys(resource, object) {
-            if let Some(kv) = self.store.get(&hold).await.map_err(store_error)?
-                && !uid.is_empty()
-                && kv.value.as_ref() == uid.as_bytes()
-            {
-                compares.push(keel_store::Compare::ModRevision(hold.clone(), kv.mod_revision));
-                ops.push(keel_store::TxnOp::delete(hold));
-            }
-        }
-        if ops.len() == 1 {
+        let held = self.owned_holds(&crate::services::held_keys(resource, object), uid).await?;
+        if held.is_empty() {
             return self.store.delete(key, Some(revision)).await.map_err(store_error);
         }
-        let txn = keel_store::Txn::new().when(compares).and_then(ops).or_else([keel_store::TxnOp::get(key)]);
+        let mut compares = vec![Compare::ModRevision(key.to_owned(), revision)];
+        let mut ops = vec![TxnOp::delete(key)];
+        for (hold, hold_revision) in held {
+            compares.push(Compare::ModRevision(hold.clone(), hold_revision));
+            ops.push(TxnOp::delete(hold));
+        }
+        let txn = Txn::new().when(compares).and_then(ops).or_else([TxnOp::get(key)]);
         let response = self.store.txn(txn).await.map_err(store_error)?;
         if response.succeeded {
             return Ok(Outcome::Written { revision: response.revision, prev: None });
         }
         let current = match response.results.into_iter().next() {
-            Some(keel_store::OpResult::Get(current)) => current,
+            Some(OpResult::Get(current)) => current,
             _ => None,
         };
         Ok(Outcome::Conflict { current })

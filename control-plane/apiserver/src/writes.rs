@@ -11,12 +11,11 @@ use keel_store::Outcome;
 use serde_json::{Value, json};
 
 use crate::filter::Filter;
-use crate::handlers::{Handlers, PatchBody, Query, Reply, collection_prefix, parse_revision, store_error};
+use crate::handlers::{
+    Handlers, PatchBody, Prior, Query, RETRIES, Reply, collection_prefix, parse_revision, store_error,
+};
 use crate::objects;
 use crate::request::ResourceRequest;
-
-/// How many times a write retries on a concurrent change when the client set no precondition.
-const RETRIES: usize = 5;
 
 /// What a delete asks (DeleteOptions from the body, or the query's parameters).
 #[derive(Debug, Default, Clone)]
@@ -171,21 +170,35 @@ impl Handlers {
             carry_server_fields(&existing, &mut object, resource);
             // What is stored is what the type holds (the change may have come from a patch).
             let mut object = crate::validation::typed(resource, &object)?;
-            if dry_run {
-                objects::set_resource_version(&mut object, current.mod_revision);
-                return Ok(object);
-            }
             let going = ready_to_go(resource, &object);
-            let stored = objects::for_storage(&object)?;
-            if !going && stored == current.value.as_ref() {
-                // Nothing changed: no new revision, no event (upstream's GuaranteedUpdate).
-                objects::set_resource_version(&mut object, current.mod_revision);
-                return Ok(object);
-            }
-            let outcome = if going {
-                self.remove(resource, &key, &object, current.mod_revision).await?
+            let outcome = if !going && crate::services::is_services(resource) {
+                // Allocation answers even a dry run: it shows the values it would take.
+                let prior =
+                    Prior { object: &existing, stored: &current.value, revision: current.mod_revision };
+                match self.write_service(&key, Some(prior), &mut object, dry_run).await? {
+                    Some(outcome) => outcome,
+                    None => {
+                        objects::set_resource_version(&mut object, current.mod_revision);
+                        return Ok(object);
+                    }
+                }
             } else {
-                self.store.update(&key, stored.into(), current.mod_revision, 0).await.map_err(store_error)?
+                let stored = objects::for_storage(&object)?;
+                // A dry run writes nothing, nor does an update that changes nothing (no new
+                // revision, no event: upstream's GuaranteedUpdate).
+                if dry_run || (!going && stored == current.value.as_ref()) {
+                    objects::set_resource_version(&mut object, current.mod_revision);
+                    return Ok(object);
+                }
+                if going {
+                    // What the stored object holds is what its deletion gives back.
+                    self.remove(resource, &key, &existing, current.mod_revision).await?
+                } else {
+                    self.store
+                        .update(&key, stored.into(), current.mod_revision, 0)
+                        .await
+                        .map_err(store_error)?
+                }
             };
             match outcome {
                 Outcome::Written { revision, .. } => {
@@ -533,33 +546,14 @@ impl Handlers {
     }
 }
 
-/// What an update may not change, per resource (a Service's ClusterIP; node ports are kept as
-/// allocated — changing them is refused until reallocation on update exists).
+/// What an update of a resource prepares and may not change: a Service is defaulted (its
+/// type-dependent defaults follow a type change), keeps what was allocated for it and drops what its
+/// new type does not use, and keeps its ClusterIP.
 fn check_update(resource: &Resource, old: &Value, new: &mut Value) -> Result<(), ApiError> {
-    if resource.group.is_empty() && resource.plural == "services" {
-        crate::services::carry_allocations(old, new);
+    if crate::services::is_services(resource) {
+        keel_api::defaults::apply(resource, new);
+        crate::services::prepare_for_update(old, new);
         crate::services::check_update(old, new)?;
-        let ports = |v: &Value| {
-            v.pointer("/spec/ports")
-                .and_then(Value::as_array)
-                .into_iter()
-                .flatten()
-                .filter_map(|p| p.get("nodePort").and_then(Value::as_i64))
-                .collect::<Vec<_>>()
-        };
-        let kind =
-            |v: &Value| v.pointer("/spec/type").and_then(Value::as_str).unwrap_or("ClusterIP").to_owned();
-        if ports(old) != ports(new) || kind(old) != kind(new) {
-            return Err(ApiError::invalid(
-                "",
-                "Service",
-                objects::name(new),
-                vec![keel_api::status::FieldError::forbidden(
-                    "spec",
-                    "changing a Service's type or node ports is not supported yet: delete and re-create it",
-                )],
-            ));
-        }
     }
     Ok(())
 }
