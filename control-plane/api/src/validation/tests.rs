@@ -380,10 +380,13 @@ fn deployments_and_replica_sets() {
     );
     assert_eq!(
         create("deployments", &deployment(Value::Null, json!({"app": "x"}))),
-        ["spec.selector: Required value"]
+        [
+            "spec.selector: Required value",
+            "spec.template.metadata.labels: Invalid value: {\"app\":\"x\"}: `selector` does not match template `labels`",
+        ]
     );
     assert_eq!(
-        create("deployments", &deployment(json!({}), json!({"app": "x"}))),
+        create("deployments", &deployment(json!({"matchLabels": {}}), json!({"app": "x"}))),
         ["spec.selector: Invalid value: {}: empty selector is invalid for deployment"]
     );
     let mut negative = deployment(app.clone(), json!({"app": "web"}));
@@ -448,7 +451,7 @@ fn stateful_and_daemon_sets() {
         ]
     );
     assert_eq!(
-        create("statefulsets", &deployment(json!({}), json!({"app": "db"}))),
+        create("statefulsets", &deployment(json!({"matchLabels": {}}), json!({"app": "db"}))),
         ["spec.selector: Invalid value: {}: empty selector is invalid for statefulset"]
     );
     let daemons = deployment(json!({"matchLabels": {"app": "agent"}}), json!({"app": "agent"}));

@@ -19,29 +19,61 @@ fn template_labels(template: &Value) -> Option<&Value> {
     template.pointer("/metadata/labels")
 }
 
-/// A required, non-empty selector that matches the template (Deployments, ReplicaSets).
+/// The selector as given: typed objects carry an absent one as `{}`, which upstream's decoding
+/// leaves nil.
+fn given_selector(spec: &Value) -> Option<&Value> {
+    spec.get("selector").filter(|s| !s.is_null() && s.as_object().is_none_or(|m| !m.is_empty()))
+}
+
+/// A LabelSelector as Go's encoding/json shows it (empty fields omitted).
+fn shown(selector: &Value) -> Value {
+    match selector {
+        Value::Object(map) => Value::Object(
+            map.iter()
+                .filter(|(_, v)| !super::semantic_eq(Some(v), None))
+                .map(|(k, v)| (k.clone(), shown(v)))
+                .collect(),
+        ),
+        Value::Array(items) => Value::Array(items.iter().map(shown).collect()),
+        other => other.clone(),
+    }
+}
+
+/// A required, non-empty selector that matches the template (Deployments, ReplicaSets,
+/// StatefulSets). An absent selector selects nothing, so it matches no template either.
 fn selector_and_template(spec: &Value, path: &str, empty_message: &str) -> Vec<FieldError> {
     let mut errors = Vec::new();
     let selector_path = child(path, "selector");
-    let selector = spec.get("selector").filter(|s| !s.is_null());
+    let selector = given_selector(spec);
     match selector {
         None => errors.push(required(&selector_path, "")),
         Some(selector) => {
             errors.extend(meta::label_selector(selector, &selector_path));
             if meta::selector_is_empty(selector) {
-                errors.push(invalid(&selector_path, selector, empty_message));
+                errors.push(invalid(&selector_path, &shown(selector), empty_message));
             }
         }
     }
     let template = spec.get("template").unwrap_or(&Value::Null);
     let template_path = child(path, "template");
-    if let Some(selector) = selector
-        && !meta::selector_is_empty(selector)
-        && meta::selector_matches(selector, template_labels(template)) == Some(false)
-    {
+    let matches = match selector {
+        None => Some(false),
+        Some(s) if meta::selector_is_empty(s) => Some(true),
+        Some(s) => meta::selector_matches(s, template_labels(template)),
+    };
+    if matches == Some(false) {
         errors.push(labels_mismatch(template, &template_path));
     }
     errors
+}
+
+/// upstream's ValidateImmutableField for a selector.
+fn immutable_selector(old: &Value, new: &Value) -> Vec<FieldError> {
+    let (before, after) = (given_selector(spec(old)), given_selector(spec(new)));
+    if super::semantic_eq(before, after) {
+        return Vec::new();
+    }
+    vec![invalid("spec.selector", &after.map_or(Value::Null, shown), "field is immutable")]
 }
 
 fn labels_mismatch(template: &Value, template_path: &str) -> FieldError {
@@ -113,7 +145,7 @@ pub(super) fn deployment(object: &Value) -> Vec<FieldError> {
 /// ValidateDeploymentUpdate, and the selector apps/v1 keeps.
 pub(super) fn deployment_update(old: &Value, new: &Value) -> Vec<FieldError> {
     let mut errors = deployment(new);
-    errors.extend(immutable(spec(new).get("selector"), spec(old).get("selector"), "spec.selector"));
+    errors.extend(immutable_selector(old, new));
     errors
 }
 
@@ -134,7 +166,7 @@ pub(super) fn replica_set(object: &Value) -> Vec<FieldError> {
 
 pub(super) fn replica_set_update(old: &Value, new: &Value) -> Vec<FieldError> {
     let mut errors = replica_set(new);
-    errors.extend(immutable(spec(new).get("selector"), spec(old).get("selector"), "spec.selector"));
+    errors.extend(immutable_selector(old, new));
     errors
 }
 
@@ -142,7 +174,7 @@ pub(super) fn replica_set_update(old: &Value, new: &Value) -> Vec<FieldError> {
 pub(super) fn daemon_set(object: &Value) -> Vec<FieldError> {
     let spec = spec(object);
     let mut errors = Vec::new();
-    let selector = spec.get("selector").filter(|s| !s.is_null());
+    let selector = given_selector(spec);
     if let Some(selector) = selector {
         errors.extend(meta::label_selector(selector, "spec.selector"));
     }
@@ -153,7 +185,7 @@ pub(super) fn daemon_set(object: &Value) -> Vec<FieldError> {
         errors.push(labels_mismatch(template, "spec.template"));
     }
     if let Some(selector) = selector.filter(|s| meta::selector_is_empty(s)) {
-        errors.push(invalid("spec.selector", selector, "empty selector is invalid for daemonset"));
+        errors.push(invalid("spec.selector", &shown(selector), "empty selector is invalid for daemonset"));
     }
     errors.extend(always_restarting(template, "spec.template", "DaemonSet"));
     errors.extend(nonnegative(spec.get("minReadySeconds"), "spec.minReadySeconds"));
@@ -173,7 +205,7 @@ pub(super) fn daemon_set(object: &Value) -> Vec<FieldError> {
 
 pub(super) fn daemon_set_update(old: &Value, new: &Value) -> Vec<FieldError> {
     let mut errors = daemon_set(new);
-    errors.extend(immutable(spec(new).get("selector"), spec(old).get("selector"), "spec.selector"));
+    errors.extend(immutable_selector(old, new));
     errors
 }
 
@@ -294,7 +326,7 @@ pub(super) fn job(object: &Value) -> Vec<FieldError> {
     let spec = spec(object);
     let mut errors = job_spec(spec, "spec");
     let manual = spec.get("manualSelector").and_then(Value::as_bool) == Some(true);
-    match spec.get("selector").filter(|s| !s.is_null()) {
+    match given_selector(spec) {
         None if manual => errors.push(required("spec.selector", "")),
         None => {}
         Some(selector) => {
@@ -311,7 +343,7 @@ pub(super) fn job(object: &Value) -> Vec<FieldError> {
 /// ValidateJobUpdate: selector and pod template fixed once created.
 pub(super) fn job_update(old: &Value, new: &Value) -> Vec<FieldError> {
     let mut errors = job(new);
-    errors.extend(immutable(spec(new).get("selector"), spec(old).get("selector"), "spec.selector"));
+    errors.extend(immutable_selector(old, new));
     errors.extend(immutable(spec(new).get("template"), spec(old).get("template"), "spec.template"));
     errors
 }
@@ -336,8 +368,12 @@ pub(super) fn cron_job(object: &Value) -> Vec<FieldError> {
     }
     let job = spec.pointer("/jobTemplate/spec").unwrap_or(&Value::Null);
     errors.extend(job_spec(job, "spec.jobTemplate.spec"));
-    if let Some(selector) = job.get("selector").filter(|s| !s.is_null()) {
-        errors.push(invalid("spec.jobTemplate.spec.selector", selector, "`selector` will be auto-generated"));
+    if let Some(selector) = given_selector(job) {
+        errors.push(invalid(
+            "spec.jobTemplate.spec.selector",
+            &shown(selector),
+            "`selector` will be auto-generated",
+        ));
     }
     if job.get("manualSelector").and_then(Value::as_bool) == Some(true) {
         errors.push(super::FieldError::not_supported(
