@@ -466,6 +466,10 @@ impl Handlers {
         self.admit_create(resource, namespace, &mut object).await?;
         strategy::prepare_for_create(resource, &mut object);
         let mut object = crate::validation::typed(resource, &object)?;
+        let causes = keel_api::validation::validate_create(resource, &object);
+        if !causes.is_empty() {
+            return Err(ApiError::invalid(resource.group, resource.kind, &name, causes));
+        }
         if dry_run {
             return Ok(Reply::Json(201, object));
         }

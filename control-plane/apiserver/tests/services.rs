@@ -55,7 +55,7 @@ async fn cluster_ips_and_node_ports() -> Result<()> {
         &server,
         &service(
             "np",
-            json!({"type": "NodePort", "ports": [{"port": 80}, {"port": 443, "nodePort": 30443}]}),
+            json!({"type": "NodePort", "ports": [{"name": "http", "port": 80}, {"name": "https", "port": 443, "nodePort": 30443}]}),
         ),
     )
     .await?;
