@@ -13,3 +13,4 @@ pub mod status;
 pub mod strategy;
 pub mod table;
 pub mod typed;
+pub mod validation;

@@ -486,6 +486,10 @@ impl Handlers {
         self.admit_create(resource, namespace, &mut object).await?;
         strategy::prepare_for_create(resource, &mut object);
         let mut object = crate::validation::typed(resource, &object)?;
+        let causes = keel_api::validation::validate_create(resource, &object);
+        if !causes.is_empty() {
+            return Err(ApiError::invalid(resource.group, resource.kind, &name, causes));
+        }
         let key = objects::key(resource, namespace, &name);
         let outcome = if crate::services::is_services(resource) {
             // A dry run too answers with what would be allocated.

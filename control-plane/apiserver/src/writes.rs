@@ -170,6 +170,13 @@ impl Handlers {
             carry_server_fields(&existing, &mut object, resource);
             // What is stored is what the type holds (the change may have come from a patch).
             let mut object = crate::validation::typed(resource, &object)?;
+            // Writes of the main resource only: subresources (status...) have rules of their own.
+            if request.subresource.is_none() {
+                let causes = keel_api::validation::validate_update(resource, &existing, &object);
+                if !causes.is_empty() {
+                    return Err(ApiError::invalid(resource.group, resource.kind, name, causes));
+                }
+            }
             let going = ready_to_go(resource, &object);
             let outcome = if !going && crate::services::is_services(resource) {
                 // Allocation answers even a dry run: it shows the values it would take.

@@ -60,7 +60,7 @@ async fn cluster_ips_and_node_ports() -> Result<()> {
         &server,
         &service(
             "np",
-            json!({"type": "NodePort", "ports": [{"port": 80}, {"port": 443, "nodePort": 30443}]}),
+            json!({"type": "NodePort", "ports": [{"name": "http", "port": 80}, {"name": "https", "port": 443, "nodePort": 30443}]}),
         ),
     )
     .await?;
@@ -202,7 +202,10 @@ async fn type_and_node_port_updates() -> Result<()> {
     let (server, store) = server_and_store().await?;
     let (status, web) = create(
         &server,
-        &service("web", json!({"ports": [{"port": 80}, {"name": "dns", "port": 53, "protocol": "UDP"}]})),
+        &service(
+            "web",
+            json!({"ports": [{"name": "http", "port": 80}, {"name": "dns", "port": 53, "protocol": "UDP"}]}),
+        ),
     )
     .await?;
     ensure!(status == 201, "{web}");
