@@ -205,7 +205,7 @@ impl Handlers {
         let key = objects::key(resource, request.namespace.as_deref(), name);
         let kv = self.store.get(&key).await.map_err(store_error)?;
         let kv = kv.ok_or_else(|| ApiError::not_found(resource.group, resource.plural, name))?;
-        Ok(Reply::Json(200, objects::from_storage(&kv.value, kv.mod_revision)?))
+        Ok(Reply::Json(200, objects::served(resource, &kv.value, kv.mod_revision)?))
     }
 
     /// What a list asks for, checked as upstream's ValidateListOptions does.
@@ -500,7 +500,7 @@ impl Handlers {
         } else if dry_run {
             return Ok(Reply::Json(201, object));
         } else {
-            let stored = objects::for_storage(&object)?;
+            let stored = objects::stored(resource, &object)?;
             self.store.create(&key, stored.into(), 0).await.map_err(store_error)?
         };
         match outcome {
@@ -842,15 +842,7 @@ fn list_reply(
         if i > 0 {
             body.push(b',');
         }
-        match objects::served_bytes(&entry.value, entry.revision) {
-            Some(bytes) => body.extend_from_slice(&bytes),
-            // Not of the shape splicing expects: parse it.
-            None => {
-                let object = objects::from_storage(&entry.value, entry.revision)?;
-                serde_json::to_writer(&mut body, &object)
-                    .map_err(|e| ApiError::Internal(format!("encoding a list: {e}")))?;
-            }
-        }
+        body.extend_from_slice(&objects::served_json(resource, &entry.value, entry.revision)?);
     }
     body.extend_from_slice(b"]}");
     Ok(Reply::Raw(200, Bytes::from(body)))

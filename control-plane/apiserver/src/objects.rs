@@ -214,6 +214,32 @@ pub fn from_storage(bytes: &[u8], revision: i64) -> Result<Value, ApiError> {
     Ok(object)
 }
 
+/// A stored object as `resource` serves it: its resourceVersion set and, for a resource stored in
+/// another API version's form (events.k8s.io Events), converted ([`keel_api::convert`]).
+pub fn served(resource: &Resource, bytes: &[u8], revision: i64) -> Result<Value, ApiError> {
+    Ok(keel_api::convert::from_storage(resource, from_storage(bytes, revision)?))
+}
+
+/// What is stored of an object written through `resource` ([`for_storage`] of its stored form).
+pub fn stored(resource: &Resource, object: &Value) -> Result<Vec<u8>, ApiError> {
+    if keel_api::convert::converts(resource) {
+        return for_storage(&keel_api::convert::to_storage(resource, object.clone()));
+    }
+    for_storage(object)
+}
+
+/// [`served`] as bytes: spliced without parsing ([`served_bytes`]) where the stored form is the
+/// served one, parsed and converted otherwise.
+pub fn served_json(resource: &Resource, bytes: &[u8], revision: i64) -> Result<Vec<u8>, ApiError> {
+    if !keel_api::convert::converts(resource)
+        && let Some(spliced) = served_bytes(bytes, revision)
+    {
+        return Ok(spliced);
+    }
+    serde_json::to_vec(&served(resource, bytes, revision)?)
+        .map_err(|e| ApiError::Internal(format!("encoding an object: {e}")))
+}
+
 /// A stored object as served, without parsing it: `metadata.resourceVersion` spliced into the
 /// bytes, which [`for_storage`] begins with `{"metadata":{`; `None` for bytes not of that shape
 /// (the caller then parses).

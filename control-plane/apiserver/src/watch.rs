@@ -90,9 +90,9 @@ impl Watcher {
         let old = change.old.as_ref().filter(|old| self.wants(old));
         let new = change.new.as_ref().filter(|new| self.wants(new));
         match (old, new) {
-            (Some(_), Some(new)) => Some(event_line("MODIFIED", new, change.revision)),
-            (None, Some(new)) => Some(event_line("ADDED", new, change.revision)),
-            (Some(old), None) => Some(event_line("DELETED", old, change.revision)),
+            (Some(_), Some(new)) => Some(event_line(self.resource, "MODIFIED", new, change.revision)),
+            (None, Some(new)) => Some(event_line(self.resource, "ADDED", new, change.revision)),
+            (Some(old), None) => Some(event_line(self.resource, "DELETED", old, change.revision)),
             (None, None) => None,
         }
     }
@@ -132,7 +132,7 @@ impl Watcher {
             .initial
             .iter()
             .filter(|entry| self.wants(entry))
-            .map(|entry| event_line("ADDED", entry, entry.revision))
+            .map(|entry| event_line(self.resource, "ADDED", entry, entry.revision))
             .collect();
         if let Some(revision) = start.initial_end
             && self.bookmarks
@@ -243,14 +243,11 @@ async fn next_fed(feed: &mut Feed) -> Fed {
     }
 }
 
-/// `{"type":KIND,"object":OBJECT}` and a newline, the object as stored with `revision` spliced in.
-fn event_line(kind: &str, entry: &Entry, revision: Revision) -> Bytes {
-    let Some(object) = objects::served_bytes(&entry.value, revision) else {
-        // Not of the shape splicing expects: parse it.
-        return match objects::from_storage(&entry.value, revision) {
-            Ok(object) => line(kind, object),
-            Err(error) => line("ERROR", error.to_json()),
-        };
+/// `{"type":KIND,"object":OBJECT}` and a newline, the object as `resource` serves it at `revision`.
+fn event_line(resource: &Resource, kind: &str, entry: &Entry, revision: Revision) -> Bytes {
+    let object = match objects::served_json(resource, &entry.value, revision) {
+        Ok(object) => object,
+        Err(error) => return line("ERROR", error.to_json()),
     };
     let mut line = Vec::with_capacity(object.len() + 32);
     line.extend_from_slice(b"{\"type\":\"");

@@ -153,7 +153,7 @@ impl Handlers {
             let current = self.store.get(&key).await.map_err(store_error)?;
             let current =
                 current.ok_or_else(|| ApiError::not_found(resource.group, resource.plural, name))?;
-            let existing = objects::from_storage(&current.value, current.mod_revision)?;
+            let existing = objects::served(resource, &current.value, current.mod_revision)?;
             let (mut object, precondition) = change(&existing)?;
             if objects::name(&object) != name {
                 return Err(ApiError::BadRequest(format!(
@@ -190,7 +190,7 @@ impl Handlers {
                     }
                 }
             } else {
-                let stored = objects::for_storage(&object)?;
+                let stored = objects::stored(resource, &object)?;
                 // A dry run writes nothing, nor does an update that changes nothing (no new
                 // revision, no event: upstream's GuaranteedUpdate).
                 if dry_run || (!going && stored == current.value.as_ref()) {
@@ -293,7 +293,7 @@ impl Handlers {
                 let current = self.store.get(&key).await.map_err(store_error)?;
                 let current =
                     current.ok_or_else(|| ApiError::not_found(resource.group, resource.plural, name))?;
-                let object = objects::from_storage(&current.value, current.mod_revision)?;
+                let object = objects::served(resource, &current.value, current.mod_revision)?;
                 Ok(Reply::Json(
                     200,
                     if sub == "scale" { strategy::scale_of(resource, &object) } else { object },
@@ -418,7 +418,7 @@ impl Handlers {
             let current = self.store.get(&key).await.map_err(store_error)?;
             let current =
                 current.ok_or_else(|| ApiError::not_found(resource.group, resource.plural, name))?;
-            let mut object = objects::from_storage(&current.value, current.mod_revision)?;
+            let mut object = objects::served(resource, &current.value, current.mod_revision)?;
             check_preconditions(resource, name, &object, options)?;
             let mut held = finalizers(&object);
             match options.propagation_policy.as_deref() {
@@ -459,7 +459,7 @@ impl Handlers {
                 } else if options.dry_run {
                     return Ok(Reply::Json(200, object));
                 } else {
-                    let stored = objects::for_storage(&object)?;
+                    let stored = objects::stored(resource, &object)?;
                     match self
                         .store
                         .update(&key, stored.into(), current.mod_revision, 0)
