@@ -24,6 +24,7 @@ pub fn apply(resource: &Resource, object: &mut Value) {
             }
         }
         ("", "services") => service(object),
+        ("", "secrets") => secret(object),
         ("apps", "deployments" | "replicasets" | "statefulsets" | "daemonsets") | ("batch", "jobs") => {
             if let Some(spec) = object.pointer_mut("/spec/template/spec") {
                 pod_spec(spec);
@@ -59,6 +60,26 @@ pub fn apply(resource: &Resource, object: &mut Value) {
         }
         _ => {}
     }
+}
+
+/// A Secret's `stringData` merged into `data` (base64), over what `data` holds for the same keys,
+/// and dropped: it is write-only. Upstream does this in the v1 → internal conversion, so on every
+/// write; `type` defaults to Opaque.
+fn secret(object: &mut Value) {
+    use base64::Engine as _;
+    let Some(map) = object.as_object_mut() else { return };
+    if let Some(Value::Object(strings)) = map.remove("stringData") {
+        let data = map.entry("data").or_insert_with(|| json!({}));
+        if !data.is_object() {
+            *data = json!({});
+        }
+        for (key, value) in strings {
+            if let (Some(text), Some(data)) = (value.as_str(), data.as_object_mut()) {
+                data.insert(key, base64::engine::general_purpose::STANDARD.encode(text).into());
+            }
+        }
+    }
+    or_insert(map, "type", json!("Opaque"));
 }
 
 /// SetDefaults_PodSpec and SetDefaults_Container.
@@ -123,6 +144,22 @@ fn service(object: &mut Value) {
 mod tests {
     use super::*;
     use crate::resources::find;
+
+    #[test]
+    fn secrets_take_string_data_into_data() {
+        let secrets = find("", "v1", "secrets").unwrap();
+        let mut secret =
+            json!({"data": {"a": "b2xk", "keep": "eA=="}, "stringData": {"a": "new", "b": "two"}});
+        apply(secrets, &mut secret);
+        assert_eq!(
+            secret,
+            json!({"data": {"a": "bmV3", "keep": "eA==", "b": "dHdv"}, "type": "Opaque"}),
+            "stringData wins over data for a key, and is not kept"
+        );
+        let mut typed = json!({"type": "kubernetes.io/tls", "stringData": {"tls.crt": "c"}});
+        apply(secrets, &mut typed);
+        assert_eq!(typed, json!({"type": "kubernetes.io/tls", "data": {"tls.crt": "Yw=="}}));
+    }
 
     #[test]
     fn pods() {

@@ -553,12 +553,13 @@ impl Handlers {
     }
 }
 
-/// What an update of a resource prepares and may not change: a Service is defaulted (its
-/// type-dependent defaults follow a type change), keeps what was allocated for it and drops what its
-/// new type does not use, and keeps its ClusterIP.
+/// What an update of a resource prepares and may not change: the new object is defaulted, as
+/// upstream defaults every body it decodes (a Service's type-dependent defaults then follow a type
+/// change); a Service keeps what was allocated for it, drops what its new type does not use, and
+/// keeps its ClusterIP.
 fn check_update(resource: &Resource, old: &Value, new: &mut Value) -> Result<(), ApiError> {
+    keel_api::defaults::apply(resource, new);
     if crate::services::is_services(resource) {
-        keel_api::defaults::apply(resource, new);
         crate::services::prepare_for_update(old, new);
         crate::services::check_update(old, new)?;
     }
