@@ -1,12 +1,9 @@
-//! keel-apiserver: the Kubernetes REST API over a keel-store. One handler per verb
-//! ([`handlers`]), requests read as upstream's RequestInfoFactory does ([`request`]), objects as
-//! JSON ([`objects`]); discovery, version and health from keel-api.
-//!
-//! Served so far: HTTPS (certificates from [`pki`]) with client-certificate and token
-//! authentication ([`auth`]); JSON bodies; get, list (limit/continue, resourceVersion, label and
-//! field selectors), watch, create, update, patch (JSON and merge) and delete for every declared
-//! resource. Table, YAML, validation per kind, the watch cache and admission come with the rest of
-//! issue 4.
+//! keel-apiserver: the Kubernetes REST API over a keel-store. Requests are read as upstream's
+//! RequestInfoFactory does ([`request`]), authenticated ([`auth`], certificates from [`pki`]),
+//! limited (in-flight and timeouts, [`Limits`]) and negotiated ([`negotiate`]: JSON, YAML, Table);
+//! reads are served from the watch cache ([`cache`], [`watch`]) or the store ([`handlers`]); writes
+//! are defaulted, admitted ([`admission`]), typed and validated ([`validation`], keel-api's
+//! validation) and stored ([`objects`], [`writes`], [`services`] allocation, [`eviction`]).
 
 pub mod admission;
 pub mod auth;
