@@ -4,8 +4,9 @@
 //! (kubernetes pkg/apis/events/v1/conversion.go): regarding ↔ involvedObject, note ↔ message,
 //! reportingController ↔ reportingComponent, deprecatedSource ↔ source, deprecatedFirstTimestamp ↔
 //! firstTimestamp, deprecatedLastTimestamp ↔ lastTimestamp, deprecatedCount ↔ count; the other
-//! fields have the same names in both. Field selectors read the stored form, so events.k8s.io's are
-//! core's (`involvedObject.name`, not `regarding.name`), as upstream's field label conversion has it.
+//! fields have the same names in both. events.k8s.io's field selectors name its own fields
+//! (`regarding.name`, `reportingController`), read from the stored core Event, as upstream's field
+//! label conversion maps them.
 
 use serde_json::{Map, Value};
 

@@ -11,8 +11,18 @@ fn object_mut(value: &mut Value) -> Option<&mut Map<String, Value>> {
 }
 
 /// Sets `key` to `default` in `map` when it is missing.
+/// Sets `key` unless it holds something: missing, null and `""` are unset, as Go's zero values are
+/// to upstream's defaulting functions (`if spec.RestartPolicy == "" { ... }`) — client-go sends
+/// empty strings for fields a program left out.
 fn or_insert(map: &mut Map<String, Value>, key: &str, default: Value) {
-    map.entry(key.to_owned()).or_insert(default);
+    let unset = match map.get(key) {
+        None | Some(Value::Null) => true,
+        Some(Value::String(s)) => s.is_empty(),
+        Some(_) => false,
+    };
+    if unset {
+        map.insert(key.to_owned(), default);
+    }
 }
 
 /// Defaults for a created or updated object of `resource`.
@@ -133,6 +143,10 @@ fn service(object: &mut Value) {
     if let Some(ports) = spec.get_mut("ports").and_then(Value::as_array_mut) {
         for port in ports.iter_mut().filter_map(Value::as_object_mut) {
             or_insert(port, "protocol", json!("TCP"));
+            // A targetPort of 0 is unset too (client-go's IntOrString always serializes).
+            if port.get("targetPort").and_then(Value::as_i64) == Some(0) {
+                port.remove("targetPort");
+            }
             if let Some(number) = port.get("port").cloned() {
                 or_insert(port, "targetPort", number);
             }
@@ -144,6 +158,30 @@ fn service(object: &mut Value) {
 mod tests {
     use super::*;
     use crate::resources::find;
+
+    #[test]
+    fn zero_values_are_unset() {
+        let services = find("", "v1", "services").unwrap();
+        let mut service = json!({"spec": {"type": "", "sessionAffinity": null, "ports": [
+            {"port": 80, "targetPort": 0, "protocol": ""}, {"port": 81, "targetPort": ""}, {"port": 82, "targetPort": "http"}
+        ]}});
+        apply(services, &mut service);
+        assert_eq!(
+            (&service["spec"]["type"], &service["spec"]["sessionAffinity"]),
+            (&json!("ClusterIP"), &json!("None"))
+        );
+        let targets: Vec<&Value> =
+            service["spec"]["ports"].as_array().unwrap().iter().map(|p| &p["targetPort"]).collect();
+        assert_eq!(targets, [&json!(80), &json!(81), &json!("http")]);
+        assert_eq!(service["spec"]["ports"][0]["protocol"], "TCP");
+        let pods = find("", "v1", "pods").unwrap();
+        let mut pod = json!({"spec": {"restartPolicy": "", "containers": [{"name": "c", "image": "b:1", "imagePullPolicy": ""}]}});
+        apply(pods, &mut pod);
+        assert_eq!(
+            (&pod["spec"]["restartPolicy"], &pod["spec"]["containers"][0]["imagePullPolicy"]),
+            (&json!("Always"), &json!("IfNotPresent"))
+        );
+    }
 
     #[test]
     fn secrets_take_string_data_into_data() {

@@ -91,7 +91,23 @@ impl Resource {
                 "status.nominatedNodeName",
             ],
             ("", "secrets") => &["type"],
-            ("", "events") | ("events.k8s.io", "events") => &[
+            // upstream's field label conversion of events.k8s.io/v1 (its names, read from the
+            // stored core Event: regarding.* is involvedObject.*, reportingController is
+            // reportingComponent).
+            ("events.k8s.io", "events") => &[
+                "regarding.kind",
+                "regarding.namespace",
+                "regarding.name",
+                "regarding.uid",
+                "regarding.apiVersion",
+                "regarding.resourceVersion",
+                "regarding.fieldPath",
+                "reason",
+                "reportingController",
+                "source",
+                "type",
+            ],
+            ("", "events") => &[
                 "involvedObject.kind",
                 "involvedObject.namespace",
                 "involvedObject.name",

@@ -98,8 +98,12 @@ fn field_value(object: &Value, field: &str) -> String {
     let path = match field {
         "status.successful" => "status.succeeded",
         "source" => "source.component",
+        // events.k8s.io's names for the stored core Event's fields.
+        "reportingController" => "reportingComponent",
         other => other,
     };
+    let regarding = path.strip_prefix("regarding.").map(|rest| format!("involvedObject.{rest}"));
+    let path = regarding.as_deref().unwrap_or(path);
     let pointer = format!("/{}", path.replace('.', "/"));
     match object.pointer(&pointer) {
         Some(Value::String(s)) => s.clone(),

@@ -75,8 +75,8 @@ impl Query {
                 }
                 "continue" => parsed.continue_token = Some(value).filter(|v| !v.is_empty()),
                 "labelSelector" => parsed.label_selector = Some(value),
-                "sendInitialEvents" => parsed.send_initial_events = Some(value == "true"),
-                "allowWatchBookmarks" => parsed.allow_watch_bookmarks = value == "true",
+                "sendInitialEvents" => parsed.send_initial_events = Some(crate::request::query_bool(&value)),
+                "allowWatchBookmarks" => parsed.allow_watch_bookmarks = crate::request::query_bool(&value),
                 "resourceVersionMatch" => {
                     parsed.resource_version_match = Some(value).filter(|v| !v.is_empty());
                 }

@@ -192,8 +192,10 @@ impl ApiServer {
         }
         let query = parts.uri.query().map(str::to_owned);
         // Upstream's max-in-flight filter: long-running requests (watches) are not counted.
-        let long_running = path.contains("/watch/")
-            || query_param(query.as_deref(), "watch").is_some_and(|w| w == "true" || w == "1");
+        let long_running = matches!(
+            request::parse(&parts.method, &path, query.as_deref()),
+            Ok(Target::Resource(ref r)) if r.verb == Verb::Watch
+        );
         let limit = if matches!(parts.method, http::Method::GET | http::Method::HEAD | http::Method::OPTIONS)
         {
             &self.reads

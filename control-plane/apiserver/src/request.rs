@@ -48,10 +48,16 @@ pub enum Target {
 }
 
 fn is_watch(query: Option<&str>) -> bool {
-    query
-        .into_iter()
-        .flat_map(|q| q.split('&'))
-        .any(|pair| matches!(pair, "watch=true" | "watch=1" | "watch"))
+    query.into_iter().flat_map(|q| q.split('&')).any(|pair| match pair.split_once('=') {
+        Some(("watch", value)) => query_bool(value),
+        _ => pair == "watch",
+    })
+}
+
+/// A boolean query parameter as apimachinery converts it: false only for `0`, `f`, `false`, `n` and
+/// `no` (any case), true for anything else, an empty value included.
+pub fn query_bool(value: &str) -> bool {
+    !(value == "0" || ["f", "false", "n", "no"].iter().any(|no| value.eq_ignore_ascii_case(no)))
 }
 
 /// Reads the target of `method path?query`; unknown paths and resources are NotFound as upstream

@@ -51,8 +51,8 @@ async fn one_event_two_apis() -> Result<()> {
     ensure!(core["message"] == written["note"] && core["reportingComponent"] == "keel.dev/kubelet", "{core}");
     ensure!(core.get("regarding").is_none() && core.get("note").is_none(), "{core}");
 
-    // A core write is read back through events.k8s.io in its names; both lists select on the
-    // stored (core) field names, as upstream's field label conversion has it.
+    // A core write is read back through events.k8s.io in its names; each API selects by its own
+    // field names (upstream's field label conversion), and not by the other's.
     let core_written = json!({
         "metadata": {"name": "started"}, "involvedObject": {"kind": "Pod", "name": "web", "namespace": "default"},
         "reason": "Started", "message": "Started container c", "type": "Normal", "source": {"component": "kubelet"},
@@ -70,14 +70,12 @@ async fn one_event_two_apis() -> Result<()> {
             && started["deprecatedCount"] == 1,
         "{started}"
     );
-    for path in [CORE, EVENTS] {
-        let (status, list) = call(
-            &server,
-            "GET",
-            &format!("{path}?fieldSelector=involvedObject.name%3Dweb,reason%3DPulled"),
-            &Value::Null,
-        )
-        .await?;
+    for (path, selector) in [
+        (CORE, "involvedObject.name%3Dweb,reason%3DPulled"),
+        (EVENTS, "regarding.name%3Dweb,reason%3DPulled,reportingController%3Dkeel.dev/kubelet"),
+    ] {
+        let (status, list) =
+            call(&server, "GET", &format!("{path}?fieldSelector={selector}"), &Value::Null).await?;
         let items = list["items"].as_array().cloned().unwrap_or_default();
         ensure!(status == 200 && items.len() == 1, "{path}: {list}");
         let named =
@@ -85,6 +83,9 @@ async fn one_event_two_apis() -> Result<()> {
         ensure!(named == "web", "{path}: {list}");
     }
 
+    let path = format!("{EVENTS}?fieldSelector=involvedObject.name%3Dweb");
+    let (status, _) = call(&server, "GET", &path, &Value::Null).await?;
+    ensure!(status == 400, "events.k8s.io has no involvedObject field label: {status}");
     // Updates through events.k8s.io keep the stored form.
     let mut patched = created.clone();
     patched["note"] = json!("pulled again");

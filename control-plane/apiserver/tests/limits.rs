@@ -26,6 +26,7 @@ async fn start(configure: impl FnOnce(&mut keel_apiserver::Config)) -> Result<Se
 /// A create whose headers are sent and whose body is not yet: the server holds it in flight.
 fn slow_create(
     server: &Server,
+    query: &str,
 ) -> Result<rustls::StreamOwned<rustls::ClientConnection, std::net::TcpStream>> {
     let mut tls = common::tls_stream(
         server.address,
@@ -34,7 +35,7 @@ fn slow_create(
     )?;
     write!(
         tls,
-        "POST {CMS} HTTP/1.1\r\nHost: {}\r\nConnection: close\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n",
+        "POST {CMS}{query} HTTP/1.1\r\nHost: {}\r\nConnection: close\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n",
         server.address,
         BODY.len()
     )?;
@@ -61,7 +62,7 @@ async fn writes_beyond_the_limit_are_told_to_retry() -> Result<()> {
     // probe's own may hold it first: the slow one is then refused, and tried again.)
     let mut refused = None;
     for _ in 0..50 {
-        let slow = tokio::task::block_in_place(|| slow_create(&server))?;
+        let slow = tokio::task::block_in_place(|| slow_create(&server, ""))?;
         tokio::time::sleep(Duration::from_millis(100)).await;
         let other = br#"{"metadata":{"name":"other"}}"#;
         let (status, head, body) =
@@ -101,15 +102,18 @@ async fn writes_beyond_the_limit_are_told_to_retry() -> Result<()> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_request_past_its_timeout_is_a_504() -> Result<()> {
     let server = start(|config| config.limits.request_timeout = Duration::from_millis(500)).await?;
-    let slow = tokio::task::block_in_place(|| slow_create(&server))?;
-    tokio::time::sleep(Duration::from_secs(1)).await;
-    let answer = tokio::task::block_in_place(|| finish(slow))?;
-    ensure!(answer.starts_with("HTTP/1.1 504"), "{answer}");
-    ensure!(
-        answer.contains(r#""reason":"Timeout""#)
-            && answer.contains("request did not complete within requested timeout"),
-        "{answer}"
-    );
+    // A write is no watch, whatever its query says.
+    for query in ["", "?watch=true"] {
+        let slow = tokio::task::block_in_place(|| slow_create(&server, query))?;
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        let answer = tokio::task::block_in_place(|| finish(slow))?;
+        ensure!(answer.starts_with("HTTP/1.1 504"), "{query}: {answer}");
+        ensure!(
+            answer.contains(r#""reason":"Timeout""#)
+                && answer.contains("request did not complete within requested timeout"),
+            "{answer}"
+        );
+    }
     // Nothing was created, and a watch outlives the timeout: it still sees a change made after it.
     ensure!(server.request("GET", &format!("{CMS}/slow"), &[], b"").await?.0 == 404);
     let watch = {

@@ -14,8 +14,9 @@ enum Format {
     DecimalExponent,
 }
 
-/// A quantity: `mantissa × 10^exponent`, exact to the nano.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// A quantity: `mantissa × 10^exponent`, exact to the nano. Equal when their values are (`1` and
+/// `1000m` are), as upstream's `Cmp`; the format only says how it was written.
+#[derive(Debug, Clone, Copy)]
 pub struct Quantity {
     mantissa: i128,
     exponent: i32,
@@ -145,6 +146,14 @@ impl Quantity {
     }
 }
 
+impl PartialEq for Quantity {
+    fn eq(&self, other: &Quantity) -> bool {
+        self.cmp(other) == Ordering::Equal
+    }
+}
+
+impl Eq for Quantity {}
+
 impl PartialOrd for Quantity {
     fn partial_cmp(&self, other: &Quantity) -> Option<Ordering> {
         Some(self.cmp(other))
@@ -211,5 +220,8 @@ mod tests {
         assert_eq!(q("1000m").cmp(&q("1")), Ordering::Equal);
         assert!(q("-1").is_negative());
         assert!(q("2") > q("1999m"));
+        assert_eq!(q("1000m"), q("1"), "equal values are equal whatever their form");
+        assert_eq!(q("2Mi"), q("2097152"));
+        assert_ne!(q("1k"), q("1Ki"));
     }
 }

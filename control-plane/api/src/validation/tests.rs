@@ -555,14 +555,14 @@ fn services() {
         create(
             "services",
             &svc(
-                json!({"ports": [{"port": 80, "name": "a", "targetPort": "http--x"}, {"port": 80, "name": "a", "targetPort": 0, "protocol": "ICMP"}]})
+                json!({"ports": [{"port": 80, "name": "a", "targetPort": "http--x"}, {"port": 80, "name": "a", "targetPort": 70000, "protocol": "ICMP"}]})
             )
         ),
         [
             "spec.ports[0].targetPort: Invalid value: \"http--x\": must not contain consecutive hyphens",
             "spec.ports[1].name: Duplicate value: \"a\"",
             "spec.ports[1].protocol: Unsupported value: \"ICMP\": supported values: \"SCTP\", \"TCP\", \"UDP\"",
-            "spec.ports[1].targetPort: Invalid value: 0: must be between 1 and 65535, inclusive",
+            "spec.ports[1].targetPort: Invalid value: 70000: must be between 1 and 65535, inclusive",
         ]
     );
     assert_eq!(
