@@ -491,6 +491,10 @@ impl Handlers {
             return Err(ApiError::invalid(resource.group, resource.kind, &name, causes));
         }
         let key = objects::key(resource, namespace, &name);
+        // A dry run answers what the create would: AlreadyExists too.
+        if dry_run && self.store.get(&key).await.map_err(store_error)?.is_some() {
+            return Err(ApiError::already_exists(resource.group, resource.plural, &name));
+        }
         let outcome = if crate::services::is_services(resource) {
             // A dry run too answers with what would be allocated.
             match self.write_service(&key, None, &mut object, dry_run).await? {
@@ -682,6 +686,23 @@ impl Handlers {
         }
     }
 
+    /// Every active namespace's `default` ServiceAccount — the serviceaccount controller's work,
+    /// done at start until keel-controller-manager runs it, so a namespace whose create was cut
+    /// short before its account was made gets it.
+    pub async fn ensure_default_service_accounts(&self) -> Result<(), ApiError> {
+        let namespaces = resources::find("", "v1", "namespaces")
+            .ok_or_else(|| ApiError::Internal("no namespaces".into()))?;
+        let listed =
+            self.store.range(RangeRequest::prefix(namespaces.key_prefix())).await.map_err(store_error)?;
+        for kv in listed.kvs {
+            let namespace = objects::from_storage(&kv.value, kv.mod_revision)?;
+            if namespace.pointer("/metadata/deletionTimestamp").is_none() {
+                self.ensure_default_service_account(objects::name(&namespace)).await?;
+            }
+        }
+        Ok(())
+    }
+
     /// The `kubernetes` Service and its Endpoints, naming this apiserver at `address`.
     pub async fn ensure_kubernetes_service(&self, address: std::net::SocketAddr) -> Result<(), ApiError> {
         let lookup = |plural| {
@@ -699,6 +720,11 @@ impl Handlers {
         for (plural, object) in [("services", service), ("endpoints", endpoints.clone())] {
             match self.create(&request(lookup(plural)?), object, false).await {
                 Ok(_) | Err(ApiError::AlreadyExists { .. }) => {}
+                // The address was taken meanwhile (the Service deleted, another created at its
+                // address): upstream's reconciler reports it and keeps serving; so does this.
+                Err(error @ ApiError::Invalid { .. }) => {
+                    tracing::error!(%error, "the kubernetes Service could not be created");
+                }
                 Err(error) => return Err(error),
             }
         }

@@ -128,6 +128,7 @@ impl ApiServer {
             request_timeout: config.limits.request_timeout,
         });
         server.handlers.ensure_system_namespaces().await?;
+        server.handlers.ensure_default_service_accounts().await?;
         server.handlers.ensure_kubernetes_service(config.address).await?;
         Ok(server)
     }

@@ -187,8 +187,20 @@ fn protocol(port: &Value) -> &str {
     port.get("protocol").and_then(Value::as_str).unwrap_or("TCP")
 }
 
+/// The health-check node port a Service asks for or holds.
+fn health_check_node_port(service: &Value) -> Option<i64> {
+    spec(service, "healthCheckNodePort").and_then(Value::as_i64).filter(|p| *p != 0)
+}
+
+/// Every node port a Service holds: its ports' and its health check's.
 fn node_ports(service: &Value) -> BTreeSet<i64> {
-    ports(service).iter().filter_map(node_port).collect()
+    ports(service).iter().filter_map(node_port).chain(health_check_node_port(service)).collect()
+}
+
+/// upstream's needsHCNodePort: a LoadBalancer keeping client addresses (`externalTrafficPolicy:
+/// Local`) gets a node port its load balancer checks the node's endpoints on.
+fn needs_health_check(service: &Value) -> bool {
+    service_type(service) == "LoadBalancer" && spec_str(service, "externalTrafficPolicy") == "Local"
 }
 
 fn service_type(service: &Value) -> &str {
@@ -283,6 +295,13 @@ fn patch_allocated_values(old: &Value, new: &mut Value) {
             }
         }
     }
+    if needs_health_check(old)
+        && needs_health_check(new)
+        && health_check_node_port(new).is_none()
+        && let Some(port) = health_check_node_port(old)
+    {
+        set_spec(new, "healthCheckNodePort", port.into());
+    }
     if needs_node_ports(old) && needs_node_ports(new) {
         let used: BTreeSet<i64> = node_ports(old).intersection(&node_ports(new)).copied().collect();
         let allocated: Vec<(i64, String, i64)> = ports(old)
@@ -326,6 +345,9 @@ fn drop_type_dependent_fields(old: &Value, new: &mut Value) {
         for port in ports_mut(new) {
             port.remove("nodePort");
         }
+    }
+    if needs_health_check(old) && !needs_health_check(new) && same(old, new, "healthCheckNodePort") {
+        remove_spec(new, "healthCheckNodePort");
     }
     if service_type(old) == "LoadBalancer" && service_type(new) != "LoadBalancer" {
         for field in ["allocateLoadBalancerNodePorts", "loadBalancerClass"] {
@@ -384,6 +406,13 @@ fn type_errors(service: &Value) -> Vec<FieldError> {
                 ));
             }
         }
+    }
+    if !needs_health_check(service) && health_check_node_port(service).is_some() {
+        causes.push(FieldError::invalid(
+            "spec.healthCheckNodePort",
+            &json!(health_check_node_port(service)),
+            "may only be set when `type` is 'LoadBalancer' and `externalTrafficPolicy` is 'Local'",
+        ));
     }
     if needs_node_ports(service) && headless(service) {
         causes.push(FieldError::invalid(
@@ -573,6 +602,46 @@ fn allocate_node_ports(
             port.insert("nodePort".into(), number.into());
         }
         used.push((number, protocol));
+    }
+    if needs_health_check(service) {
+        // One more node port, of no protocol: shared with none of the ports'.
+        let field = "spec.healthCheckNodePort";
+        let number = match health_check_node_port(service) {
+            Some(number) if old_ports.contains(&number) && !used.iter().any(|(n, _)| *n == number) => number,
+            Some(number) => {
+                let refuse =
+                    |detail: &str| invalid(service, vec![FieldError::invalid(field, &json!(number), detail)]);
+                let (low, high) = ranges.node_ports;
+                if number < i64::from(low) || number > i64::from(high) {
+                    return Err(refuse(&format!(
+                        "provided port is not in the valid range. The range of valid ports is {low}-{high}"
+                    )));
+                }
+                if used.iter().any(|(n, _)| *n == number) || taken(&node_port_key(number)) {
+                    return Err(refuse("provided port is already allocated"));
+                }
+                holds.take.push(node_port_key(number));
+                number
+            }
+            None => {
+                let number = next
+                    .by_ref()
+                    .map(i64::from)
+                    .find(|n| {
+                        !asked.contains(n)
+                            && !old_ports.contains(n)
+                            && !used.iter().any(|(u, _)| u == n)
+                            && !taken(&node_port_key(*n))
+                    })
+                    .ok_or_else(|| {
+                        ApiError::Internal("failed to allocate a nodePort: range is full".into())
+                    })?;
+                holds.take.push(node_port_key(number));
+                number
+            }
+        };
+        set_spec(service, "healthCheckNodePort", number.into());
+        used.push((number, String::new()));
     }
     for number in old_ports {
         if !used.iter().any(|(n, _)| n == number) {

@@ -94,3 +94,20 @@ async fn namespaces_get_a_service_account_and_claims_a_storage_class() -> Result
     ensure!(status == 201 && claim["spec"]["storageClassName"] == "standard", "{claim}");
     Ok(())
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_namespace_without_its_account_gets_it_at_start() -> Result<()> {
+    // A namespace whose create stopped before its account was made (a timeout, a crash).
+    let dir = tempfile::tempdir()?;
+    let store: std::sync::Arc<dyn keel_store::Store> =
+        std::sync::Arc::new(keel_store::embedded::EmbeddedStore::open(keel_store::embedded::Options::new(
+            dir.path().join("data"),
+        ))?);
+    let namespace = r#"{"metadata":{"name":"orphan","uid":"u1"},"apiVersion":"v1","kind":"Namespace","spec":{"finalizers":["kubernetes"]},"status":{"phase":"Active"}}"#;
+    store.put("/registry/namespaces/orphan", namespace.into()).await?;
+    let server = Server::start_on(store, dir).await?;
+    let (status, _, body) =
+        server.request("GET", "/api/v1/namespaces/orphan/serviceaccounts/default", &[], b"").await?;
+    ensure!(status == 200, "{status} {body}");
+    Ok(())
+}

@@ -390,3 +390,69 @@ async fn a_full_node_port_range() -> Result<()> {
     );
     Ok(())
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn health_check_node_ports() -> Result<()> {
+    let (server, store) = server_and_store().await?;
+    // A LoadBalancer keeping client addresses gets a health-check node port, held like the others.
+    let spec = json!({"type": "LoadBalancer", "externalTrafficPolicy": "Local", "ports": [{"port": 80}]});
+    let (status, lb) = create(&server, &service("lb", spec)).await?;
+    ensure!(status == 201, "{lb}");
+    let check = lb["spec"]["healthCheckNodePort"].as_i64().unwrap_or_default();
+    ensure!(check != 0 && Some(check) != lb["spec"]["ports"][0]["nodePort"].as_i64(), "{lb}");
+    let mut expected = node_port_keys(&lb);
+    expected.insert(format!("/registry/servicenodeports/{check}"));
+    expected.insert(ip_key(&lb));
+    ensure!(held_by(&store, &lb["metadata"]["uid"]).await? == expected, "{lb}");
+    // Nobody else gets it.
+    let spec = json!({"type": "NodePort", "ports": [{"port": 80, "nodePort": check}]});
+    let (status, taken) = create(&server, &service("other", spec)).await?;
+    ensure!(
+        status == 422 && taken["message"].as_str().is_some_and(|m| m.contains("already allocated")),
+        "{taken}"
+    );
+    // Kept across an update that leaves it out; given back when no longer needed.
+    let (status, kept) =
+        patch(&server, "lb", "merge", &json!({"spec": {"ports": [{"port": 80, "protocol": "TCP"}]}})).await?;
+    ensure!(status == 200 && kept["spec"]["healthCheckNodePort"] == check, "{kept}");
+    let (status, cluster) =
+        patch(&server, "lb", "merge", &json!({"spec": {"externalTrafficPolicy": "Cluster"}})).await?;
+    ensure!(status == 200 && cluster["spec"].get("healthCheckNodePort").is_none(), "{cluster}");
+    ensure!(!holds(&store).await?.contains_key(&format!("/registry/servicenodeports/{check}")));
+    // Only where it applies.
+    let spec = json!({"type": "NodePort", "healthCheckNodePort": 31999, "ports": [{"port": 80}]});
+    let (status, refused) = create(&server, &service("nope", spec)).await?;
+    ensure!(
+        status == 422 && refused["details"]["causes"][0]["field"] == "spec.healthCheckNodePort",
+        "{refused}"
+    );
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_kubernetes_address_taken_and_dry_run_conflicts() -> Result<()> {
+    let (server, store) = server_and_store().await?;
+    // A dry-run create answers as the create would: the name exists.
+    let (status, _, body) = server
+        .request(
+            "POST",
+            &format!("{SERVICES}?dryRun=All"),
+            &JSON,
+            service("kubernetes", json!({"ports": [{"port": 1}]})).to_string().as_bytes(),
+        )
+        .await?;
+    ensure!(status == 409, "{status} {body}");
+    // The kubernetes Service gone and its address taken by another: a server starting on this store
+    // still serves (upstream's reconciler only reports it).
+    let (status, _, _) = server.request("DELETE", &format!("{SERVICES}/kubernetes"), &[], b"").await?;
+    ensure!(status == 200);
+    let (status, squatter) =
+        create(&server, &service("squatter", json!({"clusterIP": "10.0.0.1", "ports": [{"port": 1}]})))
+            .await?;
+    ensure!(status == 201, "{squatter}");
+    let address = "127.0.0.1:1".parse()?;
+    let mut config = keel_apiserver::Config::new(address);
+    config.services = ServiceRanges::parse("10.0.0.0/24", "30000-32767").map_err(anyhow::Error::msg)?;
+    ensure!(keel_apiserver::ApiServer::new(store, config).await.is_ok(), "a second server did not start");
+    Ok(())
+}
