@@ -863,12 +863,15 @@ fn list_reply(
     }))
     .map_err(|e| ApiError::Internal(format!("encoding a list: {e}")))?;
     body.pop();
+    // Sized once: a list of thousands is megabytes, and growing it by doubling copies it again
+    // and again (and faults in fresh pages each time).
+    body.reserve(entries.iter().map(|entry| entry.value.len() + 48).sum::<usize>() + 16);
     body.extend_from_slice(b",\"items\":[");
     for (i, entry) in entries.iter().enumerate() {
         if i > 0 {
             body.push(b',');
         }
-        body.extend_from_slice(&objects::served_json(resource, &entry.value, entry.revision)?);
+        objects::write_served(resource, &entry.value, entry.revision, &mut body)?;
     }
     body.extend_from_slice(b"]}");
     Ok(Reply::Raw(200, Bytes::from(body)))

@@ -244,19 +244,40 @@ pub fn served_json(resource: &Resource, bytes: &[u8], revision: i64) -> Result<V
 /// bytes, which [`for_storage`] begins with `{"metadata":{`; `None` for bytes not of that shape
 /// (the caller then parses).
 pub fn served_bytes(stored: &[u8], revision: i64) -> Option<Vec<u8>> {
+    let mut out = Vec::with_capacity(stored.len() + 32);
+    splice_into(stored, revision, &mut out).then_some(out)
+}
+
+/// [`served_bytes`] appended to `out`; false (nothing appended) for bytes not of that shape.
+fn splice_into(stored: &[u8], revision: i64, out: &mut Vec<u8>) -> bool {
     const MARK: &[u8] = b"{\"metadata\":{";
     if !stored.starts_with(MARK) {
-        return None;
+        return false;
     }
     let at = MARK.len();
-    let mut out = Vec::with_capacity(stored.len() + 32);
     out.extend_from_slice(&stored[..at]);
-    out.extend_from_slice(format!("\"resourceVersion\":\"{revision}\"").as_bytes());
+    out.extend_from_slice(b"\"resourceVersion\":\"");
+    out.extend_from_slice(revision.to_string().as_bytes());
+    out.push(b'"');
     if stored.get(at) != Some(&b'}') {
         out.push(b',');
     }
     out.extend_from_slice(&stored[at..]);
-    Some(out)
+    true
+}
+
+/// [`served_json`] appended to `out`, without an intermediate copy where the bytes are spliced.
+pub fn write_served(
+    resource: &Resource,
+    bytes: &[u8],
+    revision: i64,
+    out: &mut Vec<u8>,
+) -> Result<(), ApiError> {
+    if keel_api::convert::converts(resource) || !splice_into(bytes, revision, out) {
+        serde_json::to_writer(out, &served(resource, bytes, revision)?)
+            .map_err(|e| ApiError::Internal(format!("encoding an object: {e}")))?;
+    }
+    Ok(())
 }
 
 /// The store key of an object: `/registry/<resource>/[<namespace>/]<name>`.
