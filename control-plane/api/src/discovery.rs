@@ -1,11 +1,15 @@
 //! The discovery documents kubectl and client libraries read first: `/api` (APIVersions), `/apis`
 //! (APIGroupList), `/apis/<group>` (APIGroup) and `/api/v1`, `/apis/<group>/<version>`
-//! (APIResourceList, subresources included as `pods/status`), built from [`crate::resources`].
+//! (APIResourceList, subresources included as `pods/status`), built from [`crate::resources`]; and
+//! the aggregated form (apidiscovery.k8s.io/v2 and v2beta1 APIGroupDiscoveryList) that clients ask
+//! for first at `/api` and `/apis`: every group, version and resource in one document.
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{
     APIGroup, APIGroupList, APIResource, APIResourceList, APIVersions, GroupVersionForDiscovery,
     ServerAddressByClientCIDR,
 };
+
+use serde_json::{Value, json};
 
 use crate::resources::{self, Resource};
 
@@ -82,11 +86,132 @@ fn api_resource(resource: &Resource) -> APIResource {
     }
 }
 
+/// The aggregated discovery document of `/api` (`core`: the core group) or `/apis` (every other
+/// group), as apidiscovery.k8s.io `version` (`v2` or `v2beta1`, which share one shape). k8s-openapi
+/// has no apidiscovery types, so the document is written as upstream's JSON encoding of them
+/// (`APIGroupDiscoveryList`: group metadata with a null creationTimestamp, `responseKind` with empty
+/// group and version for a resource's own kind, freshness Current).
+pub fn aggregated(core: bool, version: &str) -> Value {
+    let groups: Vec<&str> = if core { vec![""] } else { resources::groups() };
+    let items: Vec<Value> = groups
+        .into_iter()
+        .map(|group| {
+            let mut versions: Vec<&str> = Vec::new();
+            for resource in resources::RESOURCES.iter().filter(|r| r.group == group) {
+                if !versions.contains(&resource.version) {
+                    versions.push(resource.version);
+                }
+            }
+            let versions: Vec<Value> = versions
+                .into_iter()
+                .map(|version| {
+                    let resources: Vec<Value> =
+                        resources::of_group_version(group, version).map(resource_discovery).collect();
+                    json!({"version": version, "resources": resources, "freshness": "Current"})
+                })
+                .collect();
+            let mut metadata = json!({"creationTimestamp": null});
+            if !group.is_empty() {
+                metadata["name"] = group.into();
+            }
+            json!({"metadata": metadata, "versions": versions})
+        })
+        .collect();
+    json!({
+        "kind": "APIGroupDiscoveryList",
+        "apiVersion": format!("apidiscovery.k8s.io/{version}"),
+        "metadata": {},
+        "items": items,
+    })
+}
+
+fn resource_discovery(resource: &Resource) -> Value {
+    let mut entry = json!({
+        "resource": resource.plural,
+        "responseKind": {"group": "", "version": "", "kind": resource.kind},
+        "scope": if resource.namespaced { "Namespaced" } else { "Cluster" },
+        "singularResource": resource.singular,
+        "verbs": resource.verbs,
+    });
+    if !resource.short_names.is_empty() {
+        entry["shortNames"] = json!(resource.short_names);
+    }
+    if !resource.categories.is_empty() {
+        entry["categories"] = json!(resource.categories);
+    }
+    if !resource.subresources.is_empty() {
+        entry["subresources"] = resource
+            .subresources
+            .iter()
+            .map(|sub| {
+                json!({
+                    "subresource": sub.name,
+                    "responseKind": {"group": sub.group, "version": sub.version, "kind": sub.kind},
+                    "verbs": sub.verbs,
+                })
+            })
+            .collect();
+    }
+    entry
+}
+
 #[cfg(test)]
 mod tests {
     use serde_json::json;
 
     use super::*;
+
+    #[test]
+    fn aggregated_documents() {
+        let core = aggregated(true, "v2");
+        assert_eq!(
+            (&core["kind"], &core["apiVersion"]),
+            (&json!("APIGroupDiscoveryList"), &json!("apidiscovery.k8s.io/v2"))
+        );
+        let items = core["items"].as_array().unwrap();
+        assert_eq!(items.len(), 1);
+        assert_eq!(items[0]["metadata"], json!({"creationTimestamp": null}));
+        let v1 = &items[0]["versions"][0];
+        assert_eq!((&v1["version"], &v1["freshness"]), (&json!("v1"), &json!("Current")));
+        let pods = v1["resources"].as_array().unwrap().iter().find(|r| r["resource"] == "pods").unwrap();
+        assert_eq!(pods["responseKind"], json!({"group": "", "version": "", "kind": "Pod"}));
+        assert_eq!(
+            (&pods["scope"], &pods["singularResource"], &pods["shortNames"]),
+            (&json!("Namespaced"), &json!("pod"), &json!(["po"]))
+        );
+        let eviction =
+            pods["subresources"].as_array().unwrap().iter().find(|s| s["subresource"] == "eviction").unwrap();
+        assert_eq!(eviction["responseKind"], json!({"group": "policy", "version": "v1", "kind": "Eviction"}));
+        let groups = aggregated(false, "v2beta1");
+        assert_eq!(groups["apiVersion"], "apidiscovery.k8s.io/v2beta1");
+        let apps =
+            groups["items"].as_array().unwrap().iter().find(|g| g["metadata"]["name"] == "apps").unwrap();
+        let deployments = apps["versions"][0]["resources"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|r| r["resource"] == "deployments")
+            .unwrap();
+        let scale = deployments["subresources"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|s| s["subresource"] == "scale")
+            .unwrap();
+        assert_eq!(scale["responseKind"], json!({"group": "autoscaling", "version": "v1", "kind": "Scale"}));
+        assert!(
+            groups["items"].as_array().unwrap().iter().all(|g| g["metadata"]["name"] != ""),
+            "no core group in /apis"
+        );
+        let nodes = aggregated(true, "v2")["items"][0]["versions"][0]["resources"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|r| r["resource"] == "nodes")
+            .cloned()
+            .unwrap();
+        assert_eq!(nodes["scope"], "Cluster");
+    }
 
     #[test]
     fn core_resource_list() {

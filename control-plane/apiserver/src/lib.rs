@@ -211,10 +211,15 @@ impl ApiServer {
         let content_type =
             parts.headers.get(header::CONTENT_TYPE).and_then(|v| v.to_str().ok()).map(str::to_owned);
         let accept = parts.headers.get(header::ACCEPT).and_then(|v| v.to_str().ok()).map(str::to_owned);
-        let format = match negotiate::response_format(accept.as_deref(), true) {
+        let root = path.trim_end_matches('/');
+        let aggregated = parts.method == http::Method::GET && (root == "/api" || root == "/apis");
+        let format = match negotiate::response_format(accept.as_deref(), true, aggregated) {
             Ok(format) => format,
             Err(error) => return json_response(error.code(), &error.to_json()),
         };
+        if let Format::AggregatedDiscovery(version) = format {
+            return aggregated_discovery(root == "/api", version);
+        }
         // Tables are served for reads of resources (not discovery, subresources or writes).
         let table = match format {
             Format::Table(version) => match request::parse(&parts.method, &path, query.as_deref()) {
@@ -451,6 +456,18 @@ fn watch_as_table(
     let mut out = serde_json::to_vec(&event).unwrap_or_default();
     out.push(b'\n');
     Bytes::from(out)
+}
+
+/// `/api` or `/apis` as an APIGroupDiscoveryList, with the media type naming it (clients tell the
+/// aggregated form from the legacy one by it).
+fn aggregated_discovery(core: bool, version: &str) -> Response<Body> {
+    let document = discovery::aggregated(core, version);
+    let mut response = json_response(200, &document);
+    let media = format!("application/json;g=apidiscovery.k8s.io;v={version};as=APIGroupDiscoveryList");
+    if let Ok(value) = http::HeaderValue::from_str(&media) {
+        response.headers_mut().insert(header::CONTENT_TYPE, value);
+    }
+    response
 }
 
 /// upstream's tooManyRequests: 429, Retry-After 1.

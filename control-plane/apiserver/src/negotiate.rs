@@ -12,6 +12,8 @@ pub enum Format {
     Yaml,
     /// A meta.k8s.io Table (JSON), v1 or v1beta1.
     Table(TableVersion),
+    /// The aggregated discovery document (apidiscovery.k8s.io `v2` or `v2beta1`).
+    AggregatedDiscovery(&'static str),
 }
 
 /// The media types request bodies may be in.
@@ -44,8 +46,13 @@ pub fn body_type(content_type: Option<&str>) -> Result<BodyType, ApiError> {
 }
 
 /// The response form for `accept`: the first entry (by order, q=0 excluded) the server produces.
-/// `table_allowed` is false where upstream serves no Table (single-object subresources, discovery).
-pub fn response_format(accept: Option<&str>, table_allowed: bool) -> Result<Format, ApiError> {
+/// `table_allowed` is false where upstream serves no Table (single-object subresources, discovery);
+/// `aggregated_allowed` is true at `/api` and `/apis`, where the aggregated discovery list is.
+pub fn response_format(
+    accept: Option<&str>,
+    table_allowed: bool,
+    aggregated_allowed: bool,
+) -> Result<Format, ApiError> {
     let Some(accept) = accept.filter(|a| !a.trim().is_empty()) else { return Ok(Format::Json) };
     for entry in accept.split(',') {
         let (media, params) = media(entry);
@@ -61,7 +68,16 @@ pub fn response_format(accept: Option<&str>, table_allowed: bool) -> Result<Form
                     Some("v1beta1") => Some(Format::Table(TableVersion::V1Beta1)),
                     _ => None,
                 },
-                // Other `as=` forms (PartialObjectMetadata, discovery lists) are not produced yet.
+                Some("APIGroupDiscoveryList")
+                    if aggregated_allowed && param("g") == Some("apidiscovery.k8s.io") =>
+                {
+                    match param("v") {
+                        Some("v2") => Some(Format::AggregatedDiscovery("v2")),
+                        Some("v2beta1") => Some(Format::AggregatedDiscovery("v2beta1")),
+                        _ => None,
+                    }
+                }
+                // Other `as=` forms (PartialObjectMetadata) are not produced yet.
                 Some(_) => None,
             },
             "application/yaml" => Some(Format::Yaml),
@@ -82,23 +98,38 @@ mod tests {
     use super::*;
 
     #[test]
+    fn discovery_is_aggregated_where_asked_and_served() {
+        let client_go = "application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList,application/json;g=apidiscovery.k8s.io;v=v2beta1;as=APIGroupDiscoveryList,application/json";
+        assert_eq!(response_format(Some(client_go), false, true).unwrap(), Format::AggregatedDiscovery("v2"));
+        let beta =
+            "application/json;g=apidiscovery.k8s.io;v=v2beta1;as=APIGroupDiscoveryList,application/json";
+        assert_eq!(response_format(Some(beta), false, true).unwrap(), Format::AggregatedDiscovery("v2beta1"));
+        assert_eq!(
+            response_format(Some(client_go), false, false).unwrap(),
+            Format::Json,
+            "elsewhere: the next type"
+        );
+    }
+
+    #[test]
     fn kubectl_get_asks_for_a_table_first() {
         let accept = "application/json;as=Table;v=v1;g=meta.k8s.io,application/json;as=Table;v=v1beta1;g=meta.k8s.io,application/json";
-        assert_eq!(response_format(Some(accept), true).unwrap(), Format::Table(TableVersion::V1));
+        assert_eq!(response_format(Some(accept), true, false).unwrap(), Format::Table(TableVersion::V1));
         let beta = "application/json;as=Table;v=v1beta1;g=meta.k8s.io";
-        assert_eq!(response_format(Some(beta), true).unwrap(), Format::Table(TableVersion::V1Beta1));
-        assert_eq!(response_format(Some(accept), false).unwrap(), Format::Json);
-        assert_eq!(response_format(None, true).unwrap(), Format::Json);
-        assert_eq!(response_format(Some("application/yaml"), true).unwrap(), Format::Yaml);
-        assert_eq!(response_format(Some("text/html, */*;q=0.8"), true).unwrap(), Format::Json);
+        assert_eq!(response_format(Some(beta), true, false).unwrap(), Format::Table(TableVersion::V1Beta1));
+        assert_eq!(response_format(Some(accept), false, false).unwrap(), Format::Json);
+        assert_eq!(response_format(None, true, false).unwrap(), Format::Json);
+        assert_eq!(response_format(Some("application/yaml"), true, false).unwrap(), Format::Yaml);
+        assert_eq!(response_format(Some("text/html, */*;q=0.8"), true, false).unwrap(), Format::Json);
         assert_eq!(
-            response_format(Some("application/yaml;q=0, application/json"), true).unwrap(),
+            response_format(Some("application/yaml;q=0, application/json"), true, false).unwrap(),
             Format::Json
         );
-        assert_eq!(response_format(Some("text/html"), true).unwrap_err().code(), 406);
+        assert_eq!(response_format(Some("text/html"), true, false).unwrap_err().code(), 406);
         // Protobuf (issue 5) is skipped for the next acceptable entry, as kubectl 1.32+ lists it first.
         assert_eq!(
-            response_format(Some("application/vnd.kubernetes.protobuf, application/json"), true).unwrap(),
+            response_format(Some("application/vnd.kubernetes.protobuf, application/json"), true, false)
+                .unwrap(),
             Format::Json
         );
     }

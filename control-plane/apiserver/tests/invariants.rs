@@ -214,3 +214,37 @@ async fn watches_and_pages() -> Result<()> {
     ensure!(first["metadata"]["remainingItemCount"] == 3, "{first}");
     Ok(())
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn aggregated_discovery_when_asked() -> Result<()> {
+    let server = Server::start().await?;
+    let client_go = "application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList,application/json;g=apidiscovery.k8s.io;v=v2beta1;as=APIGroupDiscoveryList,application/json";
+    for (path, group) in [("/api", None), ("/apis", Some("apps"))] {
+        let (status, content_type, body) = server.request("GET", path, &[("Accept", client_go)], b"").await?;
+        ensure!(status == 200, "{path}: {status} {body}");
+        ensure!(
+            content_type == "application/json;g=apidiscovery.k8s.io;v=v2;as=apigroupdiscoverylist",
+            "{path}: {content_type}"
+        );
+        let list: Value = serde_json::from_str(&body)?;
+        ensure!(
+            list["kind"] == "APIGroupDiscoveryList" && list["apiVersion"] == "apidiscovery.k8s.io/v2",
+            "{list}"
+        );
+        let items = list["items"].as_array().cloned().unwrap_or_default();
+        let item =
+            items.iter().find(|i| i["metadata"]["name"].as_str() == group).cloned().unwrap_or_default();
+        let resources = item["versions"][0]["resources"].as_array().cloned().unwrap_or_default();
+        ensure!(!resources.is_empty(), "{path}: {list}");
+    }
+    // Elsewhere the same Accept gets the legacy document (its last entry, JSON).
+    let (status, content_type, body) =
+        server.request("GET", "/api/v1", &[("Accept", client_go)], b"").await?;
+    ensure!(
+        status == 200 && content_type == "application/json" && body.contains("APIResourceList"),
+        "{content_type} {body}"
+    );
+    let (_, content_type, body) = server.request("GET", "/apis", &[], b"").await?;
+    ensure!(content_type == "application/json" && body.contains("\"APIGroupList\""), "{body}");
+    Ok(())
+}
