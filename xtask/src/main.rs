@@ -1,6 +1,7 @@
 //! `cargo xtask`: Keel's project commands. Each subcommand lives in its own module.
 
 mod bench;
+mod codegen;
 mod deps;
 mod test;
 mod up;
@@ -28,6 +29,8 @@ enum Command {
     Down(up::Instance),
     /// Run a benchmark program; `--record` appends its figures to docs/benchmarks.md.
     Bench(bench::Args),
+    /// Regenerate the committed data derived from the Kubernetes OpenAPI definitions.
+    Codegen(codegen::Args),
     /// Internal: the supervisor process `up` leaves running.
     #[command(hide = true)]
     Supervise(up::SuperviseArgs),
@@ -52,6 +55,7 @@ fn run(command: Command) -> Result<()> {
         Command::Up(args) => up::up(&args),
         Command::Down(instance) => up::down(&instance),
         Command::Bench(args) => bench::run(&args),
+        Command::Codegen(args) => codegen::run(&args),
         Command::Supervise(args) => up::supervise(&args),
     }
 }

@@ -10,6 +10,7 @@ pub mod fields;
 pub mod labels;
 pub mod resources;
 pub mod status;
+pub mod strategic;
 pub mod strategy;
 pub mod table;
 pub mod typed;

@@ -788,6 +788,8 @@ pub enum PatchBody {
     Json(Vec<json_patch::PatchOperation>),
     /// `application/merge-patch+json`
     Merge(Value),
+    /// `application/strategic-merge-patch+json` (keel-api's `strategic`)
+    Strategic(Value),
 }
 
 impl PatchBody {
@@ -802,8 +804,11 @@ impl PatchBody {
             Some("application/merge-patch+json") => {
                 Ok(PatchBody::Merge(serde_json::from_slice(body).map_err(malformed)?))
             }
+            Some("application/strategic-merge-patch+json") => {
+                Ok(PatchBody::Strategic(serde_json::from_slice(body).map_err(malformed)?))
+            }
             other => Err(ApiError::UnsupportedMediaType(format!(
-                "the patch content type {} is not supported yet: application/json-patch+json and application/merge-patch+json are",
+                "the patch content type {} is not supported yet: application/json-patch+json, application/merge-patch+json and application/strategic-merge-patch+json are",
                 other.unwrap_or("(none)")
             ))),
         }
@@ -814,6 +819,14 @@ impl PatchBody {
             PatchBody::Json(operations) => json_patch::patch(object, operations).map_err(|e| {
                 ApiError::UnprocessableEntity(format!("the JSON patch could not be applied: {e}"))
             }),
+            PatchBody::Strategic(patch) => {
+                *object = keel_api::strategic::apply(object, patch).map_err(|e| {
+                    ApiError::UnprocessableEntity(format!(
+                        "the strategic merge patch could not be applied: {e}"
+                    ))
+                })?;
+                Ok(())
+            }
             PatchBody::Merge(patch) => {
                 json_patch::merge(object, patch);
                 if object.is_object() {

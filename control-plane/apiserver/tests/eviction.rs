@@ -204,7 +204,8 @@ async fn kubectl_drain_evicts_through_budgets() -> Result<()> {
         out.contains("pod/a evicted") && out.contains("pod/b evicted") && out.contains("node/n1 drained"),
         "{out}"
     );
-    // (Cordoning is a strategic merge patch of the node, which the next issue serves.)
+    let (_, node) = call(&server, "GET", "/api/v1/nodes/n1", &[], &Value::Null).await?;
+    ensure!(node["spec"]["unschedulable"] == true, "drain cordons (a strategic merge patch): {node}");
     ensure!(!exists(&server, &format!("{PODS}/a")).await? && !exists(&server, &format!("{PODS}/b")).await?);
     ensure!(exists(&server, &format!("{PODS}/elsewhere")).await?);
     let (_, pdb) = call(&server, "GET", &format!("{PDBS}/web"), &[], &Value::Null).await?;

@@ -259,3 +259,39 @@ async fn binding_and_list_resource_versions() -> Result<()> {
     ensure!(status == 504 && answer.contains("Too large resource version"), "{status} {answer}");
     Ok(())
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn strategic_merge_patches_from_kubectl() -> Result<()> {
+    let (_server, k, kc) = setup().await?;
+    // kubectl patch's default type is strategic: containers merge by name.
+    ok(&k, &kc, &["create", "deployment", "web", "--image=busybox:1", "--port=80"])?;
+    let patch = r#"{"spec":{"template":{"spec":{"containers":[{"name":"busybox","image":"busybox:2"},{"name":"side","image":"pause"}]}}}}"#;
+    ok(&k, &kc, &["patch", "deployment", "web", "-p", patch])?;
+    let web = get(&k, &kc, &["get", "deployment", "web"])?;
+    let containers = &web["spec"]["template"]["spec"]["containers"];
+    ensure!(
+        containers[0]["image"] == "busybox:2" && containers[0]["ports"][0]["containerPort"] == 80,
+        "the container is merged, its ports kept: {containers}"
+    );
+    ensure!(containers[1]["name"] == "side", "a new container is added: {containers}");
+    let (patched, _, err) =
+        kubectl(&k, &kc, &["patch", "deployment", "web", "-p", r#"{"spec":{"$patch":"explode"}}"#])?;
+    ensure!(!patched && err.contains("unknown patch type"), "a patch that does not apply: {err}");
+    // Client-side apply, twice: the second sends a three-way strategic merge patch.
+    let dir = tempfile::tempdir()?;
+    let manifest = dir.path().join("cm.yaml");
+    std::fs::write(
+        &manifest,
+        "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: applied\n  labels: {a: '1', b: '2'}\ndata: {k: v}\n",
+    )?;
+    let file = manifest.to_str().unwrap_or_default();
+    ok(&k, &kc, &["apply", "--validate=false", "-f", file])?;
+    std::fs::write(
+        &manifest,
+        "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: applied\n  labels: {a: '1'}\ndata: {k: w}\n",
+    )?;
+    ok(&k, &kc, &["apply", "--validate=false", "-f", file])?;
+    let applied = get(&k, &kc, &["get", "configmap", "applied"])?;
+    ensure!(applied["data"]["k"] == "w" && applied["metadata"]["labels"] == json!({"a": "1"}), "{applied}");
+    Ok(())
+}

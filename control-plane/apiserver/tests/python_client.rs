@@ -22,6 +22,7 @@ async fn python_client_crud_selectors_pagination_watch_patch() -> Result<()> {
     ensure!(results["paged"] == json!(["cm-0", "cm-1", "cm-2", "cm-3", "cm-4"]), "{results}");
     ensure!(results["watch"] == json!([["DELETED", "cm-0"], ["ADDED", "cm-late"]]), "{results}");
     ensure!(results["patched"] == json!({"i": "1", "j": "json", "m": "merge"}), "{results}");
+    ensure!(results["strategic"] == json!([{"p": "s"}, [["a", "busybox:2"]]]), "{results}");
     ensure!(results["missing"] == json!([404, "NotFound"]), "{results}");
     ensure!(results["duplicate"] == json!([409, "AlreadyExists"]), "{results}");
     Ok(())

@@ -53,6 +53,14 @@ core.patch_namespaced_config_map(
     "cm-1", "py", {"data": {"m": "merge"}}, _content_type="application/merge-patch+json"
 )
 results["patched"] = core.read_namespaced_config_map("cm-1", "py").data
+# A dict alone is sent as a strategic merge patch: a pod's containers merge by name.
+core.create_namespaced_pod("py", client.V1Pod(
+    metadata=client.V1ObjectMeta(name="pod-1"),
+    spec=client.V1PodSpec(containers=[client.V1Container(name="a", image="busybox:1")]),
+))
+core.patch_namespaced_pod("pod-1", "py", {"metadata": {"labels": {"p": "s"}}, "spec": {"containers": [{"name": "a", "image": "busybox:2"}]}})
+patched_pod = core.read_namespaced_pod("pod-1", "py")
+results["strategic"] = [patched_pod.metadata.labels, [[c.name, c.image] for c in patched_pod.spec.containers]]
 
 # Errors as the client raises them.
 try:
