@@ -240,6 +240,18 @@ impl ApiServer {
             },
             _ => None,
         };
+        // So is metadata only (PartialObjectMetadata), for the same reads.
+        let metadata_only = match format {
+            Format::Metadata(version) => match request::parse(&parts.method, &path, query.as_deref()) {
+                Ok(Target::Resource(r))
+                    if r.subresource.is_none() && matches!(r.verb, Verb::Get | Verb::List | Verb::Watch) =>
+                {
+                    Some(version)
+                }
+                _ => None,
+            },
+            _ => None,
+        };
         let (result, warnings) = validation::WARNINGS
             .scope(std::cell::RefCell::new(Vec::new()), async {
                 let routed =
@@ -259,13 +271,32 @@ impl ApiServer {
             .await;
         // A pre-serialized body is parsed again only when another form is wanted.
         let result = match result {
-            Ok(Reply::Raw(code, bytes)) if table.is_some() || format == Format::Yaml => {
+            Ok(Reply::Raw(code, bytes))
+                if table.is_some() || metadata_only.is_some() || format == Format::Yaml =>
+            {
                 match serde_json::from_slice(&bytes) {
                     Ok(value) => Ok(Reply::Json(code, value)),
                     Err(e) => Err(ApiError::Internal(format!("re-reading a response: {e}"))),
                 }
             }
             other => other,
+        };
+        let result = match (result, metadata_only) {
+            (Ok(Reply::Json(code, value)), Some(version)) if code < 300 => {
+                Ok(Reply::Json(code, partial_object_metadata(&value, version)))
+            }
+            (Ok(Reply::Watch(stream)), Some(version)) => {
+                Ok(Reply::Watch(Box::pin(stream.map(move |line| {
+                    let Ok(mut event) = serde_json::from_slice::<Value>(&line) else { return line };
+                    if event["type"] != "ERROR" {
+                        event["object"] = partial_object_metadata(&event["object"], version);
+                    }
+                    let mut out = serde_json::to_vec(&event).unwrap_or_default();
+                    out.push(b'\n');
+                    Bytes::from(out)
+                }))))
+            }
+            (result, _) => result,
         };
         let result = match (result, table) {
             (Ok(Reply::Json(code, value)), Some((resource, options))) if code < 300 => {
@@ -456,6 +487,21 @@ fn watch_as_table(
     let mut out = serde_json::to_vec(&event).unwrap_or_default();
     out.push(b'\n');
     Bytes::from(out)
+}
+
+/// An object (or a list of them) reduced to its metadata: meta.k8s.io PartialObjectMetadata(List).
+fn partial_object_metadata(value: &Value, version: &str) -> Value {
+    let api_version = format!("meta.k8s.io/{version}");
+    let one = |object: &Value| json!({"kind": "PartialObjectMetadata", "apiVersion": api_version, "metadata": object["metadata"].clone()});
+    match value.get("items").and_then(Value::as_array) {
+        Some(items) => json!({
+            "kind": "PartialObjectMetadataList",
+            "apiVersion": api_version,
+            "metadata": value["metadata"].clone(),
+            "items": items.iter().map(one).collect::<Vec<_>>(),
+        }),
+        None => one(value),
+    }
 }
 
 /// `/api` or `/apis` as an APIGroupDiscoveryList, with the media type naming it (clients tell the

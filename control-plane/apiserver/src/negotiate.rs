@@ -14,6 +14,9 @@ pub enum Format {
     Table(TableVersion),
     /// The aggregated discovery document (apidiscovery.k8s.io `v2` or `v2beta1`).
     AggregatedDiscovery(&'static str),
+    /// Objects reduced to their metadata (meta.k8s.io `v1` or `v1beta1` PartialObjectMetadata and
+    /// PartialObjectMetadataList), what metadata-only informers ask for.
+    Metadata(&'static str),
 }
 
 /// The media types request bodies may be in.
@@ -77,7 +80,15 @@ pub fn response_format(
                         _ => None,
                     }
                 }
-                // Other `as=` forms (PartialObjectMetadata) are not produced yet.
+                Some("PartialObjectMetadata" | "PartialObjectMetadataList")
+                    if table_allowed && param("g") == Some("meta.k8s.io") =>
+                {
+                    match param("v") {
+                        Some("v1") => Some(Format::Metadata("v1")),
+                        Some("v1beta1") => Some(Format::Metadata("v1beta1")),
+                        _ => None,
+                    }
+                }
                 Some(_) => None,
             },
             "application/yaml" => Some(Format::Yaml),
@@ -96,6 +107,15 @@ pub fn response_format(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn metadata_only() {
+        let list = "application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1,application/json";
+        assert_eq!(response_format(Some(list), true, false).unwrap(), Format::Metadata("v1"));
+        let one = "application/json;as=PartialObjectMetadata;g=meta.k8s.io;v=v1beta1";
+        assert_eq!(response_format(Some(one), true, false).unwrap(), Format::Metadata("v1beta1"));
+        assert_eq!(response_format(Some(list), false, false).unwrap(), Format::Json);
+    }
 
     #[test]
     fn discovery_is_aggregated_where_asked_and_served() {

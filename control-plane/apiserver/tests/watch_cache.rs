@@ -269,3 +269,48 @@ async fn expired_embedded() -> Result<()> {
 async fn expired_etcd() -> Result<()> {
     expired(true).await
 }
+
+/// Metadata-only reads (PartialObjectMetadata), as kube-rs' and client-go's metadata clients make
+/// them: get, list and watch.
+async fn metadata_only(etcd: bool) -> Result<()> {
+    let cluster = start(etcd).await?;
+    let maps: Api<ConfigMap> = Api::namespaced(cluster.client.clone(), "default");
+    maps.create(&PostParams::default(), &config_map("m", "big")?).await?;
+    let one = maps.get_metadata("m").await?;
+    ensure!(
+        one.metadata.name.as_deref() == Some("m")
+            && one.types.as_ref().is_some_and(|t| t.kind == "PartialObjectMetadata"),
+        "{one:?}"
+    );
+    let listed = maps.list_metadata(&ListParams::default()).await?;
+    ensure!(listed.items.iter().any(|m| m.metadata.name.as_deref() == Some("m")), "{listed:?}");
+    let at = listed.metadata.resource_version.clone().unwrap_or_default();
+    let mut watch = maps.watch_metadata(&WatchParams::default(), &at).await?.boxed();
+    maps.create(&PostParams::default(), &config_map("n", "x")?).await?;
+    match next(&mut watch).await? {
+        WatchEvent::Added(meta) if meta.metadata.name.as_deref() == Some("n") => {}
+        other => anyhow::bail!("expected n ADDED, got {other:?}"),
+    }
+    // Only metadata crosses the wire.
+    let (_, _, raw) = cluster
+        .server
+        .request(
+            "GET",
+            "/api/v1/namespaces/default/configmaps",
+            &[("Accept", "application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1")],
+            b"",
+        )
+        .await?;
+    ensure!(raw.contains("PartialObjectMetadataList") && !raw.contains("\"data\""), "{raw}");
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn metadata_only_embedded() -> Result<()> {
+    metadata_only(false).await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn metadata_only_etcd() -> Result<()> {
+    metadata_only(true).await
+}
