@@ -473,6 +473,23 @@ pub fn allocate(
     if !causes.is_empty() {
         return Err(invalid(service, causes));
     }
+    // A client may give the address as clusterIPs alone (upstream's first family); both given must
+    // agree (`spec.clusterIPs[0]: Invalid value: ...: must match `clusterIP` when set`).
+    let first = spec_value(service, "clusterIPs")
+        .and_then(|ips| ips.get(0))
+        .and_then(Value::as_str)
+        .filter(|ip| !ip.is_empty())
+        .map(str::to_owned);
+    if let Some(first) = first {
+        let ip = spec_str(service, "clusterIP").to_owned();
+        if ip.is_empty() {
+            set_spec(service, "clusterIP", first.into());
+        } else if ip != first {
+            let cause =
+                FieldError::invalid("spec.clusterIPs[0]", &json!(first), "must match `clusterIP` when set");
+            return Err(invalid(service, vec![cause]));
+        }
+    }
     let mut holds = Holds::default();
     let old_ip = old.and_then(held_ip).map(str::to_owned);
     let ip = if needs_cluster_ip(service) && !headless(service) {
@@ -553,9 +570,28 @@ fn allocate_node_ports(
     let asked = node_ports(service);
     let mut next = ranges.port_candidates(random);
     let mut used: Vec<(i64, String)> = Vec::new();
+    // upstream's initNodePorts (a Service getting node ports for the first time): ports of one
+    // number, e.g. DNS on TCP and UDP, share one node port — the one asked for by any of them.
+    let first_time = old_ports.is_empty();
+    let mut by_service_port: Vec<(i64, i64)> = Vec::new();
     for index in 0..ports(service).len() {
         let port = &ports(service)[index];
-        let (wanted, protocol) = (node_port(port), protocol(port).to_owned());
+        let service_port = port.get("port").and_then(Value::as_i64);
+        let shared = || {
+            let number = service_port?;
+            let allocated = by_service_port.iter().find(|(p, _)| *p == number).map(|(_, n)| *n);
+            allocated.or_else(|| {
+                ports(service)[index..]
+                    .iter()
+                    .filter(|p| p.get("port").and_then(Value::as_i64) == Some(number))
+                    .find_map(node_port)
+            })
+        };
+        let wanted = match node_port(port) {
+            None if first_time && allocates => shared(),
+            wanted => wanted,
+        };
+        let protocol = protocol(port).to_owned();
         let field = format!("spec.ports[{index}].nodePort");
         let number = match wanted {
             Some(number) => {
@@ -600,6 +636,11 @@ fn allocate_node_ports(
         };
         if let Some(port) = ports_mut(service).nth(index) {
             port.insert("nodePort".into(), number.into());
+        }
+        if let Some(service_port) = service_port
+            && !by_service_port.iter().any(|(p, _)| *p == service_port)
+        {
+            by_service_port.push((service_port, number));
         }
         used.push((number, protocol));
     }

@@ -456,3 +456,38 @@ async fn the_kubernetes_address_taken_and_dry_run_conflicts() -> Result<()> {
     ensure!(keel_apiserver::ApiServer::new(store, config).await.is_ok(), "a second server did not start");
     Ok(())
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shared_node_ports_and_cluster_ips_alone() -> Result<()> {
+    let (server, store) = server_and_store().await?;
+    // DNS on TCP and UDP: one node port for both, one hold (upstream's initNodePorts).
+    let dns = |name: &str, asked: Option<i64>| {
+        let mut udp = json!({"name": "udp", "port": 53, "protocol": "UDP"});
+        if let Some(port) = asked {
+            udp["nodePort"] = port.into();
+        }
+        service(
+            name,
+            json!({"type": "NodePort", "ports": [{"name": "tcp", "port": 53, "protocol": "TCP"}, udp]}),
+        )
+    };
+    let (status, first) = create(&server, &dns("dns", None)).await?;
+    let ports = &first["spec"]["ports"];
+    ensure!(
+        status == 201 && ports[0]["nodePort"] == ports[1]["nodePort"] && ports[0]["nodePort"].is_i64(),
+        "{first}"
+    );
+    ensure!(held_by(&store, &first["metadata"]["uid"]).await?.len() == 2, "one address and one node port");
+    let (status, asked) = create(&server, &dns("dns-asked", Some(30999))).await?;
+    let ports = &asked["spec"]["ports"];
+    ensure!(status == 201 && ports[0]["nodePort"] == 30999 && ports[1]["nodePort"] == 30999, "{asked}");
+    // The address given as clusterIPs alone; both given must agree.
+    let (status, alone) =
+        create(&server, &service("ips", json!({"clusterIPs": ["10.0.0.77"], "ports": [{"port": 1}]})))
+            .await?;
+    ensure!(status == 201 && alone["spec"]["clusterIP"] == "10.0.0.77", "{alone}");
+    let spec = json!({"clusterIP": "10.0.0.78", "clusterIPs": ["10.0.0.79"], "ports": [{"port": 1}]});
+    let (status, refused) = create(&server, &service("both", spec)).await?;
+    ensure!(status == 422 && refused["details"]["causes"][0]["field"] == "spec.clusterIPs[0]", "{refused}");
+    Ok(())
+}
