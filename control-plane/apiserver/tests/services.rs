@@ -105,7 +105,9 @@ async fn cluster_ips_and_node_ports() -> Result<()> {
         server.request("PUT", &format!("{SERVICES}/again"), &JSON, update.to_string().as_bytes()).await?;
     let updated: Value = serde_json::from_str(&body)?;
     ensure!(status == 200 && updated["spec"]["clusterIP"] == held.as_str(), "{body}");
-    let moved = json!([{"op": "replace", "path": "/spec/clusterIP", "value": "10.0.0.250"}]).to_string();
+    // Another address than the one held (the held one is random, and could be any).
+    let elsewhere = if held == "10.0.0.250" { "10.0.0.251" } else { "10.0.0.250" };
+    let moved = json!([{"op": "replace", "path": "/spec/clusterIP", "value": elsewhere}]).to_string();
     let (status, _, body) = server
         .request(
             "PATCH",
@@ -114,7 +116,7 @@ async fn cluster_ips_and_node_ports() -> Result<()> {
             moved.as_bytes(),
         )
         .await?;
-    ensure!(status == 422 && body.contains("field is immutable"), "{status} {body}");
+    ensure!(status == 422 && body.contains("field is immutable"), "{status} {body} (held {held})");
 
     // Headless and ExternalName Services hold no address.
     let (status, headless) =
