@@ -10,9 +10,10 @@
 //! of the patched object is read from its apiVersion and kind. Where a list has no merge strategy,
 //! or the type is unknown, a list is replaced as in a JSON merge patch.
 //!
-//! `$setElementOrder` puts the listed elements first, in its order, and keeps the others after them
-//! in their order; upstream interleaves server-only elements by their old positions, which differs
-//! only when the server holds elements the patch's author did not know.
+//! A merged list is ordered as upstream orders it (normalizeElementOrder and mergeSortedSlice): the
+//! elements the patch names (or its `$setElementOrder` lists) in the patch's order, the server's
+//! other elements in theirs, interleaved by their places in the original list — so an element the
+//! patch adds comes before the ones it does not mention.
 
 use std::collections::HashMap;
 use std::sync::LazyLock;
@@ -112,25 +113,47 @@ fn merge_map(
             continue;
         }
         let merged = match (original.remove(key), patch_value) {
+            // A map whose strategy is replace (a PodDisruptionBudget's selector) is taken whole.
+            (Some(Value::Object(_)), new @ Value::Object(_))
+                if meta
+                    .and_then(|m| m.strategy.as_deref())
+                    .is_some_and(|s| s.split(',').any(|s| s == "replace")) =>
+            {
+                strip(new)
+            }
             (Some(Value::Object(old)), Value::Object(new)) => {
                 let child = meta.and_then(|m| m.object.as_deref());
                 Value::Object(merge_values_map(old, new, meta, child)?)
             }
-            (Some(Value::Array(old)), Value::Array(new)) => Value::Array(merge_list(old, new, meta)?),
+            (Some(Value::Array(old)), Value::Array(new)) => {
+                let order = set_element_order(patch, key)?;
+                Value::Array(merge_list(&old, new, meta, order)?)
+            }
             (_, new) => strip(new),
         };
         original.insert(key.clone(), merged);
     }
-    for (key, order) in patch {
-        if let Some(field_name) = key.strip_prefix(SET_ORDER) {
-            let order = order.as_array().ok_or_else(|| format!("{key} must be a list"))?;
-            let merge_key = field(definition, field_name).and_then(|m| m.key.as_deref());
-            if let Some(Value::Array(list)) = original.get_mut(field_name) {
-                reorder(list, order, merge_key);
-            }
+    // An order for a list the patch does not otherwise touch.
+    for key in patch.keys() {
+        if let Some(field_name) = key.strip_prefix(SET_ORDER)
+            && !patch.contains_key(field_name)
+            && let Some(Value::Array(list)) = original.remove(field_name)
+        {
+            let order = set_element_order(patch, field_name)?;
+            let merged = merge_list(&list, &[], field(definition, field_name), order)?;
+            original.insert(field_name.to_owned(), Value::Array(merged));
         }
     }
     Ok(original)
+}
+
+/// The `$setElementOrder/<field>` list of a patch, if it has one.
+fn set_element_order<'a>(patch: &'a Map<String, Value>, field: &str) -> Result<Option<&'a [Value]>, String> {
+    match patch.get(&format!("{SET_ORDER}{field}")) {
+        None => Ok(None),
+        Some(Value::Array(order)) => Ok(Some(order)),
+        Some(_) => Err(format!("{SET_ORDER}{field} must be a list")),
+    }
 }
 
 /// A map-valued property: an object of a known definition is merged by its own metadata; a map of
@@ -168,7 +191,16 @@ fn merge_values_map(
     Ok(merged)
 }
 
-fn merge_list(original: Vec<Value>, patch: &[Value], meta: Option<&Field>) -> Result<Vec<Value>, String> {
+/// upstream's mergeSlice: replaced unless the list merges; merged (maps by their merge key, scalars
+/// as a union); then ordered as upstream's normalizeElementOrder orders it: the elements named by the
+/// patch (or by its `$setElementOrder`, `order`) in that order, the server's other elements in theirs,
+/// interleaved by their places in the original list (mergeSortedSlice).
+fn merge_list(
+    original: &[Value],
+    patch: &[Value],
+    meta: Option<&Field>,
+    order: Option<&[Value]>,
+) -> Result<Vec<Value>, String> {
     let merging =
         meta.and_then(|m| m.strategy.as_deref()).is_some_and(|s| s.split(',').any(|s| s == "merge"));
     let replace = patch.iter().any(|item| item.get(PATCH).and_then(Value::as_str) == Some("replace"));
@@ -179,61 +211,80 @@ fn merge_list(original: Vec<Value>, patch: &[Value], meta: Option<&Field>) -> Re
             .map(strip)
             .collect());
     }
-    let Some(key) = meta.and_then(|m| m.key.as_deref()) else {
-        // Scalars: a union, the original's order first.
-        let mut merged = original;
-        for item in patch {
-            if !merged.contains(item) {
-                merged.push(item.clone());
-            }
+    let key = meta.and_then(|m| m.key.as_deref());
+    let identity = |item: &Value| -> Option<Value> {
+        match key {
+            Some(key) => item.get(key).cloned(),
+            None => Some(item.clone()),
         }
-        return Ok(merged);
     };
-    let items = meta.and_then(|m| m.items.as_deref());
-    let mut merged = original;
-    for item in patch {
-        let Value::Object(element) = item else {
-            return Err(format!("a list merged by {key:?} holds a non-object element: {item}"));
-        };
-        let id = element.get(key);
-        let position = merged.iter().position(|old| old.get(key) == id && id.is_some());
-        match element.get(PATCH).and_then(Value::as_str) {
-            Some("delete") => {
-                merged.retain(|old| id.is_none() || old.get(key) != id);
-            }
-            Some("replace") => {}
-            _ => match position {
-                Some(at) => {
-                    let Value::Object(old) = merged[at].take() else {
-                        merged[at] = strip(item);
-                        continue;
-                    };
-                    merged[at] = Value::Object(merge_map(old, element, items)?);
+    let mut merged = original.to_vec();
+    match key {
+        None => {
+            for item in patch {
+                if !merged.contains(item) {
+                    merged.push(item.clone());
                 }
-                None => merged.push(strip(item)),
-            },
+            }
+        }
+        Some(key) => {
+            let items = meta.and_then(|m| m.items.as_deref());
+            for item in patch {
+                let Value::Object(element) = item else {
+                    return Err(format!("a list merged by {key:?} holds a non-object element: {item}"));
+                };
+                let Some(id) = element.get(key) else {
+                    return Err(format!("map: {item} does not contain declared merge key: {key}"));
+                };
+                let position = merged.iter().position(|old| old.get(key) == Some(id));
+                match element.get(PATCH) {
+                    Some(Value::String(directive)) if directive == "delete" => {
+                        merged.retain(|old| old.get(key) != Some(id));
+                    }
+                    Some(other) => return Err(format!("unknown patch type: {other} in map: {item}")),
+                    None => match position {
+                        Some(at) => {
+                            let Value::Object(old) = merged[at].take() else {
+                                merged[at] = strip(item);
+                                continue;
+                            };
+                            merged[at] = Value::Object(merge_map(old, element, items)?);
+                        }
+                        None => merged.push(strip(item)),
+                    },
+                }
+            }
         }
     }
-    Ok(merged)
-}
-
-/// Puts the elements named by `order` first, in its order (objects named by their merge key).
-fn reorder(list: &mut Vec<Value>, order: &[Value], merge_key: Option<&str>) {
-    let identity = |item: &Value| match merge_key {
-        Some(key) => item.get(key).cloned(),
-        None => Some(item.clone()),
+    // The elements the patch names, by identity (a `$setElementOrder` names maps by their merge key
+    // alone, as the patch does).
+    let wanted: Vec<Option<Value>> =
+        order.unwrap_or(patch).iter().filter(|item| item.get(PATCH).is_none()).map(identity).collect();
+    let server: Vec<Option<Value>> = original.iter().map(identity).collect();
+    let place = |list: &[Option<Value>], item: &Value| {
+        let id = identity(item);
+        list.iter().position(|candidate| id.is_some() && *candidate == id)
     };
-    let mut rest = std::mem::take(list);
-    for wanted in order {
-        let wanted = match merge_key {
-            Some(key) => wanted.get(key).cloned(),
-            None => Some(wanted.clone()),
+    let (mut named, mut server_only): (Vec<Value>, Vec<Value>) =
+        merged.into_iter().partition(|item| place(&wanted, item).is_some());
+    named.sort_by_key(|item| place(&wanted, item));
+    server_only.sort_by_key(|item| place(&server, item));
+    // mergeSortedSlice: a server-only element goes before a named one that comes after it on the
+    // server; otherwise the named one goes first.
+    let mut out = Vec::with_capacity(named.len() + server_only.len());
+    let (mut left, mut right) = (server_only.into_iter().peekable(), named.into_iter().peekable());
+    loop {
+        let take_left = match (left.peek(), right.peek()) {
+            (Some(l), Some(r)) => {
+                matches!((place(&server, l), place(&server, r)), (Some(li), Some(ri)) if li < ri)
+            }
+            (Some(_), None) => true,
+            (None, Some(_)) => false,
+            (None, None) => break,
         };
-        if let Some(at) = rest.iter().position(|item| wanted.is_some() && identity(item) == wanted) {
-            list.push(rest.remove(at));
-        }
+        out.extend(if take_left { left.next() } else { right.next() });
     }
-    list.extend(rest);
+    Ok(out)
 }
 
 /// A patch value without its directives, as it is stored when there was nothing to merge into.
@@ -280,13 +331,18 @@ mod tests {
         ]}});
         let patched = apply(&original, &patch).unwrap();
         let containers = &patched["spec"]["containers"];
-        assert_eq!(containers.as_array().unwrap().len(), 3, "b kept, c added");
+        let names: Vec<&str> =
+            containers.as_array().unwrap().iter().map(|c| c["name"].as_str().unwrap()).collect();
+        assert_eq!(
+            names,
+            ["a", "c", "b"],
+            "b kept, c added: the patch's elements in its order, b where it was"
+        );
         assert_eq!(containers[0]["image"], "busybox:2");
         assert_eq!(
             containers[0]["env"],
             json!([{"name": "A", "value": "1"}, {"name": "B", "value": "3"}, {"name": "C", "value": "4"}])
         );
-        assert_eq!(containers[1]["name"], "b");
         // A JSON merge patch would have replaced the list.
     }
 
@@ -311,7 +367,9 @@ mod tests {
         assert_eq!(whole["spec"], json!({"containers": [{"name": "y", "image": "y"}]}));
         // Finalizers merge as a set; $deleteFromPrimitiveList removes.
         let finalizers = apply(&original, &json!({"metadata": {"finalizers": ["b", "a"]}})).unwrap();
-        assert_eq!(finalizers["metadata"]["finalizers"], json!(["a", "b"]));
+        assert_eq!(finalizers["metadata"]["finalizers"], json!(["b", "a"]), "in the patch's order");
+        let added = apply(&original, &json!({"metadata": {"finalizers": ["x"]}})).unwrap();
+        assert_eq!(added["metadata"]["finalizers"], json!(["x", "a"]), "an added one first, as upstream");
         let removed =
             apply(&finalizers, &json!({"metadata": {"$deleteFromPrimitiveList/finalizers": ["a"]}})).unwrap();
         assert_eq!(removed["metadata"]["finalizers"], json!(["b"]));
@@ -337,6 +395,31 @@ mod tests {
         );
         assert_eq!(apply(&original, &json!({"spec": {"$patch": "delete"}})).unwrap()["spec"], json!({}));
         assert!(apply(&original, &json!([1])).is_err());
+        // A container added by kubectl patch goes first (kubectl logs/exec pick the first).
+        let sidecar =
+            apply(&original, &json!({"spec": {"containers": [{"name": "s", "image": "x"}]}})).unwrap();
+        let names: Vec<&str> = sidecar["spec"]["containers"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|c| c["name"].as_str().unwrap())
+            .collect();
+        assert_eq!(names, ["s", "a", "b"]);
+        // Elements without their merge key, and unknown directives in a list, are refused.
+        let no_key = apply(&original, &json!({"spec": {"containers": [{"image": "x"}]}})).unwrap_err();
+        assert!(no_key.contains("does not contain declared merge key: name"), "{no_key}");
+        assert!(
+            apply(&original, &json!({"spec": {"containers": [{"name": "a", "$patch": "merge"}]}})).is_err()
+        );
+    }
+
+    #[test]
+    fn a_replace_strategy_map_is_taken_whole() {
+        let budget = json!({"apiVersion": "policy/v1", "kind": "PodDisruptionBudget", "metadata": {"name": "b"},
+            "spec": {"selector": {"matchLabels": {"app": "a", "tier": "x"}}, "minAvailable": 1}});
+        let patched = apply(&budget, &json!({"spec": {"selector": {"matchLabels": {"app": "a"}}}})).unwrap();
+        assert_eq!(patched["spec"]["selector"], json!({"matchLabels": {"app": "a"}}));
+        assert_eq!(patched["spec"]["minAvailable"], 1);
     }
 
     #[test]
@@ -352,8 +435,8 @@ mod tests {
         assert_eq!(patched["spec"]["strategy"], json!({"type": "Recreate"}));
         assert_eq!(
             patched["spec"]["template"]["spec"]["containers"][0]["ports"],
-            json!([{"containerPort": 80}, {"containerPort": 81}]),
-            "ports merge by containerPort"
+            json!([{"containerPort": 81}, {"containerPort": 80}]),
+            "ports merge by containerPort; the one the patch adds comes first, as upstream orders it"
         );
         assert_eq!(patched["spec"]["template"]["spec"]["containers"][0]["image"], "a");
     }
