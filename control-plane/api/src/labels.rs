@@ -779,113 +779,18 @@ impl Parser {
     }
 }
 
-// ---- Validation: upstream's IsQualifiedName / IsValidLabelValue, messages of release 1.34. ----
+// ---- Validation: upstream's IsQualifiedName / IsValidLabelValue (crate::validation::names), with
+// the problems `; `-joined as upstream's validateLabelKey / validateLabelValue join them. ----
 
-const QUALIFIED_NAME_FMT: &str = "([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]";
-const QUALIFIED_NAME_ERR: &str = "must consist of alphanumeric characters, '-', '_' or '.', and must start and end with an alphanumeric character";
-const LABEL_VALUE_FMT: &str = "(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?";
-const LABEL_VALUE_ERR: &str = "a valid label must be an empty string or consist of alphanumeric characters, '-', '_' or '.', and must start and end with an alphanumeric character";
-const DNS1123_SUBDOMAIN_FMT: &str = r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*";
-const DNS1123_SUBDOMAIN_ERR: &str = "a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' or '.', and must start and end with an alphanumeric character";
-const NAME_MAX_LEN: usize = 63;
-const SUBDOMAIN_MAX_LEN: usize = 253;
-
-/// Upstream's `RegexError` text, double spaces included.
-fn regex_error(message: &str, regex: &str, examples: &[&str]) -> String {
-    let mut out = format!("{message} (e.g. ");
-    for (i, example) in examples.iter().enumerate() {
-        if i > 0 {
-            out.push_str(" or ");
-        }
-        let _ = write!(out, "'{example}', ");
-    }
-    let _ = write!(out, "regex used for validation is '{regex}')");
-    out
-}
-
-fn max_len_error(max: usize) -> String {
-    format!("must be no more than {max} characters")
-}
-
-/// `([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]`.
-fn is_qualified_name_part(s: &str) -> bool {
-    let bytes = s.as_bytes();
-    match (bytes.first(), bytes.last()) {
-        (Some(first), Some(last)) => {
-            first.is_ascii_alphanumeric()
-                && last.is_ascii_alphanumeric()
-                && bytes.iter().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'))
-        }
-        _ => false,
-    }
-}
-
-/// One or more `[a-z0-9]([-a-z0-9]*[a-z0-9])?` joined by dots.
-fn is_dns1123_subdomain(s: &str) -> bool {
-    let is_label = |label: &str| {
-        let bytes = label.as_bytes();
-        let alnum = |b: &u8| b.is_ascii_lowercase() || b.is_ascii_digit();
-        match (bytes.first(), bytes.last()) {
-            (Some(first), Some(last)) => {
-                alnum(first) && alnum(last) && bytes.iter().all(|b| alnum(b) || *b == b'-')
-            }
-            _ => false,
-        }
-    };
-    s.split('.').all(is_label)
-}
-
-/// A label key (`[prefix/]name`): the `; `-joined problems, as upstream's `validateLabelKey`.
+/// A label key (`[prefix/]name`).
 fn validate_label_key(key: &str) -> Result<(), String> {
-    let name_example = ["MyName", "my.name", "123-abc"];
-    let mut errors = Vec::new();
-    let parts: Vec<&str> = key.split('/').collect();
-    let name = match parts.as_slice() {
-        [name] => *name,
-        [prefix, name] => {
-            if prefix.is_empty() {
-                errors.push("prefix part must be non-empty".to_owned());
-            } else {
-                if prefix.len() > SUBDOMAIN_MAX_LEN {
-                    errors.push(format!("prefix part {}", max_len_error(SUBDOMAIN_MAX_LEN)));
-                }
-                if !is_dns1123_subdomain(prefix) {
-                    let text = regex_error(DNS1123_SUBDOMAIN_ERR, DNS1123_SUBDOMAIN_FMT, &["example.com"]);
-                    errors.push(format!("prefix part {text}"));
-                }
-            }
-            *name
-        }
-        _ => {
-            let text = regex_error(QUALIFIED_NAME_ERR, QUALIFIED_NAME_FMT, &name_example);
-            return Err(format!(
-                "a qualified name {text} with an optional DNS subdomain prefix and '/' (e.g. 'example.com/MyName')"
-            ));
-        }
-    };
-    if name.is_empty() {
-        errors.push("name part must be non-empty".to_owned());
-    } else if name.len() > NAME_MAX_LEN {
-        errors.push(format!("name part {}", max_len_error(NAME_MAX_LEN)));
-    }
-    if !is_qualified_name_part(name) {
-        errors.push(format!(
-            "name part {}",
-            regex_error(QUALIFIED_NAME_ERR, QUALIFIED_NAME_FMT, &name_example)
-        ));
-    }
+    let errors = crate::validation::names::qualified_name(key);
     if errors.is_empty() { Ok(()) } else { Err(errors.join("; ")) }
 }
 
 /// A label value (empty, or at most 63 bytes shaped like a name part).
 fn validate_label_value(value: &str) -> Result<(), String> {
-    let mut errors = Vec::new();
-    if value.len() > NAME_MAX_LEN {
-        errors.push(max_len_error(NAME_MAX_LEN));
-    }
-    if !value.is_empty() && !is_qualified_name_part(value) {
-        errors.push(regex_error(LABEL_VALUE_ERR, LABEL_VALUE_FMT, &["MyValue", "my_value", "12345"]));
-    }
+    let errors = crate::validation::names::label_value(value);
     if errors.is_empty() { Ok(()) } else { Err(errors.join("; ")) }
 }
 

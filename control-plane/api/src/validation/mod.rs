@@ -9,7 +9,7 @@
 
 mod config;
 mod meta;
-mod names;
+pub(crate) mod names;
 mod pod;
 pub mod quantity;
 mod service;

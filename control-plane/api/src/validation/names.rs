@@ -57,7 +57,7 @@ fn is_subdomain(s: &str) -> bool {
 }
 
 /// IsQualifiedName: `[prefix/]name`, the prefix a DNS subdomain.
-pub(super) fn qualified_name(value: &str) -> Vec<String> {
+pub(crate) fn qualified_name(value: &str) -> Vec<String> {
     let mut errors = Vec::new();
     let parts: Vec<&str> = value.split('/').collect();
     let name = match parts.as_slice() {
@@ -92,7 +92,7 @@ pub(super) fn qualified_name(value: &str) -> Vec<String> {
 }
 
 /// IsValidLabelValue.
-pub(super) fn label_value(value: &str) -> Vec<String> {
+pub(crate) fn label_value(value: &str) -> Vec<String> {
     let mut errors = Vec::new();
     if value.len() > 63 {
         errors.push(max_len(63));
