@@ -600,39 +600,12 @@ fn allocate_node_ports(
                 }
                 let held = old_ports.contains(&number) || used.iter().any(|(n, _)| *n == number);
                 if !held {
-                    let refuse = |detail: &str| {
-                        invalid(service, vec![FieldError::invalid(&field, &json!(number), detail)])
-                    };
-                    let (low, high) = ranges.node_ports;
-                    if number < i64::from(low) || number > i64::from(high) {
-                        return Err(refuse(&format!(
-                            "provided port is not in the valid range. The range of valid ports is {low}-{high}"
-                        )));
-                    }
-                    if taken(&node_port_key(number)) {
-                        return Err(refuse("provided port is already allocated"));
-                    }
-                    holds.take.push(node_port_key(number));
+                    take_asked(ranges, service, &field, number, taken, holds)?;
                 }
                 number
             }
             None if !allocates => continue,
-            None => {
-                let number = next
-                    .by_ref()
-                    .map(i64::from)
-                    .find(|n| {
-                        !asked.contains(n)
-                            && !old_ports.contains(n)
-                            && !used.iter().any(|(u, _)| u == n)
-                            && !taken(&node_port_key(*n))
-                    })
-                    .ok_or_else(|| {
-                        ApiError::Internal("failed to allocate a nodePort: range is full".into())
-                    })?;
-                holds.take.push(node_port_key(number));
-                number
-            }
+            None => pick_free(&mut next, &asked, old_ports, &used, taken, holds)?,
         };
         if let Some(port) = ports_mut(service).nth(index) {
             port.insert("nodePort".into(), number.into());
@@ -650,36 +623,13 @@ fn allocate_node_ports(
         let number = match health_check_node_port(service) {
             Some(number) if old_ports.contains(&number) && !used.iter().any(|(n, _)| *n == number) => number,
             Some(number) => {
-                let refuse =
-                    |detail: &str| invalid(service, vec![FieldError::invalid(field, &json!(number), detail)]);
-                let (low, high) = ranges.node_ports;
-                if number < i64::from(low) || number > i64::from(high) {
-                    return Err(refuse(&format!(
-                        "provided port is not in the valid range. The range of valid ports is {low}-{high}"
-                    )));
-                }
-                if used.iter().any(|(n, _)| *n == number) || taken(&node_port_key(number)) {
-                    return Err(refuse("provided port is already allocated"));
-                }
-                holds.take.push(node_port_key(number));
+                // One of the Service's own ports counts as taken here.
+                let taken_or_used =
+                    |key: &str| taken(key) || used.iter().any(|(n, _)| node_port_key(*n) == key);
+                take_asked(ranges, service, field, number, &taken_or_used, holds)?;
                 number
             }
-            None => {
-                let number = next
-                    .by_ref()
-                    .map(i64::from)
-                    .find(|n| {
-                        !asked.contains(n)
-                            && !old_ports.contains(n)
-                            && !used.iter().any(|(u, _)| u == n)
-                            && !taken(&node_port_key(*n))
-                    })
-                    .ok_or_else(|| {
-                        ApiError::Internal("failed to allocate a nodePort: range is full".into())
-                    })?;
-                holds.take.push(node_port_key(number));
-                number
-            }
+            None => pick_free(&mut next, &asked, old_ports, &used, taken, holds)?,
         };
         set_spec(service, "healthCheckNodePort", number.into());
         used.push((number, String::new()));
@@ -690,6 +640,52 @@ fn allocate_node_ports(
         }
     }
     Ok(())
+}
+
+/// A node port asked for at `field`: within the range and not held by another Service; held now.
+fn take_asked(
+    ranges: &ServiceRanges,
+    service: &Value,
+    field: &str,
+    number: i64,
+    taken: &dyn Fn(&str) -> bool,
+    holds: &mut Holds,
+) -> Result<(), ApiError> {
+    let refuse = |detail: &str| invalid(service, vec![FieldError::invalid(field, &json!(number), detail)]);
+    let (low, high) = ranges.node_ports;
+    if number < i64::from(low) || number > i64::from(high) {
+        return Err(refuse(&format!(
+            "provided port is not in the valid range. The range of valid ports is {low}-{high}"
+        )));
+    }
+    if taken(&node_port_key(number)) {
+        return Err(refuse("provided port is already allocated"));
+    }
+    holds.take.push(node_port_key(number));
+    Ok(())
+}
+
+/// A node port picked at random: none asked for, held before or used by the Service, nor held by
+/// another; held now.
+fn pick_free(
+    candidates: &mut impl Iterator<Item = u16>,
+    asked: &BTreeSet<i64>,
+    old_ports: &BTreeSet<i64>,
+    used: &[(i64, String)],
+    taken: &dyn Fn(&str) -> bool,
+    holds: &mut Holds,
+) -> Result<i64, ApiError> {
+    let number = candidates
+        .map(i64::from)
+        .find(|n| {
+            !asked.contains(n)
+                && !old_ports.contains(n)
+                && !used.iter().any(|(u, _)| u == n)
+                && !taken(&node_port_key(*n))
+        })
+        .ok_or_else(|| ApiError::Internal("failed to allocate a nodePort: range is full".into()))?;
+    holds.take.push(node_port_key(number));
+    Ok(number)
 }
 
 /// The transaction writing a Service at `key` with what it holds: `guard` on the Service's own key
