@@ -1,6 +1,7 @@
 //! The official Python `kubernetes` client (PyPI, installed by `cargo xtask deps`) against
 //! keel-apiserver: CRUD, label and field selectors, pagination, a watch resumed from a
-//! resourceVersion, JSON and merge patches, and errors as ApiExceptions.
+//! resourceVersion, JSON, merge and strategic merge patches, and errors as ApiExceptions — on the
+//! embedded store and on etcd.
 
 mod common;
 
@@ -9,8 +10,19 @@ use serde_json::{Value, json};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn python_client_crud_selectors_pagination_watch_patch() -> Result<()> {
+    run(common::Server::start().await?).await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn python_client_on_etcd() -> Result<()> {
+    let etcd = keel_testbed::etcd::EtcdCluster::start(1)?;
+    let options = keel_store::etcd::EtcdOptions::new(etcd.client_urls()).prefix("/keel");
+    let store = std::sync::Arc::new(keel_store::etcd::EtcdStore::connect(options).await?);
+    run(common::Server::start_on(store, tempfile::tempdir()?).await?).await
+}
+
+async fn run(server: common::Server) -> Result<()> {
     let python = keel_testbed::python::python()?;
-    let server = common::Server::start().await?;
     let kubeconfig = server.dir.path().join("admin.kubeconfig");
     std::fs::write(&kubeconfig, server.pki.admin_kubeconfig(&format!("https://{}", server.address)))?;
     let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/python/client.py");
