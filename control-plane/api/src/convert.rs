@@ -29,7 +29,27 @@ fn is_events_api(resource: &Resource) -> bool {
 
 /// Whether objects of `resource` are served in another form than they are stored in.
 pub fn converts(resource: &Resource) -> bool {
-    is_events_api(resource)
+    is_events_api(resource) || resource.custom
+}
+
+/// Custom resources' conversion None: stored with the storage version's apiVersion, served with
+/// the requested version's, and defaulted from the schema when read (as upstream defaults what it
+/// reads from etcd).
+fn custom_to_storage(resource: &Resource, mut object: Value) -> Value {
+    if let (Some(version), Value::Object(map)) = (crate::custom::version_of(resource), &mut object) {
+        map.insert("apiVersion".into(), Value::String(version.storage_api_version()));
+    }
+    object
+}
+
+fn custom_from_storage(resource: &Resource, mut object: Value) -> Value {
+    if let Value::Object(map) = &mut object {
+        map.insert("apiVersion".into(), Value::String(resource.api_version()));
+    }
+    if let Some(version) = crate::custom::version_of(resource) {
+        version.schema.apply_defaults(&mut object);
+    }
+    object
 }
 
 /// Renames the top-level fields of `object` by `pairs` (from the first name to the second) and sets
@@ -58,6 +78,9 @@ fn rename(
 
 /// The stored form of an object written through `resource`.
 pub fn to_storage(resource: &Resource, object: Value) -> Value {
+    if resource.custom {
+        return custom_to_storage(resource, object);
+    }
     if is_events_api(resource) && object.get("apiVersion").and_then(Value::as_str) != Some("v1") {
         return rename(object, EVENT_FIELDS.into_iter(), "v1");
     }
@@ -66,6 +89,9 @@ pub fn to_storage(resource: &Resource, object: Value) -> Value {
 
 /// A stored object as `resource` serves it.
 pub fn from_storage(resource: &Resource, object: Value) -> Value {
+    if resource.custom {
+        return custom_from_storage(resource, object);
+    }
     if is_events_api(resource) && object.get("apiVersion").and_then(Value::as_str) != Some("events.k8s.io/v1")
     {
         return rename(object, EVENT_FIELDS.into_iter().map(|(api, core)| (core, api)), "events.k8s.io/v1");

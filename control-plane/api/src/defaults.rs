@@ -28,6 +28,7 @@ fn or_insert(map: &mut Map<String, Value>, key: &str, default: Value) {
 /// Defaults for a created or updated object of `resource`.
 pub fn apply(resource: &Resource, object: &mut Value) {
     match (resource.group, resource.plural) {
+        ("apiextensions.k8s.io", "customresourcedefinitions") => crate::crd::default(object),
         ("", "pods") => {
             if let Some(spec) = object.get_mut("spec") {
                 pod_spec(spec);

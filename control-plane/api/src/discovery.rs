@@ -32,14 +32,59 @@ pub fn api_versions(server_address: &str) -> APIVersions {
     }
 }
 
-/// `/apis/<group>`, every group serving v1 only.
+/// The versions a group serves, the preferred first: built-in groups serve v1; custom resources'
+/// groups their served versions in Kubernetes' version priority (GA, then beta, then alpha, higher
+/// numbers first; others alphabetically last), as apiextensions-apiserver orders them.
+pub fn group_versions(group: &str) -> Vec<&'static str> {
+    let mut versions: Vec<&'static str> = Vec::new();
+    for resource in resources::served().filter(|r| r.group == group) {
+        if !versions.contains(&resource.version) {
+            versions.push(resource.version);
+        }
+    }
+    versions.sort_by_key(|v| version_priority(v));
+    versions
+}
+
+/// A sort key: smaller is preferred (upstream's version.CompareKubeAwareVersionStrings).
+fn version_priority(version: &str) -> (u8, std::cmp::Reverse<u64>, std::cmp::Reverse<u64>, String) {
+    let parsed = version.strip_prefix('v').and_then(|rest| {
+        let digits = rest.find(|c: char| !c.is_ascii_digit()).unwrap_or(rest.len());
+        let major: u64 = rest[..digits].parse().ok()?;
+        match &rest[digits..] {
+            "" => Some((0, major, 0)),
+            tail => {
+                let (stage, number) = if let Some(n) = tail.strip_prefix("beta") {
+                    (1, n)
+                } else {
+                    (2, tail.strip_prefix("alpha")?)
+                };
+                Some((stage, major, number.parse().ok()?))
+            }
+        }
+    });
+    match parsed {
+        Some((stage, major, minor)) => {
+            (stage, std::cmp::Reverse(major), std::cmp::Reverse(minor), String::new())
+        }
+        None => (3, std::cmp::Reverse(0), std::cmp::Reverse(0), version.to_owned()),
+    }
+}
+
+/// `/apis/<group>`.
 pub fn api_group(group: &str) -> APIGroup {
-    let version = GroupVersionForDiscovery { group_version: format!("{group}/v1"), version: "v1".to_owned() };
+    let versions: Vec<GroupVersionForDiscovery> = group_versions(group)
+        .into_iter()
+        .map(|version| GroupVersionForDiscovery {
+            group_version: format!("{group}/{version}"),
+            version: version.to_owned(),
+        })
+        .collect();
     APIGroup {
         name: group.to_owned(),
-        preferred_version: Some(version.clone()),
+        preferred_version: versions.first().cloned(),
         server_address_by_client_cidrs: None,
-        versions: vec![version],
+        versions,
     }
 }
 
@@ -96,13 +141,7 @@ pub fn aggregated(core: bool, version: &str) -> Value {
     let items: Vec<Value> = groups
         .into_iter()
         .map(|group| {
-            let mut versions: Vec<&str> = Vec::new();
-            for resource in resources::RESOURCES.iter().filter(|r| r.group == group) {
-                if !versions.contains(&resource.version) {
-                    versions.push(resource.version);
-                }
-            }
-            let versions: Vec<Value> = versions
+            let versions: Vec<Value> = group_versions(group)
                 .into_iter()
                 .map(|version| {
                     let resources: Vec<Value> =

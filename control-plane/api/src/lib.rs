@@ -1,9 +1,12 @@
 //! keel-api: the Kubernetes API machinery Keel's apiserver is made of, with no IO — which resources
 //! exist and how they are named ([`resources`]), errors as Kubernetes `Status` objects ([`status`]),
-//! label and field selectors ([`labels`], [`fields`]) and the discovery documents ([`discovery`]).
+//! label and field selectors ([`labels`], [`fields`]) and the discovery documents ([`discovery`]);
+//! CustomResourceDefinitions ([`crd`]) and the custom resources they serve ([`custom`]).
 //! Kubernetes 1.34 (k8s-openapi's `v1_34`).
 
 pub mod convert;
+pub mod crd;
+pub mod custom;
 pub mod defaults;
 pub mod discovery;
 pub mod fields;

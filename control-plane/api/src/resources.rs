@@ -11,7 +11,7 @@ const GET_PATCH_UPDATE: &[&str] = &["get", "patch", "update"];
 const CREATE: &[&str] = &["create"];
 
 /// A subresource (`pods/status`) and the object it takes.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct Subresource {
     pub name: &'static str,
     pub kind: &'static str,
@@ -34,8 +34,9 @@ const SCALE: Subresource = Subresource {
     verbs: GET_PATCH_UPDATE,
 };
 
-/// One served resource.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// One served resource: a built-in one of [`RESOURCES`], or a custom resource a
+/// CustomResourceDefinition serves ([`crate::custom`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct Resource {
     /// `""` for the core group.
     pub group: &'static str,
@@ -49,6 +50,8 @@ pub struct Resource {
     pub categories: &'static [&'static str],
     pub verbs: &'static [&'static str],
     pub subresources: &'static [Subresource],
+    /// Served for a CustomResourceDefinition ([`crate::custom`]): stored under its group.
+    pub custom: bool,
 }
 
 impl Resource {
@@ -66,10 +69,17 @@ impl Resource {
     /// services, endpoints and nodes. events.k8s.io events share core events' keys, as upstream's do
     /// (one object, two API versions).
     pub fn key_prefix(&self) -> String {
+        // Custom resources: `/registry/<group>/<plural>/`, as apiextensions-apiserver lays them out.
+        if self.custom {
+            return format!("/registry/{}/{}/", self.group, self.plural);
+        }
         let plural = match (self.group, self.plural) {
             ("", "services") => "services/specs",
             ("", "endpoints") => "services/endpoints",
             ("", "nodes") => "minions",
+            ("apiextensions.k8s.io", "customresourcedefinitions") => {
+                "apiextensions.k8s.io/customresourcedefinitions"
+            }
             (_, plural) => plural,
         };
         format!("/registry/{plural}/")
@@ -160,6 +170,7 @@ const fn resource(
         categories: &[],
         verbs: ALL_VERBS,
         subresources: &[],
+        custom: false,
     }
 }
 
@@ -273,6 +284,22 @@ pub const RESOURCES: &[Resource] = &[
     resource("rbac.authorization.k8s.io", "Role", "roles", "role"),
     // storage.k8s.io/v1
     short(cluster(resource("storage.k8s.io", "StorageClass", "storageclasses", "storageclass")), &["sc"]),
+    // apiextensions.k8s.io/v1
+    sub(
+        Resource {
+            categories: &["api-extensions"],
+            ..short(
+                cluster(resource(
+                    "apiextensions.k8s.io",
+                    "CustomResourceDefinition",
+                    "customresourcedefinitions",
+                    "customresourcedefinition",
+                )),
+                &["crd", "crds"],
+            )
+        },
+        &[status("CustomResourceDefinition")],
+    ),
     // scheduling.k8s.io/v1
     short(
         cluster(resource("scheduling.k8s.io", "PriorityClass", "priorityclasses", "priorityclass")),
@@ -286,10 +313,11 @@ pub const RESOURCES: &[Resource] = &[
     resource("discovery.k8s.io", "EndpointSlice", "endpointslices", "endpointslice"),
 ];
 
-/// The groups served under /apis, in upstream's order (every one at v1).
+/// The groups served under /apis, in upstream's order (every built-in one at v1), then the groups
+/// of custom resources.
 pub fn groups() -> Vec<&'static str> {
     let mut groups: Vec<&'static str> = Vec::new();
-    for resource in RESOURCES {
+    for resource in RESOURCES.iter().chain(crate::custom::resources()) {
         if !resource.group.is_empty() && !groups.contains(&resource.group) {
             groups.push(resource.group);
         }
@@ -299,7 +327,10 @@ pub fn groups() -> Vec<&'static str> {
 
 /// The resource served at `/api(s)/<group>/<version>/.../<plural>`.
 pub fn find(group: &str, version: &str, plural: &str) -> Option<&'static Resource> {
-    RESOURCES.iter().find(|r| r.group == group && r.version == version && r.plural == plural)
+    RESOURCES
+        .iter()
+        .find(|r| r.group == group && r.version == version && r.plural == plural)
+        .or_else(|| crate::custom::find(group, version, plural))
 }
 
 /// The resources of one group version, in declaration order.
@@ -307,7 +338,15 @@ pub fn of_group_version<'a>(
     group: &'a str,
     version: &'a str,
 ) -> impl Iterator<Item = &'static Resource> + use<'a> {
-    RESOURCES.iter().filter(move |r| r.group == group && r.version == version)
+    RESOURCES
+        .iter()
+        .chain(crate::custom::resources())
+        .filter(move |r| r.group == group && r.version == version)
+}
+
+/// Every resource served now: the built-in ones, then the custom ones.
+pub fn served() -> impl Iterator<Item = &'static Resource> {
+    RESOURCES.iter().chain(crate::custom::resources())
 }
 
 #[cfg(test)]
@@ -358,6 +397,7 @@ mod tests {
                 "policy",
                 "rbac.authorization.k8s.io",
                 "storage.k8s.io",
+                "apiextensions.k8s.io",
                 "scheduling.k8s.io",
                 "coordination.k8s.io",
                 "node.k8s.io",

@@ -43,6 +43,8 @@ pub struct FieldError {
 pub enum FieldErrorKind {
     Required,
     Invalid,
+    /// A value of the wrong type (structural schemas' type errors).
+    TypeInvalid,
     Duplicate,
     NotSupported,
     Forbidden,
@@ -58,6 +60,7 @@ impl FieldErrorKind {
         match self {
             FieldErrorKind::Required => "FieldValueRequired",
             FieldErrorKind::Invalid => "FieldValueInvalid",
+            FieldErrorKind::TypeInvalid => "FieldValueTypeInvalid",
             FieldErrorKind::Duplicate => "FieldValueDuplicate",
             FieldErrorKind::NotSupported => "FieldValueNotSupported",
             FieldErrorKind::Forbidden => "FieldValueForbidden",
@@ -71,7 +74,7 @@ impl FieldErrorKind {
     fn words(self) -> &'static str {
         match self {
             FieldErrorKind::Required => "Required value",
-            FieldErrorKind::Invalid => "Invalid value",
+            FieldErrorKind::Invalid | FieldErrorKind::TypeInvalid => "Invalid value",
             FieldErrorKind::Duplicate => "Duplicate value",
             FieldErrorKind::NotSupported => "Unsupported value",
             FieldErrorKind::Forbidden => "Forbidden",

@@ -27,6 +27,17 @@ pub fn prepare_for_create(resource: &Resource, object: &mut Value) {
             }
             map.insert("status".into(), json!({"phase": "Active"}));
         }
+        // upstream's CRD strategy: an empty status that records the storage version as stored.
+        ("apiextensions.k8s.io", "customresourcedefinitions") => {
+            let stored: Vec<Value> =
+                crate::crd::storage_version(object).map(Value::from).into_iter().collect();
+            if let Value::Object(map) = object {
+                map.insert(
+                    "status".into(),
+                    json!({"acceptedNames": {"plural": "", "kind": ""}, "conditions": [], "storedVersions": stored}),
+                );
+            }
+        }
         _ if has_status(resource) => {
             map.remove("status");
         }
@@ -37,6 +48,10 @@ pub fn prepare_for_create(resource: &Resource, object: &mut Value) {
 /// Keeps what an update of the main resource may not change (PrepareForUpdate): the status of
 /// resources with a status subresource.
 pub fn prepare_for_update(resource: &Resource, old: &Value, new: &mut Value) {
+    // A CRD's new storage version joins status.storedVersions.
+    let stored = (resource.group == "apiextensions.k8s.io" && resource.plural == "customresourcedefinitions")
+        .then(|| crate::crd::storage_version(new).map(str::to_owned))
+        .flatten();
     if has_status(resource)
         && let Value::Object(map) = new
     {
@@ -44,6 +59,16 @@ pub fn prepare_for_update(resource: &Resource, old: &Value, new: &mut Value) {
             Some(status) => map.insert("status".into(), status.clone()),
             None => map.remove("status"),
         };
+    }
+    if let Some(storage) = stored
+        && let Some(status) = new.get_mut("status").and_then(Value::as_object_mut)
+    {
+        let versions = status.entry("storedVersions").or_insert_with(|| json!([]));
+        if let Value::Array(versions) = versions
+            && !versions.iter().any(|v| v == storage.as_str())
+        {
+            versions.push(storage.into());
+        }
     }
 }
 
@@ -105,8 +130,49 @@ fn qos_class(spec: Option<&Value>) -> &'static str {
     }
 }
 
-/// The autoscaling/v1 Scale of a scalable object (deployments, replicasets, statefulsets).
+/// The finalizer a deletion of `resource` adds before anything else (upstream's CRD REST Delete).
+pub fn delete_finalizer(resource: &Resource) -> Option<&'static str> {
+    (resource.group == "apiextensions.k8s.io" && resource.plural == "customresourcedefinitions")
+        .then_some(crate::crd::CLEANUP_FINALIZER)
+}
+
+/// The value at a simple JSON path (`.spec.replicas`).
+fn at_path<'a>(object: &'a Value, path: &str) -> Option<&'a Value> {
+    let pointer: String = path.split('.').filter(|p| !p.is_empty()).map(|p| format!("/{p}")).collect();
+    object.pointer(&pointer)
+}
+
+/// A custom resource's Scale, read at its CRD's paths (upstream's scaleFromCustomResource).
+fn custom_scale(paths: &crate::custom::ScalePaths, object: &Value) -> Value {
+    let metadata = &object["metadata"];
+    let replicas = |path: &str| at_path(object, path).and_then(Value::as_i64).unwrap_or(0);
+    let selector = paths
+        .label_selector
+        .as_deref()
+        .and_then(|path| at_path(object, path))
+        .and_then(Value::as_str)
+        .unwrap_or_default();
+    json!({
+        "kind": "Scale",
+        "apiVersion": "autoscaling/v1",
+        "metadata": {
+            "name": metadata["name"],
+            "namespace": metadata["namespace"],
+            "uid": metadata["uid"],
+            "resourceVersion": metadata["resourceVersion"],
+            "creationTimestamp": metadata["creationTimestamp"],
+        },
+        "spec": {"replicas": replicas(&paths.spec_replicas)},
+        "status": {"replicas": replicas(&paths.status_replicas), "selector": selector},
+    })
+}
+
+/// The autoscaling/v1 Scale of a scalable object (deployments, replicasets, statefulsets, custom
+/// resources with a scale subresource).
 pub fn scale_of(resource: &Resource, object: &Value) -> Value {
+    if let Some(paths) = crate::custom::version_of(resource).and_then(|v| v.scale.clone()) {
+        return custom_scale(&paths, object);
+    }
     let metadata = &object["metadata"];
     let selector = object.pointer("/spec/selector/matchLabels").and_then(Value::as_object).map(|labels| {
         let mut pairs: Vec<String> =
@@ -134,6 +200,30 @@ pub fn scale_of(resource: &Resource, object: &Value) -> Value {
 
 fn default_replicas(_resource: &Resource) -> i64 {
     1
+}
+
+/// Applies a Scale's `spec.replicas` to a scaled object of `resource` (at its CRD's
+/// specReplicasPath for a custom resource).
+pub fn apply_scale_to(resource: &Resource, object: &mut Value, scale: &Value) -> Result<(), String> {
+    let Some(paths) = crate::custom::version_of(resource).and_then(|v| v.scale.clone()) else {
+        return apply_scale(object, scale);
+    };
+    let replicas =
+        scale.pointer("/spec/replicas").and_then(Value::as_i64).ok_or("spec.replicas: Required value")?;
+    if replicas < 0 {
+        return Err(format!("spec.replicas: Invalid value: {replicas}: must be greater than or equal to 0"));
+    }
+    let mut node = object;
+    let parts: Vec<&str> = paths.spec_replicas.split('.').filter(|p| !p.is_empty()).collect();
+    for (i, part) in parts.iter().enumerate() {
+        let Value::Object(map) = node else { return Err(format!("{}: not an object", paths.spec_replicas)) };
+        if i + 1 == parts.len() {
+            map.insert((*part).to_owned(), json!(replicas));
+            return Ok(());
+        }
+        node = map.entry((*part).to_owned()).or_insert_with(|| json!({}));
+    }
+    Ok(())
 }
 
 /// Applies a Scale's `spec.replicas` to the scaled object.

@@ -8,6 +8,8 @@ use std::collections::BTreeSet;
 use k8s_openapi::api::{
     apps, batch, coordination, core, discovery, events, node, policy, rbac, scheduling, storage,
 };
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use serde::de::{self, DeserializeSeed, MapAccess, SeqAccess, Visitor};
 use serde_json::Value;
 
@@ -23,6 +25,9 @@ macro_rules! typed_resources {
         /// The object as its type reads and writes it, or why the type cannot read it. Resources
         /// without a type here come back as they are.
         pub fn round_trip(resource: &Resource, object: &Value) -> Result<Value, String> {
+            if resource.custom {
+                return custom_round_trip(resource, object);
+            }
             match (resource.group, resource.plural) {
                 $(($group, $plural) => round::<$ty>(object),)*
                 _ => Ok(object.clone()),
@@ -62,6 +67,22 @@ typed_resources! {
     "coordination.k8s.io" "leases" => coordination::v1::Lease,
     "node.k8s.io" "runtimeclasses" => node::v1::RuntimeClass,
     "discovery.k8s.io" "endpointslices" => discovery::v1::EndpointSlice,
+    "apiextensions.k8s.io" "customresourcedefinitions" => CustomResourceDefinition,
+}
+
+/// A custom resource as its structural schema holds it (upstream's decoding of custom resources):
+/// metadata read as an ObjectMeta, fields the schema does not specify pruned, then defaults from
+/// the schema filled in. A resource no longer served comes back as it is.
+fn custom_round_trip(resource: &Resource, object: &Value) -> Result<Value, String> {
+    let Some(version) = crate::custom::version_of(resource) else { return Ok(object.clone()) };
+    let mut object = object.clone();
+    let Value::Object(map) = &mut object else { return Err("the object is not a JSON object".into()) };
+    if let Some(metadata) = map.get_mut("metadata") {
+        *metadata = round::<ObjectMeta>(metadata).map_err(|e| format!("metadata: {e}"))?;
+    }
+    version.schema.prune(&mut object, true);
+    version.schema.apply_defaults(&mut object);
+    Ok(object)
 }
 
 /// Paths (`spec.template.foo`, `spec.containers[0].bar`) present in `input` but not in what the type

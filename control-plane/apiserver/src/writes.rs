@@ -329,7 +329,7 @@ impl Handlers {
                             return Err(ApiError::BadRequest("a scale subresource takes a Scale".into()));
                         }
                         let mut new = existing.clone();
-                        strategy::apply_scale(&mut new, &new_scale).map_err(|cause| {
+                        strategy::apply_scale_to(resource, &mut new, &new_scale).map_err(|cause| {
                             ApiError::UnprocessableEntity(format!(
                                 "Scale.autoscaling {name:?} is invalid: {cause}"
                             ))

@@ -24,6 +24,7 @@ mod apps;
 mod batch;
 mod cluster;
 mod core;
+mod custom;
 mod duration;
 mod event;
 mod pod;
@@ -220,7 +221,8 @@ enum Printer {
     Lease,
     RuntimeClass,
     EndpointSlice,
-    /// `rest.NewDefaultTableConvertor`: limitranges, roles, clusterroles (and anything unknown).
+    /// `rest.NewDefaultTableConvertor`: limitranges, roles, clusterroles, customresourcedefinitions
+    /// (and anything unknown).
     Default,
 }
 
@@ -334,13 +336,24 @@ fn default_row(object: &Value) -> Row {
 /// 1), each `{name, type, format, description, priority}`.
 #[must_use]
 pub fn column_definitions(resource: &Resource) -> Vec<Value> {
+    if let Some(version) = crate::custom::version_of(resource) {
+        return custom::columns(&version);
+    }
     Printer::of(resource).columns().iter().map(|c| c.to_json()).collect()
+}
+
+/// A row of `resource`'s printer, custom resources' included.
+fn print(resource: &Resource, object: &Value, now: Timestamp) -> Row {
+    match crate::custom::version_of(resource) {
+        Some(version) => custom::row(&version, object, now),
+        None => Printer::of(resource).print(object, now),
+    }
 }
 
 /// The cells of one object's row, one per column of [`column_definitions`].
 #[must_use]
 pub fn cells(resource: &Resource, object: &Value, now: Timestamp) -> Vec<Value> {
-    Printer::of(resource).print(object, now).cells
+    print(resource, object, now).cells
 }
 
 /// One row: `{"cells": [...], "conditions"?: [...], "object": ...}`, `object` as `include` asks
@@ -353,7 +366,7 @@ pub fn row(
     version: TableVersion,
     now: Timestamp,
 ) -> Value {
-    let Row { cells, conditions } = Printer::of(resource).print(object, now);
+    let Row { cells, conditions } = print(resource, object, now);
     let mut row = Map::new();
     row.insert("cells".to_owned(), Value::Array(cells));
     if !conditions.is_empty() {
@@ -447,12 +460,13 @@ pub fn table_with(
         }
     }
     let printer = Printer::of(resource);
-    let rows = if objects.is_empty() && printer == Printer::Default {
+    // Custom resources' tableconvertor, like the default one, leaves an empty list's rows null.
+    let rows = if objects.is_empty() && (printer == Printer::Default || resource.custom) {
         Value::Null
     } else {
         objects.iter().map(|o| row(resource, o, options.include, options.version, now)).collect()
     };
-    assemble(printer, metadata, rows, options)
+    assemble(resource, metadata, rows, options)
 }
 
 /// A Table of one object (`GET` of one object, and each watch event): one row, and the object's
@@ -465,15 +479,11 @@ pub fn object_table(resource: &Resource, object: &Value, options: TableOptions, 
         metadata.insert("resourceVersion".to_owned(), json!(resource_version));
     }
     let rows = Value::Array(vec![row(resource, object, options.include, options.version, now)]);
-    assemble(Printer::of(resource), metadata, rows, options)
+    assemble(resource, metadata, rows, options)
 }
 
-fn assemble(printer: Printer, metadata: Map<String, Value>, rows: Value, options: TableOptions) -> Value {
-    let columns = if options.no_headers {
-        Value::Null
-    } else {
-        printer.columns().iter().map(|c| c.to_json()).collect()
-    };
+fn assemble(resource: &Resource, metadata: Map<String, Value>, rows: Value, options: TableOptions) -> Value {
+    let columns = if options.no_headers { Value::Null } else { Value::Array(column_definitions(resource)) };
     let mut table = Map::new();
     table.insert("kind".to_owned(), json!("Table"));
     table.insert("apiVersion".to_owned(), json!(options.version.api_version()));
@@ -586,7 +596,11 @@ mod tests {
     fn every_resource_has_its_printer() {
         let defaults: Vec<&str> =
             RESOURCES.iter().filter(|r| Printer::of(r) == Printer::Default).map(|r| r.plural).collect();
-        assert_eq!(defaults, ["limitranges", "clusterroles", "roles"], "no printer upstream");
+        assert_eq!(
+            defaults,
+            ["limitranges", "clusterroles", "roles", "customresourcedefinitions"],
+            "no printer upstream"
+        );
     }
 
     #[test]

@@ -13,7 +13,7 @@ const MAX_ANNOTATIONS_BYTES: usize = 256 * 1024;
 const STANDARD_FINALIZERS: &[&str] = &["kubernetes", "orphan", "foregroundDeletion"];
 
 /// What create checks of `metadata` beyond the name (which is checked when it is given out).
-pub(super) fn object_meta(object: &Value) -> Vec<FieldError> {
+pub(crate) fn object_meta(object: &Value) -> Vec<FieldError> {
     let Some(meta) = object.get("metadata") else { return Vec::new() };
     let mut errors = labels(meta.get("labels"), "metadata.labels");
     errors.extend(annotations(meta.get("annotations"), "metadata.annotations"));
@@ -23,7 +23,7 @@ pub(super) fn object_meta(object: &Value) -> Vec<FieldError> {
 }
 
 /// What an update checks of `metadata`: no new finalizer once deleting, and the create rules.
-pub(super) fn object_meta_update(old: &Value, new: &Value) -> Vec<FieldError> {
+pub(crate) fn object_meta_update(old: &Value, new: &Value) -> Vec<FieldError> {
     let mut errors = Vec::new();
     if old.pointer("/metadata/deletionTimestamp").is_some() {
         let names = |v: &Value| -> Vec<String> {

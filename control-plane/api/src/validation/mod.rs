@@ -8,7 +8,7 @@
 //! upstream defaults is never reported missing.
 
 mod config;
-mod meta;
+pub(crate) mod meta;
 pub(crate) mod names;
 mod pod;
 pub mod quantity;
@@ -23,6 +23,9 @@ use crate::status::{FieldError, FieldErrorKind};
 /// The field errors of `object` as created (after defaulting; name and generateName are checked
 /// when the name is given out).
 pub fn validate_create(resource: &Resource, object: &Value) -> Vec<FieldError> {
+    if let Some(errors) = custom(resource, None, object) {
+        return errors;
+    }
     let mut object = object.clone();
     crate::defaults::apply(resource, &mut object);
     let mut errors = meta::object_meta(&object);
@@ -45,6 +48,9 @@ pub fn validate_create(resource: &Resource, object: &Value) -> Vec<FieldError> {
 /// The field errors of an update of the main resource from `old` (as stored) to `new` (as it would
 /// be stored). Writes through subresources (status, scale) are not validated here.
 pub fn validate_update(resource: &Resource, old: &Value, new: &Value) -> Vec<FieldError> {
+    if let Some(errors) = custom(resource, Some(old), new) {
+        return errors;
+    }
     let (mut old, mut new) = (old.clone(), new.clone());
     crate::defaults::apply(resource, &mut old);
     crate::defaults::apply(resource, &mut new);
@@ -65,20 +71,47 @@ pub fn validate_update(resource: &Resource, old: &Value, new: &Value) -> Vec<Fie
     errors
 }
 
+/// CustomResourceDefinitions ([`crate::crd`]) and custom resources (their metadata, then their
+/// structural schema); `None` for other resources.
+fn custom(resource: &Resource, old: Option<&Value>, new: &Value) -> Option<Vec<FieldError>> {
+    if resource.group == "apiextensions.k8s.io" && resource.plural == "customresourcedefinitions" {
+        return Some(match old {
+            Some(old) => crate::crd::validate_update(old, new),
+            None => crate::crd::validate(new),
+        });
+    }
+    if !resource.custom {
+        return None;
+    }
+    let mut errors = match old {
+        Some(old) => meta::object_meta_update(old, new),
+        None => meta::object_meta(new),
+    };
+    if let Some(version) = crate::custom::version_of(resource) {
+        // What the schema says of metadata is not checked against values: ObjectMeta rules apply.
+        let mut body = new.clone();
+        if let Value::Object(map) = &mut body {
+            map.remove("metadata");
+        }
+        version.schema.validate(&body, "", &mut errors);
+    }
+    Some(errors)
+}
+
 // ---- Field paths, as upstream's field.Path prints them. ----
 
 /// `path.name` (or `name` at the root).
-fn child(path: &str, name: &str) -> String {
+pub(crate) fn child(path: &str, name: &str) -> String {
     if path.is_empty() { name.to_owned() } else { format!("{path}.{name}") }
 }
 
 /// `path[i]`.
-fn index(path: &str, i: usize) -> String {
+pub(crate) fn index(path: &str, i: usize) -> String {
     format!("{path}[{i}]")
 }
 
 /// `path[key]`: map keys are not quoted.
-fn key(path: &str, key: &str) -> String {
+pub(crate) fn key(path: &str, key: &str) -> String {
     format!("{path}[{key}]")
 }
 
@@ -93,7 +126,7 @@ fn forbidden(path: &str, detail: &str) -> FieldError {
 }
 
 /// An invalid string value (quoted as Go's `%q`).
-fn invalid_str(path: &str, value: &str, detail: &str) -> FieldError {
+pub(crate) fn invalid_str(path: &str, value: &str, detail: &str) -> FieldError {
     let shown = crate::labels::go_quote(value);
     FieldError {
         field: path.to_owned(),
@@ -103,7 +136,7 @@ fn invalid_str(path: &str, value: &str, detail: &str) -> FieldError {
 }
 
 /// An invalid value of another type: numbers as they are, maps and objects as JSON.
-fn invalid(path: &str, value: &Value, detail: &str) -> FieldError {
+pub(crate) fn invalid(path: &str, value: &Value, detail: &str) -> FieldError {
     match value {
         Value::String(s) => invalid_str(path, s, detail),
         _ => FieldError::invalid(path, value, detail),
@@ -127,7 +160,7 @@ fn not_found(path: &str, value: &str) -> FieldError {
 }
 
 /// `Too long: may not be more than N bytes`.
-fn too_long(path: &str, max: usize) -> FieldError {
+pub(crate) fn too_long(path: &str, max: usize) -> FieldError {
     FieldError {
         field: path.to_owned(),
         kind: FieldErrorKind::TooLong,
@@ -144,7 +177,7 @@ fn nonnegative(value: Option<&Value>, path: &str) -> Vec<FieldError> {
 }
 
 /// upstream's ValidateImmutableField: the new value is shown.
-fn immutable(new: Option<&Value>, old: Option<&Value>, path: &str) -> Vec<FieldError> {
+pub(crate) fn immutable(new: Option<&Value>, old: Option<&Value>, path: &str) -> Vec<FieldError> {
     if semantic_eq(new, old) {
         return Vec::new();
     }

@@ -9,6 +9,8 @@ const DNS1123_LABEL_FMT: &str = "[a-z0-9]([-a-z0-9]*[a-z0-9])?";
 const DNS1123_LABEL_ERR: &str = "a lowercase RFC 1123 label must consist of lower case alphanumeric characters or '-', and must start and end with an alphanumeric character";
 const DNS1123_SUBDOMAIN_FMT: &str = r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*";
 const DNS1123_SUBDOMAIN_ERR: &str = "a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' or '.', and must start and end with an alphanumeric character";
+const DNS1035_LABEL_FMT: &str = "[a-z]([-a-z0-9]*[a-z0-9])?";
+const DNS1035_LABEL_ERR: &str = "a DNS-1035 label must consist of lower case alphanumeric characters or '-', start with an alphabetic character, and end with an alphanumeric character";
 const CONFIG_KEY_FMT: &str = "[-._a-zA-Z0-9]+";
 const CONFIG_KEY_ERR: &str = "a valid config key must consist of alphanumeric characters, '-', '_' or '.'";
 
@@ -120,13 +122,25 @@ pub(super) fn dns1123_label(value: &str) -> Vec<String> {
 }
 
 /// IsDNS1123Subdomain.
-pub(super) fn dns1123_subdomain(value: &str) -> Vec<String> {
+pub(crate) fn dns1123_subdomain(value: &str) -> Vec<String> {
     let mut errors = Vec::new();
     if value.len() > 253 {
         errors.push(max_len(253));
     }
     if !is_subdomain(value) {
         errors.push(regex_error(DNS1123_SUBDOMAIN_ERR, DNS1123_SUBDOMAIN_FMT, &["example.com"]));
+    }
+    errors
+}
+
+/// IsDNS1035Label.
+pub(crate) fn dns1035_label(value: &str) -> Vec<String> {
+    let mut errors = Vec::new();
+    if value.len() > 63 {
+        errors.push(max_len(63));
+    }
+    if !is_label(value) || !value.as_bytes()[0].is_ascii_lowercase() {
+        errors.push(regex_error(DNS1035_LABEL_ERR, DNS1035_LABEL_FMT, &["my-name", "abc-123"]));
     }
     errors
 }
