@@ -218,6 +218,14 @@ pub fn served_definitions() -> Vec<String> {
     names
 }
 
+/// A resource served for the CustomResourceDefinition `crd` (its storage version when served).
+pub fn resource_of(crd: &str) -> Option<&'static Resource> {
+    let registry = read();
+    let mut served = registry.versions.values().filter(|v| v.crd == crd);
+    let all: Vec<&Arc<CustomVersion>> = served.by_ref().collect();
+    all.iter().find(|v| v.resource.version == v.storage_version).or_else(|| all.first()).map(|v| v.resource)
+}
+
 /// The custom resource served at `/apis/<group>/<version>/.../<plural>`.
 pub fn find(group: &str, version: &str, plural: &str) -> Option<&'static Resource> {
     read().versions.get(&(group.to_owned(), version.to_owned(), plural.to_owned())).map(|v| v.resource)

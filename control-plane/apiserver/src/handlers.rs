@@ -477,6 +477,7 @@ impl Handlers {
         if let Some(namespace) = namespace {
             self.require_namespace(namespace).await?;
         }
+        crate::crd::check_create(self, resource).await?;
         let uid = uuid::Uuid::new_v4();
         let random = u64::from_le_bytes(uid.as_bytes()[..8].try_into().unwrap_or_default());
         let now = jiff::Timestamp::now().strftime("%Y-%m-%dT%H:%M:%SZ").to_string();

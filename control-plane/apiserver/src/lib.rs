@@ -8,6 +8,7 @@
 pub mod admission;
 pub mod auth;
 pub mod cache;
+pub mod crd;
 pub mod eviction;
 pub mod filter;
 pub mod handlers;
@@ -112,6 +113,8 @@ pub struct ApiServer {
     reads: Option<Arc<tokio::sync::Semaphore>>,
     writes: Option<Arc<tokio::sync::Semaphore>>,
     request_timeout: std::time::Duration,
+    /// The CustomResourceDefinition controllers ([`crd`]).
+    _crds: crd::CrdControllers,
 }
 
 impl ApiServer {
@@ -119,6 +122,7 @@ impl ApiServer {
     pub async fn new(store: Arc<dyn Store>, config: Config) -> Result<Arc<ApiServer>, ApiError> {
         let cache = Arc::new(cache::WatchCache::start(&store));
         let handlers = Handlers { store, cache, services: config.services };
+        let crds = crd::CrdControllers::start(handlers.clone());
         let server = Arc::new(ApiServer {
             handlers,
             address: config.address.to_string(),
@@ -126,6 +130,7 @@ impl ApiServer {
             reads: inflight(config.limits.max_requests_inflight),
             writes: inflight(config.limits.max_mutating_requests_inflight),
             request_timeout: config.limits.request_timeout,
+            _crds: crds,
         });
         server.handlers.ensure_system_namespaces().await?;
         server.handlers.ensure_default_service_accounts().await?;

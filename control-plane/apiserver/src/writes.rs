@@ -262,6 +262,7 @@ impl Handlers {
         dry_run: bool,
     ) -> Result<Reply, ApiError> {
         let resource = request.resource;
+        crate::crd::check_patch(resource, matches!(patch, PatchBody::Strategic(_)))?;
         let updated = self
             .guarded_update(request, name, dry_run, |existing| {
                 let mut new = existing.clone();
@@ -287,6 +288,7 @@ impl Handlers {
     ) -> Result<Reply, ApiError> {
         let resource = request.resource;
         let sub = request.subresource.as_deref().unwrap_or_default();
+        crate::crd::check_patch(resource, matches!(body, SubresourceBody::Patch(PatchBody::Strategic(_))))?;
         let key = objects::key(resource, request.namespace.as_deref(), name);
         match (sub, body) {
             ("status" | "finalize", SubresourceBody::None) | ("scale", SubresourceBody::None) => {
@@ -432,6 +434,11 @@ impl Handlers {
                         "propagationPolicy {other:?} is not supported: Orphan, Foreground or Background"
                     )));
                 }
+            }
+            if let Some(finalizer) = strategy::delete_finalizer(resource)
+                && !held.iter().any(|f| f == finalizer)
+            {
+                held.push(finalizer.into());
             }
             let grace = self.grace_period(resource, &object, options);
             let running = object.pointer("/metadata/deletionGracePeriodSeconds").and_then(Value::as_i64);

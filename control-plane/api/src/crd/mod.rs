@@ -120,7 +120,7 @@ fn spec(crd: &Value) -> Vec<FieldError> {
         "" => errors.push(FieldError::required("spec.scope", "")),
         "Cluster" | "Namespaced" => {}
         other => {
-            errors.push(FieldError::not_supported("spec.scope", &other.into(), &["Cluster", "Namespaced"]))
+            errors.push(FieldError::not_supported("spec.scope", &other.into(), &["Cluster", "Namespaced"]));
         }
     }
     let versions = versions(crd);

@@ -859,21 +859,21 @@ mod tests {
 
     use super::*;
 
-    fn schema(value: Value) -> Schema {
-        Schema::parse(&value, "s").unwrap()
+    fn schema(value: &Value) -> Schema {
+        Schema::parse(value, "s").unwrap()
     }
 
     #[test]
     fn structurality() {
         let s = schema(
-            json!({"type": "object", "properties": {"spec": {"properties": {"a": {"type": "string"}}}}}),
+            &json!({"type": "object", "properties": {"spec": {"properties": {"a": {"type": "string"}}}}}),
         );
         let errors: Vec<String> = structural_errors(&s, "s").iter().map(ToString::to_string).collect();
         assert_eq!(
             errors,
             ["s.properties[spec].type: Required value: must not be empty for specified object fields"]
         );
-        let s = schema(json!({"properties": {"a": {"type": "array"}}}));
+        let s = schema(&json!({"properties": {"a": {"type": "array"}}}));
         let errors: Vec<String> = structural_errors(&s, "s").iter().map(ToString::to_string).collect();
         assert_eq!(
             errors,
@@ -882,7 +882,7 @@ mod tests {
                 "s.type: Required value: must not be empty at the root"
             ]
         );
-        let s = schema(json!({"type": "object", "x-kubernetes-preserve-unknown-fields": true,
+        let s = schema(&json!({"type": "object", "x-kubernetes-preserve-unknown-fields": true,
             "properties": {"q": {"x-kubernetes-int-or-string": true, "anyOf": [{"type": "integer"}, {"type": "string"}]},
                            "n": {"type": "object", "anyOf": [{"type": "string"}]}}}));
         let errors: Vec<String> = structural_errors(&s, "s").iter().map(ToString::to_string).collect();
@@ -893,7 +893,7 @@ mod tests {
     #[test]
     fn values() {
         let s =
-            schema(json!({"type": "object", "required": ["spec"], "properties": {"spec": {"type": "object",
+            schema(&json!({"type": "object", "required": ["spec"], "properties": {"spec": {"type": "object",
             "required": ["size"], "properties": {
                 "size": {"type": "integer", "minimum": 1, "maximum": 10},
                 "color": {"type": "string", "enum": ["red", "blue"]},
@@ -927,7 +927,7 @@ mod tests {
 
     #[test]
     fn pruning_and_defaults() {
-        let s = schema(json!({"type": "object", "properties": {
+        let s = schema(&json!({"type": "object", "properties": {
             "spec": {"type": "object", "properties": {
                 "replicas": {"type": "integer", "default": 1},
                 "free": {"type": "object", "x-kubernetes-preserve-unknown-fields": true},

@@ -1,0 +1,314 @@
+//! The CustomResourceDefinition controllers apiextensions-apiserver runs inside the apiserver
+//! process, as one level-triggered loop over every CRD: the naming controller (names accepted
+//! unless another CRD of the group holds them: NamesAccepted, `status.acceptedNames`), the
+//! establishing controller (Established once the names are accepted), serving (what an
+//! established CRD defines goes into keel-api's live registry, [`keel_api::custom`], so routing,
+//! discovery and validation see it at once) and the finalizing controller (a deleted CRD,
+//! held by `customresourcecleanup.apiextensions.k8s.io`, is Terminating: its custom resources are
+//! deleted, then the finalizer is removed and serving stops).
+//!
+//! The loop lists the CRDs, reconciles them all, then follows a store watch of their prefix and
+//! reconciles all again after each batch of changes (CRDs are few; a full pass is cheap and keeps
+//! conflicts between CRDs decided in one place). A failed watch is listed again.
+
+use std::time::Duration;
+
+use futures::StreamExt;
+use keel_api::crd;
+use keel_api::custom;
+use keel_api::resources::{self, Resource};
+use keel_api::status::ApiError;
+use keel_store::RangeRequest;
+use serde_json::{Value, json};
+
+use crate::handlers::{Handlers, store_error};
+use crate::objects;
+use crate::request::{ResourceRequest, Verb};
+use crate::writes::DeleteOptions;
+
+/// The CRD controllers' task, stopped when dropped.
+#[derive(Debug)]
+pub struct CrdControllers {
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl CrdControllers {
+    /// Starts the loop over `handlers`' store.
+    pub fn start(handlers: Handlers) -> CrdControllers {
+        CrdControllers { task: tokio::spawn(run(handlers)) }
+    }
+}
+
+impl Drop for CrdControllers {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+fn crds() -> Result<&'static Resource, ApiError> {
+    resources::find("apiextensions.k8s.io", "v1", "customresourcedefinitions")
+        .ok_or_else(|| ApiError::Internal("no customresourcedefinitions".into()))
+}
+
+async fn run(handlers: Handlers) {
+    let mut pause = Duration::from_millis(100);
+    loop {
+        match follow(&handlers).await {
+            Ok(()) => pause = Duration::from_millis(100),
+            Err(error) => {
+                tracing::warn!(%error, "CustomResourceDefinition controllers: listing again");
+                pause = (pause * 2).min(Duration::from_secs(5));
+            }
+        }
+        tokio::time::sleep(pause).await;
+    }
+}
+
+/// One list and the watch that follows it, until the watch fails.
+async fn follow(handlers: &Handlers) -> Result<(), ApiError> {
+    let prefix = crds()?.key_prefix();
+    let listed = handlers.store.range(RangeRequest::prefix(prefix.clone())).await.map_err(store_error)?;
+    let mut watch = handlers.store.watch(&prefix, Some(listed.revision + 1)).await.map_err(store_error)?;
+    // Reconciling can leave work (objects still held by finalizers): a retry tick covers it.
+    let mut pending = reconcile_all(handlers).await?;
+    loop {
+        let tick =
+            tokio::time::sleep(if pending { Duration::from_millis(500) } else { Duration::from_secs(30) });
+        tokio::select! {
+            event = watch.next() => match event {
+                Some(Ok(_)) => {
+                    // Take whatever else is already there, then reconcile once.
+                    while let Some(Some(Ok(_))) = futures::FutureExt::now_or_never(watch.next()) {}
+                }
+                Some(Err(error)) => return Err(store_error(error)),
+                None => return Ok(()),
+            },
+            () = tick => {}
+        }
+        pending = reconcile_all(handlers).await?;
+    }
+}
+
+/// Every CRD as stored.
+async fn list(handlers: &Handlers) -> Result<Vec<Value>, ApiError> {
+    let resource = crds()?;
+    let listed =
+        handlers.store.range(RangeRequest::prefix(resource.key_prefix())).await.map_err(store_error)?;
+    listed.kvs.iter().map(|kv| objects::served(resource, &kv.value, kv.mod_revision)).collect()
+}
+
+/// One pass over every CRD; true when some work is left for later.
+async fn reconcile_all(handlers: &Handlers) -> Result<bool, ApiError> {
+    let all = list(handlers).await?;
+    let names: Vec<String> = all.iter().map(|c| objects::name(c).to_owned()).collect();
+    for served in custom::served_definitions() {
+        if !names.contains(&served) {
+            custom::stop(&served);
+        }
+    }
+    let mut pending = false;
+    // Oldest first, so the CRD that had a name first keeps it.
+    let mut ordered = all.clone();
+    ordered.sort_by(|a, b| {
+        let created =
+            |c: &Value| c.pointer("/metadata/creationTimestamp").and_then(Value::as_str).map(str::to_owned);
+        created(a).cmp(&created(b)).then_with(|| objects::name(a).cmp(objects::name(b)))
+    });
+    let mut decided: Vec<Value> = Vec::new();
+    for crd in ordered {
+        let name = objects::name(&crd).to_owned();
+        let result = if crd.pointer("/metadata/deletionTimestamp").is_some() {
+            finalize(handlers, &crd).await.map(|done| {
+                pending |= !done;
+                crd.clone()
+            })
+        } else {
+            establish(handlers, &crd, &decided).await
+        };
+        match result {
+            Ok(crd) => decided.push(crd),
+            Err(error) => {
+                tracing::warn!(crd = %name, %error, "reconciling a CustomResourceDefinition");
+                pending = true;
+                decided.push(crd);
+            }
+        }
+    }
+    Ok(pending)
+}
+
+/// upstream's metav1 condition shape for CRDs, keeping the transition time while the status stays.
+fn condition(old: &[Value], kind: &str, status: &str, reason: &str, message: &str) -> Value {
+    let kept = old
+        .iter()
+        .find(|c| c["type"] == kind && c["status"] == status)
+        .and_then(|c| c.get("lastTransitionTime"));
+    let time = kept
+        .cloned()
+        .unwrap_or_else(|| jiff::Timestamp::now().strftime("%Y-%m-%dT%H:%M:%SZ").to_string().into());
+    json!({"type": kind, "status": status, "lastTransitionTime": time, "reason": reason, "message": message})
+}
+
+/// Names and conditions for a live CRD, written when they change; then served when established.
+async fn establish(handlers: &Handlers, crd: &Value, decided: &[Value]) -> Result<Value, ApiError> {
+    let name = objects::name(crd).to_owned();
+    let (accepted, conflict) = crd::accepted_names(crd, decided);
+    let old: Vec<Value> =
+        crd.pointer("/status/conditions").and_then(Value::as_array).cloned().unwrap_or_default();
+    let mut conditions = Vec::new();
+    let was_established = crd::condition_true(crd, "Established");
+    let names_accepted = match &conflict {
+        None => condition(&old, "NamesAccepted", "True", "NoConflicts", "no conflicts found"),
+        Some((reason, message)) => condition(&old, "NamesAccepted", "False", reason, message),
+    };
+    conditions.push(names_accepted);
+    // Established once names were accepted; it stays established through later conflicts (upstream
+    // serves the names accepted before).
+    let established = was_established || conflict.is_none();
+    conditions.push(if established {
+        condition(&old, "Established", "True", "InitialNamesAccepted", "the initial names have been accepted")
+    } else {
+        condition(&old, "Established", "False", "NotAccepted", "not all names are accepted")
+    });
+    let mut wanted = crd.clone();
+    wanted["status"]["acceptedNames"] = accepted;
+    wanted["status"]["conditions"] = Value::Array(conditions);
+    let current = if wanted.get("status") == crd.get("status") {
+        crd.clone()
+    } else {
+        write_status(handlers, &name, &wanted).await?
+    };
+    if established {
+        custom::serve(&name, crd::definitions(&current));
+    }
+    Ok(current)
+}
+
+/// Writes `wanted`'s status through the status subresource.
+async fn write_status(handlers: &Handlers, name: &str, wanted: &Value) -> Result<Value, ApiError> {
+    let request = ResourceRequest {
+        resource: crds()?,
+        namespace: None,
+        name: Some(name.to_owned()),
+        subresource: Some("status".into()),
+        verb: Verb::Update,
+    };
+    let status = wanted["status"].clone();
+    handlers
+        .guarded_update(&request, name, false, |existing| {
+            let mut new = existing.clone();
+            new["status"] = status.clone();
+            Ok((new, None))
+        })
+        .await
+}
+
+/// A deleting CRD: Terminating, its custom resources deleted, then its finalizer removed. True
+/// once done (or not ours to do).
+async fn finalize(handlers: &Handlers, crd: &Value) -> Result<bool, ApiError> {
+    let name = objects::name(crd).to_owned();
+    let holds = crd
+        .pointer("/metadata/finalizers")
+        .and_then(Value::as_array)
+        .is_some_and(|f| f.iter().any(|f| f == crd::CLEANUP_FINALIZER));
+    if !holds {
+        return Ok(true);
+    }
+    if !crd::condition_true(crd, "Terminating") {
+        let mut wanted = crd.clone();
+        let old: Vec<Value> =
+            crd.pointer("/status/conditions").and_then(Value::as_array).cloned().unwrap_or_default();
+        let mut conditions: Vec<Value> = old.iter().filter(|c| c["type"] != "Terminating").cloned().collect();
+        conditions.push(condition(
+            &old,
+            "Terminating",
+            "True",
+            "InstanceDeletionInProgress",
+            "CustomResource deletion is in progress",
+        ));
+        wanted["status"]["conditions"] = Value::Array(conditions);
+        write_status(handlers, &name, &wanted).await?;
+    }
+    // Every object under the CRD's prefix, whatever version it was written through.
+    let group = crd.pointer("/spec/group").and_then(Value::as_str).unwrap_or_default();
+    let plural = crd.pointer("/status/acceptedNames/plural").and_then(Value::as_str).unwrap_or_default();
+    let mut left = 0;
+    if !plural.is_empty() {
+        let prefix = format!("/registry/{group}/{plural}/");
+        let listed = handlers.store.range(RangeRequest::prefix(prefix)).await.map_err(store_error)?;
+        let served = custom::resource_of(&name);
+        for kv in listed.kvs {
+            let Some(resource) = served else {
+                // Not served (a restart mid-way): the objects go as they are.
+                handlers.store.delete(&kv.key, Some(kv.mod_revision)).await.map_err(store_error)?;
+                continue;
+            };
+            let object = objects::from_storage(&kv.value, kv.mod_revision)?;
+            let request = ResourceRequest {
+                resource,
+                namespace: object.pointer("/metadata/namespace").and_then(Value::as_str).map(str::to_owned),
+                name: Some(objects::name(&object).to_owned()),
+                subresource: None,
+                verb: Verb::Delete,
+            };
+            match handlers.delete(&request, objects::name(&object), &DeleteOptions::default()).await {
+                Ok(_) | Err(ApiError::NotFound { .. }) => {}
+                Err(error) => return Err(error),
+            }
+            if handlers.store.get(&kv.key).await.map_err(store_error)?.is_some() {
+                left += 1;
+            }
+        }
+    }
+    if left > 0 {
+        return Ok(false);
+    }
+    custom::stop(&name);
+    let request = ResourceRequest {
+        resource: crds()?,
+        namespace: None,
+        name: Some(name.clone()),
+        subresource: None,
+        verb: Verb::Update,
+    };
+    let result = handlers
+        .guarded_update(&request, &name, false, |existing| {
+            let mut new = existing.clone();
+            if let Some(finalizers) = new.pointer_mut("/metadata/finalizers").and_then(Value::as_array_mut) {
+                finalizers.retain(|f| f != crd::CLEANUP_FINALIZER);
+            }
+            Ok((new, None))
+        })
+        .await;
+    match result {
+        Ok(_) | Err(ApiError::NotFound { .. }) => Ok(true),
+        Err(error) => Err(error),
+    }
+}
+
+/// Whether creates of `resource` are refused because its CRD is being deleted (upstream: "create
+/// not allowed while custom resource definition is terminating").
+pub async fn check_create(handlers: &Handlers, resource: &Resource) -> Result<(), ApiError> {
+    let Some(version) = custom::version_of(resource) else { return Ok(()) };
+    let key = objects::key(crds()?, None, &version.crd);
+    if let Some(kv) = handlers.store.get(&key).await.map_err(store_error)? {
+        let crd = objects::from_storage(&kv.value, kv.mod_revision)?;
+        if crd.pointer("/metadata/deletionTimestamp").is_some() {
+            // upstream: 405 MethodNotSupported, worded "create not allowed while custom resource
+            // definition is terminating"; Keel's MethodNotAllowed carries its standard message.
+            return Err(ApiError::MethodNotAllowed);
+        }
+    }
+    Ok(())
+}
+
+/// Strategic merge patch is not served for custom resources (they have no patch metadata): 415, as
+/// upstream answers it.
+pub fn check_patch(resource: &Resource, strategic: bool) -> Result<(), ApiError> {
+    if resource.custom && strategic {
+        return Err(ApiError::UnsupportedMediaType(
+            "the body of the request was in an unknown format - accepted media types include: application/json-patch+json, application/merge-patch+json, application/apply-patch+yaml".into(),
+        ));
+    }
+    Ok(())
+}
