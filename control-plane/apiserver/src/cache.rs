@@ -131,12 +131,19 @@ pub fn fields_for(resource: &Resource) -> Arc<[&'static str]> {
 }
 
 /// The caches of every resource, one per key prefix, and their feeding tasks (stopped when this is
-/// dropped).
+/// dropped). Built-in resources' caches start with the server; custom resources' start and stop
+/// with the CustomResourceDefinitions that serve them ([`WatchCache::start_custom`]).
 #[derive(Debug)]
 pub struct WatchCache {
     caches: HashMap<String, Arc<Cache>>,
     tasks: Vec<JoinHandle<()>>,
+    store: Arc<dyn Store>,
+    /// Custom resources' caches by key prefix (`/registry/<group>/<plural>/`), with their feeders.
+    custom: RwLock<HashMap<String, Fed>>,
 }
+
+/// A cache and the task feeding it.
+type Fed = (Arc<Cache>, JoinHandle<()>);
 
 impl WatchCache {
     /// Starts a cache for every watchable resource of `store`.
@@ -152,12 +159,36 @@ impl WatchCache {
             tasks.push(tokio::spawn(feed(cache.clone(), store.clone())));
             caches.insert(prefix, cache);
         }
-        WatchCache { caches, tasks }
+        WatchCache { caches, tasks, store: store.clone(), custom: RwLock::default() }
     }
 
     /// The cache holding `resource`.
-    pub fn of(&self, resource: &Resource) -> Option<&Arc<Cache>> {
-        self.caches.get(&resource.key_prefix())
+    pub fn of(&self, resource: &Resource) -> Option<Arc<Cache>> {
+        if resource.custom {
+            let custom = self.custom.read().unwrap_or_else(std::sync::PoisonError::into_inner);
+            return custom.get(&resource.key_prefix()).map(|(cache, _)| cache.clone());
+        }
+        self.caches.get(&resource.key_prefix()).cloned()
+    }
+
+    /// Starts the cache of a custom resource's key prefix, unless it runs already.
+    pub fn start_custom(&self, resource: &Resource) {
+        let prefix = resource.key_prefix();
+        let mut custom = self.custom.write().unwrap_or_else(std::sync::PoisonError::into_inner);
+        if custom.contains_key(&prefix) {
+            return;
+        }
+        let cache = Arc::new(Cache::new(prefix.clone(), fields_for(resource)));
+        let task = tokio::spawn(feed(cache.clone(), self.store.clone()));
+        custom.insert(prefix, (cache, task));
+    }
+
+    /// Stops the cache of a custom resource's key prefix (its CRD is gone): its watches end.
+    pub fn stop_custom(&self, prefix: &str) {
+        let mut custom = self.custom.write().unwrap_or_else(std::sync::PoisonError::into_inner);
+        if let Some((_, task)) = custom.remove(prefix) {
+            task.abort();
+        }
     }
 
     /// Whether every cache has listed its prefix and follows the store.
@@ -169,6 +200,10 @@ impl WatchCache {
 impl Drop for WatchCache {
     fn drop(&mut self) {
         for task in &self.tasks {
+            task.abort();
+        }
+        let custom = self.custom.read().unwrap_or_else(std::sync::PoisonError::into_inner);
+        for (_, task) in custom.values() {
             task.abort();
         }
     }

@@ -103,7 +103,7 @@ async fn reconcile_all(handlers: &Handlers) -> Result<bool, ApiError> {
     let names: Vec<String> = all.iter().map(|c| objects::name(c).to_owned()).collect();
     for served in custom::served_definitions() {
         if !names.contains(&served) {
-            custom::stop(&served);
+            stop_serving(handlers, &served);
         }
     }
     let mut pending = false;
@@ -180,8 +180,19 @@ async fn establish(handlers: &Handlers, crd: &Value, decided: &[Value]) -> Resul
     };
     if established {
         custom::serve(&name, crd::definitions(&current));
+        if let Some(resource) = custom::resource_of(&name) {
+            handlers.cache.start_custom(resource);
+        }
     }
     Ok(current)
+}
+
+/// Stops serving the CRD `name`: its resources leave the registry, its watch cache stops.
+fn stop_serving(handlers: &Handlers, name: &str) {
+    if let Some(resource) = custom::resource_of(name) {
+        handlers.cache.stop_custom(&resource.key_prefix());
+    }
+    custom::stop(name);
 }
 
 /// Writes `wanted`'s status through the status subresource.
@@ -263,7 +274,7 @@ async fn finalize(handlers: &Handlers, crd: &Value) -> Result<bool, ApiError> {
     if left > 0 {
         return Ok(false);
     }
-    custom::stop(&name);
+    stop_serving(handlers, &name);
     let request = ResourceRequest {
         resource: crds()?,
         namespace: None,

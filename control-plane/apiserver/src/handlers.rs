@@ -285,7 +285,7 @@ impl Handlers {
         if query.continue_token.is_none()
             && (query.limit.is_none() || self.store.prompt_progress())
             && let Some(cache) = self.cache.of(resource)
-            && self.cache_serves(cache, read).await?
+            && self.cache_serves(&cache, read).await?
             && let Some(listed) = cache.list(&prefix, None, &filter, query.limit)
         {
             return list_reply(
@@ -369,6 +369,7 @@ impl Handlers {
                 .map(|s| tokio::time::Instant::now() + Duration::from_secs(s)),
         };
         let cache = self.cache.of(resource);
+        let cache = cache.as_ref();
         let initial = query.send_initial_events.unwrap_or(matches!(rv, None | Some("0")));
         let start = if initial {
             let read = match rv {

@@ -350,7 +350,9 @@ async fn scenario(server: common::Server, minor: u32) -> Result<()> {
     // An unknown version is not served.
     ensure!(get(&server, "/apis/test.keel.dev/v9/namespaces/default/widgets").await?.0 == 404, "v9");
 
-    // Selectors.
+    // Selectors, and a watch from a resourceVersion (served by the resource's watch cache).
+    let before =
+        get(&server, WIDGETS).await?.1["metadata"]["resourceVersion"].as_str().unwrap_or_default().to_owned();
     let second = json!({"apiVersion": "test.keel.dev/v1", "kind": "Widget", "metadata": {"name": "w2"}, "spec": {"size": 1}});
     ensure!(json_request(&server, "POST", WIDGETS, "application/json", &second).await?.0 == 201, "w2");
     let labelled = ok(&kubectl, k, &["get", "widgets", "-l", "tier=front", "-o", "name"]).await?;
@@ -361,6 +363,16 @@ async fn scenario(server: common::Server, minor: u32) -> Result<()> {
         "{by_name}"
     );
     ensure!(by_name["items"][0]["spec"]["color"] == "red", "defaults on read too: {by_name}");
+    let (status, _, events) = server
+        .request("GET", &format!("{WIDGETS}?watch=true&resourceVersion={before}&timeoutSeconds=1"), &[], b"")
+        .await?;
+    let events: Vec<Value> = events
+        .lines()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .filter(Value::is_object)
+        .collect();
+    ensure!(status == 200 && events.len() == 1, "{events:?}");
+    ensure!(events[0]["type"] == "ADDED" && events[0]["object"]["metadata"]["name"] == "w2", "{events:?}");
 
     // The Python client's dynamic client.
     let python = keel_testbed::python::python()?;
