@@ -50,6 +50,10 @@ pub struct CustomVersion {
     /// The version objects are stored in (conversion None: only apiVersion differs).
     pub storage_version: String,
     pub schema: Schema,
+    /// The version's `openAPIV3Schema` as the CRD has it, for the OpenAPI documents (/openapi/v2
+    /// and /openapi/v3 publish custom resources' schemas from it; [`generation`] tells when they
+    /// changed).
+    pub openapi_schema: serde_json::Value,
     pub columns: Vec<PrinterColumn>,
     pub status: bool,
     pub scale: Option<ScalePaths>,
@@ -76,6 +80,21 @@ struct Registry {
 
 static REGISTRY: LazyLock<RwLock<Registry>> = LazyLock::new(RwLock::default);
 
+/// Moves on every change of what is served (for caches of documents built from it: OpenAPI).
+static GENERATION: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+/// How many times what is served changed: documents derived from the registry are stale when it
+/// moved since they were built.
+pub fn generation() -> u64 {
+    GENERATION.load(std::sync::atomic::Ordering::Acquire)
+}
+
+/// Whether `resource` may be served as protobuf: custom resources have no protobuf form (upstream
+/// answers them in JSON or YAML only, 406 when only protobuf is acceptable).
+pub fn supports_protobuf(resource: &Resource) -> bool {
+    !resource.custom
+}
+
 fn read() -> std::sync::RwLockReadGuard<'static, Registry> {
     REGISTRY.read().unwrap_or_else(std::sync::PoisonError::into_inner)
 }
@@ -93,6 +112,7 @@ pub struct Definition {
     pub list_kind: String,
     pub storage_version: String,
     pub plural: String,
+    pub openapi_schema: serde_json::Value,
     pub singular: String,
     pub namespaced: bool,
     pub short_names: Vec<String>,
@@ -180,11 +200,17 @@ impl Registry {
     fn reindex(&mut self) {
         self.served = self.versions.values().map(|v| v.resource).collect();
     }
+
+    /// What documents derived from the registry depend on: resources and schemas.
+    fn fingerprint(&self) -> Vec<(&'static Resource, serde_json::Value)> {
+        self.versions.values().map(|v| (v.resource, v.openapi_schema.clone())).collect()
+    }
 }
 
 /// Serves `versions` for the CustomResourceDefinition `crd`, replacing what it served before.
 pub fn serve(crd: &str, versions: Vec<Definition>) {
     let mut registry = write();
+    let before = registry.fingerprint();
     registry.versions.retain(|_, v| v.crd != crd);
     for d in versions {
         let resource = registry.intern(&d);
@@ -194,6 +220,7 @@ pub fn serve(crd: &str, versions: Vec<Definition>) {
             crd: crd.to_owned(),
             list_kind: d.list_kind,
             storage_version: d.storage_version,
+            openapi_schema: d.openapi_schema,
             schema: d.schema,
             columns: d.columns,
             status: d.status,
@@ -202,13 +229,20 @@ pub fn serve(crd: &str, versions: Vec<Definition>) {
         registry.versions.insert(key, Arc::new(version));
     }
     registry.reindex();
+    if registry.fingerprint() != before {
+        GENERATION.fetch_add(1, std::sync::atomic::Ordering::AcqRel);
+    }
 }
 
 /// Stops serving what the CustomResourceDefinition `crd` served.
 pub fn stop(crd: &str) {
     let mut registry = write();
+    let before = registry.versions.len();
     registry.versions.retain(|_, v| v.crd != crd);
     registry.reindex();
+    if registry.versions.len() != before {
+        GENERATION.fetch_add(1, std::sync::atomic::Ordering::AcqRel);
+    }
 }
 
 /// The names of the CustomResourceDefinitions served now.
@@ -258,6 +292,7 @@ mod tests {
             kind: "Widget".into(),
             list_kind: "WidgetList".into(),
             storage_version: "v1".into(),
+            openapi_schema: serde_json::Value::Null,
             plural: "widgets".into(),
             singular: "widget".into(),
             namespaced: true,

@@ -38,6 +38,15 @@ pub fn prepare_for_create(resource: &Resource, object: &mut Value) {
                 );
             }
         }
+        // Custom resources always carry a generation (upstream's customResourceStrategy).
+        _ if resource.custom => {
+            if has_status(resource) {
+                map.remove("status");
+            }
+            if let Some(Value::Object(metadata)) = map.get_mut("metadata") {
+                metadata.insert("generation".into(), 1.into());
+            }
+        }
         _ if has_status(resource) => {
             map.remove("status");
         }

@@ -170,8 +170,9 @@ impl Handlers {
             carry_server_fields(&existing, &mut object, resource);
             // What is stored is what the type holds (the change may have come from a patch).
             let mut object = crate::validation::typed(resource, &object)?;
-            // Writes of the main resource only: subresources (status...) have rules of their own.
-            if request.subresource.is_none() {
+            // Writes of the main resource only: subresources (status...) have rules of their own;
+            // a custom resource's status is checked against its schema as the rest of it is.
+            if request.subresource.is_none() || resource.custom {
                 let causes = keel_api::validation::validate_update(resource, &existing, &object);
                 if !causes.is_empty() {
                     return Err(ApiError::invalid(resource.group, resource.kind, name, causes));

@@ -391,6 +391,12 @@ async fn scenario(server: common::Server, minor: u32) -> Result<()> {
     gadgets["metadata"]["name"] = json!("gadgets.test.keel.dev");
     gadgets["spec"]["scope"] = json!("Cluster");
     gadgets["spec"]["names"] = json!({"plural": "gadgets", "kind": "Gadget"});
+    // Two served versions, v1 stored: conversion None rewrites apiVersion only.
+    let mut beta = gadgets["spec"]["versions"][0].clone();
+    beta["name"] = json!("v1beta1");
+    beta["storage"] = json!(false);
+    beta["additionalPrinterColumns"] = json!([]);
+    gadgets["spec"]["versions"].as_array_mut().context("versions")?.push(beta);
     let (status, body) = json_request(&server, "POST", CRD_PATH, "application/json", &gadgets).await?;
     ensure!(status == 201, "{body}");
     eventually(&server, &format!("{CRD_PATH}/gadgets.test.keel.dev"), |_, crd| {
@@ -411,6 +417,38 @@ async fn scenario(server: common::Server, minor: u32) -> Result<()> {
     );
     let table = ok(&kubectl, k, &["get", "gadgets"]).await?;
     ensure!(table.contains("g1"), "{table}");
+    let (status, through_beta) = get(&server, "/apis/test.keel.dev/v1beta1/gadgets/g1").await?;
+    ensure!(status == 200 && through_beta["apiVersion"] == "test.keel.dev/v1beta1", "{through_beta}");
+    let g2 = json!({"apiVersion": "test.keel.dev/v1beta1", "kind": "Gadget", "metadata": {"name": "g2"}, "spec": {"size": 3}});
+    let (status, body) =
+        json_request(&server, "POST", "/apis/test.keel.dev/v1beta1/gadgets", "application/json", &g2).await?;
+    ensure!(status == 201 && body["apiVersion"] == "test.keel.dev/v1beta1", "{body}");
+    let (_, through_v1) = get(&server, "/apis/test.keel.dev/v1/gadgets/g2").await?;
+    ensure!(
+        through_v1["apiVersion"] == "test.keel.dev/v1" && through_v1["spec"]["size"] == 3,
+        "{through_v1}"
+    );
+    // The v1beta1 version declares no columns: its Tables have Name and the default Age.
+    let (_, table) = server
+        .request(
+            "GET",
+            "/apis/test.keel.dev/v1beta1/gadgets",
+            &[("Accept", "application/json;as=Table;v=v1;g=meta.k8s.io")],
+            b"",
+        )
+        .await
+        .map(|(s, _, b)| (s, serde_json::from_str::<Value>(&b).unwrap_or_default()))?;
+    let columns: Vec<&str> = table["columnDefinitions"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|c| c["name"].as_str())
+        .collect();
+    ensure!(columns == ["Name", "Age"] && table["rows"].as_array().map(Vec::len) == Some(2), "{table}");
+    let group = get(&server, "/apis/test.keel.dev").await?.1;
+    let versions: Vec<&str> =
+        group["versions"].as_array().into_iter().flatten().filter_map(|v| v["version"].as_str()).collect();
+    ensure!(versions == ["v1", "v1beta1"] && group["preferredVersion"]["version"] == "v1", "{group}");
     // A third CRD asking for a taken short name: NamesAccepted False, not established.
     let mut clash = crd_json()?;
     clash["metadata"]["name"] = json!("things.test.keel.dev");
@@ -452,6 +490,11 @@ async fn crds_with_kubectl_1_27() -> Result<()> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn crds_with_kubectl_1_30() -> Result<()> {
     scenario(common::Server::start().await?, 30).await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn crds_with_kubectl_1_33() -> Result<()> {
+    scenario(common::Server::start().await?, 33).await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -463,6 +463,7 @@ pub fn definitions(crd: &Value) -> Vec<Definition> {
             kind: text(names, "/kind").to_owned(),
             list_kind: text(names, "/listKind").to_owned(),
             storage_version: storage_version(crd).unwrap_or_default().to_owned(),
+            openapi_schema: version.pointer("/schema/openAPIV3Schema").cloned().unwrap_or(Value::Null),
             plural: text(names, "/plural").to_owned(),
             singular: text(names, "/singular").to_owned(),
             namespaced,

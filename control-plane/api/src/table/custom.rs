@@ -94,6 +94,7 @@ mod tests {
             crd: String::new(),
             list_kind: String::new(),
             storage_version: String::new(),
+            openapi_schema: Value::Null,
             schema: Schema::default(),
             columns: vec![
                 column("Size", "integer", ".spec.size"),
