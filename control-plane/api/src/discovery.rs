@@ -165,9 +165,11 @@ pub fn aggregated(core: bool, version: &str) -> Value {
 }
 
 fn resource_discovery(resource: &Resource) -> Value {
+    // apiextensions-apiserver names custom resources' kinds with their group and version.
+    let (group, version) = if resource.custom { (resource.group, resource.version) } else { ("", "") };
     let mut entry = json!({
         "resource": resource.plural,
-        "responseKind": {"group": "", "version": "", "kind": resource.kind},
+        "responseKind": {"group": group, "version": version, "kind": resource.kind},
         "scope": if resource.namespaced { "Namespaced" } else { "Cluster" },
         "singularResource": resource.singular,
         "verbs": resource.verbs,
@@ -183,9 +185,11 @@ fn resource_discovery(resource: &Resource) -> Value {
             .subresources
             .iter()
             .map(|sub| {
+                let (group, version) =
+                    if sub.group.is_empty() { (group, version) } else { (sub.group, sub.version) };
                 json!({
                     "subresource": sub.name,
-                    "responseKind": {"group": sub.group, "version": sub.version, "kind": sub.kind},
+                    "responseKind": {"group": group, "version": version, "kind": sub.kind},
                     "verbs": sub.verbs,
                 })
             })

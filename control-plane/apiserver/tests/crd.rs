@@ -251,6 +251,30 @@ async fn scenario(server: common::Server, minor: u32) -> Result<()> {
     ensure!(names == ["widgets", "widgets/status", "widgets/scale"], "{list}");
     let group = get(&server, "/apis/test.keel.dev").await?.1;
     ensure!(group["preferredVersion"]["groupVersion"] == "test.keel.dev/v1", "{group}");
+    let (_, _, aggregated) = server
+        .request(
+            "GET",
+            "/apis",
+            &[("Accept", "application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList")],
+            b"",
+        )
+        .await?;
+    let aggregated: Value = serde_json::from_str(&aggregated)?;
+    let ours = aggregated["items"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .find(|g| g["metadata"]["name"] == "test.keel.dev")
+        .context("test.keel.dev in aggregated discovery")?;
+    let widgets = &ours["versions"][0]["resources"][0];
+    ensure!(
+        widgets["resource"] == "widgets"
+            && widgets["responseKind"]
+                == json!({"group": "test.keel.dev", "version": "v1", "kind": "Widget"})
+            && widgets["scope"] == "Namespaced"
+            && widgets["shortNames"] == json!(["wd"]),
+        "{ours}"
+    );
 
     // A custom resource applied: unknown fields pruned, defaults filled in.
     apply(&kubectl, k, &dir, WIDGET).await?;
