@@ -33,8 +33,12 @@ pub struct CrdControllers {
 }
 
 impl CrdControllers {
-    /// Starts the loop over `handlers`' store.
-    pub fn start(handlers: Handlers) -> CrdControllers {
+    /// Starts the loop over `handlers`' store, after a first pass (so the CRDs established before a
+    /// restart are served from the first request on, as upstream waits for its CRD informer).
+    pub async fn start(handlers: Handlers) -> CrdControllers {
+        if let Err(error) = reconcile_all(&handlers).await {
+            tracing::warn!(%error, "CustomResourceDefinition controllers: the first pass failed");
+        }
         CrdControllers { task: tokio::spawn(run(handlers)) }
     }
 }

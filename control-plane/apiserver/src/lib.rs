@@ -122,7 +122,7 @@ impl ApiServer {
     pub async fn new(store: Arc<dyn Store>, config: Config) -> Result<Arc<ApiServer>, ApiError> {
         let cache = Arc::new(cache::WatchCache::start(&store));
         let handlers = Handlers { store, cache, services: config.services };
-        let crds = crd::CrdControllers::start(handlers.clone());
+        let crds = crd::CrdControllers::start(handlers.clone()).await;
         let server = Arc::new(ApiServer {
             handlers,
             address: config.address.to_string(),

@@ -491,8 +491,78 @@ async fn scenario(server: common::Server, minor: u32) -> Result<()> {
     // (Left alone, it would take the short name once the widgets' CRD is gone, as upstream's.)
     ok(&kubectl, k, &["delete", "crd", "things.test.keel.dev"]).await?;
 
-    // Deleting the CRD deletes its objects, then it goes, and its resource with it.
-    ok(&kubectl, k, &["delete", "crd", "widgets.test.keel.dev", "--timeout=60s"]).await?;
+    // The CRD changed: its printer columns follow at once; a change that breaks the rules is refused.
+    let renamed = CRD.replace("name: Color", "name: Colour");
+    apply(&kubectl, k, &dir, &renamed).await?;
+    let mut header = String::new();
+    for _ in 0..100 {
+        header = ok(&kubectl, k, &["get", "widgets"]).await?.lines().next().unwrap_or_default().to_owned();
+        if header.contains("COLOUR") {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    ensure!(header.contains("COLOUR"), "{header}");
+    let mut current = get(&server, &format!("{CRD_PATH}/widgets.test.keel.dev")).await?.1;
+    current["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]["properties"]["size"]
+        ["type"] = json!("");
+    current["spec"]["scope"] = json!("Cluster");
+    let (status, body) = json_request(
+        &server,
+        "PUT",
+        &format!("{CRD_PATH}/widgets.test.keel.dev"),
+        "application/json",
+        &current,
+    )
+    .await?;
+    let found = causes(&body);
+    ensure!(status == 422, "{status} {body}");
+    ensure!(
+        found.contains(&"spec.scope: Invalid value: \"Cluster\": field is immutable".to_owned()),
+        "{found:?}"
+    );
+    ensure!(
+        found.iter().any(|c| c.starts_with(
+            "spec.versions[0].schema.openAPIV3Schema.properties[spec].properties[size].type: Required value"
+        )),
+        "{found:?}"
+    );
+
+    // A custom resource held by a finalizer holds its CRD's deletion: the CRD is Terminating, creates
+    // are refused, and once the finalizer goes the object, then the CRD go.
+    let held = json!({"apiVersion": "test.keel.dev/v1", "kind": "Widget",
+        "metadata": {"name": "held", "finalizers": ["test.keel.dev/hold"]}, "spec": {"size": 1}});
+    ensure!(json_request(&server, "POST", WIDGETS, "application/json", &held).await?.0 == 201, "held");
+    ok(&kubectl, k, &["delete", "crd", "widgets.test.keel.dev", "--wait=false"]).await?;
+    let terminating = eventually(&server, &format!("{CRD_PATH}/widgets.test.keel.dev"), |_, crd| {
+        crd["status"]["conditions"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .any(|c| c["type"] == "Terminating" && c["status"] == "True")
+    })
+    .await?;
+    ensure!(
+        terminating["metadata"]["finalizers"] == json!(["customresourcecleanup.apiextensions.k8s.io"]),
+        "{terminating}"
+    );
+    eventually(&server, &format!("{WIDGETS}/w1"), |status, _| status == 404).await?;
+    let (status, held_now) = get(&server, &format!("{WIDGETS}/held")).await?;
+    ensure!(status == 200 && held_now["metadata"]["deletionTimestamp"].is_string(), "{held_now}");
+    let refused = json!({"apiVersion": "test.keel.dev/v1", "kind": "Widget", "metadata": {"name": "late"}, "spec": {"size": 1}});
+    let (status, body) = json_request(&server, "POST", WIDGETS, "application/json", &refused).await?;
+    ensure!(status == 405, "{status} {body}");
+    let (status, _) = json_request(
+        &server,
+        "PATCH",
+        &format!("{WIDGETS}/held"),
+        "application/merge-patch+json",
+        &json!({"metadata": {"finalizers": null}}),
+    )
+    .await?;
+    ensure!(status == 200, "finalizer removed: {status}");
+
+    // Then the CRD goes, and its resource with it.
     eventually(&server, &format!("{CRD_PATH}/widgets.test.keel.dev"), |status, _| status == 404).await?;
     ensure!(get(&server, WIDGETS).await?.0 == 404, "serving stopped");
     let resources = ok(&kubectl, k, &["api-resources", "--api-group=test.keel.dev"]).await?;
