@@ -356,58 +356,60 @@ fn is_simple_path(path: &str) -> bool {
 }
 
 /// The names a CRD asks for (`spec.names`) and what other CRDs of its group have accepted:
-/// upstream's naming controller. Returns the accepted names and, on a conflict, the condition's
-/// reason and message (NamesAccepted False, and the CRD keeps the names it had accepted).
+/// upstream's naming controller. Each name asked for is accepted unless another CRD of the group
+/// holds it (plural, singular and short names among resources; kind and listKind among kinds); a
+/// name held elsewhere keeps the value accepted before, and the first conflict is the
+/// NamesAccepted False condition's reason and message.
 pub fn accepted_names(crd: &Value, others: &[Value]) -> (Value, Option<(&'static str, String)>) {
     let group = text(crd, "/spec/group");
     let asked = crd.pointer("/spec/names").cloned().unwrap_or_else(|| json!({}));
-    let accepted = crd.pointer("/status/acceptedNames").cloned().unwrap_or_else(|| json!({}));
-    let same_group: Vec<&Value> = others.iter().filter(|o| text(o, "/spec/group") == group).collect();
-    let taken = |field: &str| -> Vec<String> {
-        let mut names = Vec::new();
-        for other in &same_group {
-            let names_of = other.pointer("/status/acceptedNames").unwrap_or(&Value::Null);
-            for pointer in ["/plural", "/singular"] {
-                let name = text(names_of, pointer);
-                if !name.is_empty() && (field == "resource") {
-                    names.push(name.to_owned());
-                }
-            }
-            if field == "resource" {
-                names.extend(strings(names_of, "/shortNames"));
-            }
-            if field == "kind" {
-                for pointer in ["/kind", "/listKind"] {
-                    let name = text(names_of, pointer);
-                    if !name.is_empty() {
-                        names.push(name.to_owned());
-                    }
-                }
-            }
-        }
-        names
-    };
-    let resources = taken("resource");
-    let kinds = taken("kind");
-    for pointer in ["/plural", "/singular"] {
-        let name = text(&asked, pointer);
-        if resources.iter().any(|r| r == name) {
-            return (accepted, Some(("PluralConflict", format!("{name:?} is already in use"))));
+    let mut accepted = crd.pointer("/status/acceptedNames").cloned().unwrap_or_else(|| json!({}));
+    let (mut resources, mut kinds) = (Vec::new(), Vec::new());
+    for other in others.iter().filter(|o| {
+        text(o, "/spec/group") == group && text(o, "/metadata/name") != text(crd, "/metadata/name")
+    }) {
+        let names = other.pointer("/status/acceptedNames").unwrap_or(&Value::Null);
+        resources.extend(
+            [text(names, "/plural"), text(names, "/singular")]
+                .into_iter()
+                .filter(|n| !n.is_empty())
+                .map(str::to_owned),
+        );
+        resources.extend(strings(names, "/shortNames"));
+        kinds.extend(
+            [text(names, "/kind"), text(names, "/listKind")]
+                .into_iter()
+                .filter(|n| !n.is_empty())
+                .map(str::to_owned),
+        );
+    }
+    let mut conflict = None;
+    for (field, reason, taken) in [
+        ("plural", "PluralConflict", &resources),
+        ("singular", "SingularConflict", &resources),
+        ("kind", "KindConflict", &kinds),
+        ("listKind", "ListKindConflict", &kinds),
+    ] {
+        let name = text(&asked, &format!("/{field}"));
+        if taken.iter().any(|t| t == name) {
+            conflict.get_or_insert((reason, format!("{name:?} is already in use")));
+        } else {
+            accepted[field] = name.into();
         }
     }
-    for short in strings(&asked, "/shortNames") {
-        if resources.contains(&short) {
-            return (accepted, Some(("ShortNamesConflict", format!("{short:?} is already in use"))));
+    let shorts = strings(&asked, "/shortNames");
+    match shorts.iter().find(|s| resources.contains(s)) {
+        Some(short) => {
+            conflict.get_or_insert(("ShortNamesConflict", format!("{short:?} is already in use")));
         }
+        None => accepted["shortNames"] = json!(shorts),
     }
-    for pointer in ["/kind", "/listKind"] {
-        let name = text(&asked, pointer);
-        if kinds.iter().any(|k| k == name) {
-            let reason = if pointer == "/kind" { "KindConflict" } else { "ListKindConflict" };
-            return (accepted, Some((reason, format!("{name:?} is already in use"))));
-        }
+    // Categories are never in conflict.
+    accepted["categories"] = json!(strings(&asked, "/categories"));
+    if let Value::Object(map) = &mut accepted {
+        map.retain(|_, v| !(v.as_array().is_some_and(Vec::is_empty)));
     }
-    (asked, None)
+    (accepted, conflict)
 }
 
 /// What an established CRD serves: one definition per served version, named by
