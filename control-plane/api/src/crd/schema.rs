@@ -347,6 +347,50 @@ fn invariants(s: &Schema, level: Level, path: &str, errors: &mut Vec<FieldError>
     if s.kind == "null" {
         errors.push(FieldError::forbidden(&child(path, "type"), "type cannot be set to null"));
     }
+    if s.raw.get("x-kubernetes-preserve-unknown-fields") == Some(&Value::Bool(false)) {
+        errors.push(FieldError::invalid(
+            &child(path, "x-kubernetes-preserve-unknown-fields"),
+            &Value::Bool(false),
+            "must be true or undefined",
+        ));
+    }
+    list_and_map_types(s, path, errors);
+}
+
+/// The extensions server-side apply reads: x-kubernetes-list-type (atomic, set, map — map with its
+/// keys), x-kubernetes-list-map-keys and x-kubernetes-map-type (granular, atomic).
+fn list_and_map_types(s: &Schema, path: &str, errors: &mut Vec<FieldError>) {
+    if let Some(list_type) = &s.list_type {
+        let at = child(path, "x-kubernetes-list-type");
+        if !matches!(list_type.as_str(), "atomic" | "set" | "map") {
+            errors.push(FieldError::not_supported(
+                &at,
+                &list_type.as_str().into(),
+                &["atomic", "set", "map"],
+            ));
+        } else if s.kind != "array" {
+            errors.push(invalid(&at, &list_type.as_str().into(), "must only be used on type array"));
+        } else if list_type == "map" && s.list_map_keys.is_empty() {
+            errors.push(FieldError::required(
+                &child(path, "x-kubernetes-list-map-keys"),
+                "must not be empty if x-kubernetes-list-type is map",
+            ));
+        }
+    }
+    if !s.list_map_keys.is_empty() && s.list_type.as_deref() != Some("map") {
+        errors.push(FieldError::forbidden(
+            &child(path, "x-kubernetes-list-map-keys"),
+            "must not be set if x-kubernetes-list-type is not map",
+        ));
+    }
+    if let Some(map_type) = &s.map_type {
+        let at = child(path, "x-kubernetes-map-type");
+        if !matches!(map_type.as_str(), "granular" | "atomic") {
+            errors.push(FieldError::not_supported(&at, &map_type.as_str().into(), &["granular", "atomic"]));
+        } else if s.kind != "object" {
+            errors.push(invalid(&at, &map_type.as_str().into(), "must only be used on type object"));
+        }
+    }
 }
 
 fn is_int_or_string_pair(any_of: &[Schema]) -> bool {
@@ -888,6 +932,19 @@ mod tests {
         let errors: Vec<String> = structural_errors(&s, "s").iter().map(ToString::to_string).collect();
         assert_eq!(errors, ["s.properties[n].anyOf[0].type: Forbidden: must be empty to be structural"]);
         assert!(Schema::parse(&json!({"pattern": "("}), "s").is_err());
+        let s = schema(&json!({"type": "object", "properties": {
+            "l": {"type": "array", "x-kubernetes-list-type": "map", "items": {"type": "object"}},
+            "m": {"type": "string", "x-kubernetes-map-type": "atomic"},
+            "p": {"type": "string", "x-kubernetes-preserve-unknown-fields": false}}}));
+        let errors: Vec<String> = structural_errors(&s, "s").iter().map(ToString::to_string).collect();
+        assert_eq!(
+            errors,
+            [
+                "s.properties[l].x-kubernetes-list-map-keys: Required value: must not be empty if x-kubernetes-list-type is map",
+                "s.properties[m].x-kubernetes-map-type: Invalid value: \"atomic\": must only be used on type object",
+                "s.properties[p].x-kubernetes-preserve-unknown-fields: Invalid value: false: must be true or undefined",
+            ]
+        );
     }
 
     #[test]
