@@ -983,6 +983,35 @@ mod tests {
     }
 
     #[test]
+    fn embedded_resources() {
+        let s = schema(&json!({"type": "object", "properties": {"template": {"type": "object",
+            "x-kubernetes-embedded-resource": true, "properties": {"spec": {"type": "object",
+                "properties": {"a": {"type": "string"}}}}}}}));
+        assert!(structural_errors(&s, "s").is_empty());
+        let mut object = json!({"template": {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"},
+            "spec": {"a": "x", "b": "pruned"}, "other": 1}});
+        s.prune(&mut object, true);
+        assert_eq!(
+            object,
+            json!({"template": {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"}, "spec": {"a": "x"}}})
+        );
+        let mut errors = Vec::new();
+        s.validate(&json!({"template": {"spec": {"a": "x"}}}), "", &mut errors);
+        let errors: Vec<String> = errors.iter().map(ToString::to_string).collect();
+        assert_eq!(
+            errors,
+            [
+                "template.apiVersion: Required value: must not be empty",
+                "template.kind: Required value: must not be empty"
+            ]
+        );
+        let bad =
+            schema(&json!({"type": "object", "properties": {"e": {"x-kubernetes-embedded-resource": true}}}));
+        let errors: Vec<String> = structural_errors(&bad, "s").iter().map(ToString::to_string).collect();
+        assert!(errors.contains(&"s.properties[e].type: Required value: must be object if x-kubernetes-embedded-resource is true".to_owned()), "{errors:?}");
+    }
+
+    #[test]
     fn pruning_and_defaults() {
         let s = schema(&json!({"type": "object", "properties": {
             "spec": {"type": "object", "properties": {
