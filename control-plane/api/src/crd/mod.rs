@@ -144,29 +144,15 @@ fn spec(crd: &Value) -> Vec<FieldError> {
         }
         errors.extend(version_errors(version, &path));
     }
-    if versions.is_empty() {
-        errors.push(FieldError::required(
+    if !unique {
+        errors.push(FieldError::invalid("spec.versions", &shown, "must contain unique version names"));
+    }
+    if storage != 1 {
+        errors.push(FieldError::invalid(
             "spec.versions",
+            &shown,
             "must have exactly one version marked as storage version",
         ));
-    } else {
-        if !unique {
-            errors.push(FieldError::invalid("spec.versions", &shown, "must contain unique version names"));
-        }
-        if storage != 1 {
-            errors.push(FieldError::invalid(
-                "spec.versions",
-                &shown,
-                "must have exactly one version marked as storage version",
-            ));
-        }
-        if !versions.iter().any(|v| v.get("served").and_then(Value::as_bool) == Some(true)) {
-            errors.push(FieldError::invalid(
-                "spec.versions",
-                &shown,
-                "must have at least one version served",
-            ));
-        }
     }
     for (field, value) in [
         ("plural", text(crd, "/spec/names/plural")),
