@@ -165,6 +165,13 @@ fn spec(crd: &Value) -> Vec<FieldError> {
         }
     }
     errors.extend(names(crd.pointer("/spec/names").unwrap_or(&Value::Null), "spec.names"));
+    if crd.pointer("/spec/preserveUnknownFields") == Some(&Value::Bool(true)) {
+        errors.push(FieldError::invalid(
+            "spec.preserveUnknownFields",
+            &Value::Bool(true),
+            "cannot set to true, set x-kubernetes-preserve-unknown-fields to true in spec.versions[*].schema instead",
+        ));
+    }
     match text(crd, "/spec/conversion/strategy") {
         "" => errors.push(FieldError::required("spec.conversion.strategy", "")),
         "None" => {}
