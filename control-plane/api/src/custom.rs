@@ -57,6 +57,8 @@ pub struct CustomVersion {
     pub columns: Vec<PrinterColumn>,
     pub status: bool,
     pub scale: Option<ScalePaths>,
+    /// The version's selectableFields (their JSON paths without the leading dot), interned.
+    pub selectable_fields: &'static [&'static str],
 }
 
 impl CustomVersion {
@@ -121,6 +123,8 @@ pub struct Definition {
     pub columns: Vec<PrinterColumn>,
     pub status: bool,
     pub scale: Option<ScalePaths>,
+    /// selectableFields' JSON paths without the leading dot (`spec.color`).
+    pub selectable_fields: Vec<String>,
 }
 
 const VERBS: &[&str] = &["delete", "deletecollection", "get", "list", "patch", "create", "update", "watch"];
@@ -214,6 +218,7 @@ pub fn serve(crd: &str, versions: Vec<Definition>) {
     registry.versions.retain(|_, v| v.crd != crd);
     for d in versions {
         let resource = registry.intern(&d);
+        let selectable_fields = registry.list(&d.selectable_fields);
         let key = (d.group.clone(), d.version.clone(), d.plural.clone());
         let version = CustomVersion {
             resource,
@@ -225,6 +230,7 @@ pub fn serve(crd: &str, versions: Vec<Definition>) {
             columns: d.columns,
             status: d.status,
             scale: d.scale,
+            selectable_fields,
         };
         registry.versions.insert(key, Arc::new(version));
     }
@@ -276,6 +282,12 @@ pub fn version_of(resource: &Resource) -> Option<Arc<CustomVersion>> {
         .cloned()
 }
 
+/// The fields a fieldSelector may name on a custom resource beyond metadata.name and
+/// metadata.namespace (its version's selectableFields).
+pub fn selectable_fields(resource: &Resource) -> &'static [&'static str] {
+    version_of(resource).map_or(&[], |v| v.selectable_fields)
+}
+
 /// Every custom resource served now, ordered by group, version and plural.
 pub fn resources() -> std::vec::IntoIter<&'static Resource> {
     read().served.clone().into_iter()
@@ -302,6 +314,7 @@ mod tests {
             columns: vec![],
             status: true,
             scale: None,
+            selectable_fields: vec!["spec.color".into()],
         }
     }
 
@@ -318,6 +331,7 @@ mod tests {
         assert!(std::ptr::eq(v1, find("test.keel.dev", "v1", "widgets").unwrap()));
         assert!(find("test.keel.dev", "v2", "widgets").is_none());
         assert_eq!(version_of(v1).unwrap().list_kind, "WidgetList");
+        assert!(v1.is_selectable("spec.color") && !v1.is_selectable("spec.size"));
         stop("widgets.test.keel.dev");
         assert!(find("test.keel.dev", "v1", "widgets").is_none());
         assert!(version_of(v1).is_none());

@@ -88,6 +88,9 @@ impl Resource {
     /// The fields a fieldSelector may name for this resource, beyond `metadata.name` and
     /// `metadata.namespace` (upstream's per-resource GetAttrs / field label conversion funcs).
     pub fn selectable_fields(&self) -> &'static [&'static str] {
+        if self.custom {
+            return crate::custom::selectable_fields(self);
+        }
         match (self.group, self.plural) {
             ("", "pods") => &[
                 "spec.nodeName",

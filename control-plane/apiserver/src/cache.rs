@@ -120,7 +120,8 @@ pub struct Subscription {
 pub fn fields_for(resource: &Resource) -> Arc<[&'static str]> {
     let prefix = resource.key_prefix();
     let mut fields = vec!["metadata.name", "metadata.namespace"];
-    for other in RESOURCES.iter().filter(|r| r.key_prefix() == prefix) {
+    let custom = std::iter::once(resource).filter(|r| r.custom);
+    for other in RESOURCES.iter().chain(custom).filter(|r| r.key_prefix() == prefix) {
         for field in other.selectable_fields() {
             if !fields.contains(field) {
                 fields.push(field);
@@ -171,14 +172,19 @@ impl WatchCache {
         self.caches.get(&resource.key_prefix()).cloned()
     }
 
-    /// Starts the cache of a custom resource's key prefix, unless it runs already.
+    /// Starts the cache of a custom resource's key prefix, unless it runs already with the same
+    /// selectable fields (a CRD whose selectableFields changed gets a fresh cache that reads them).
     pub fn start_custom(&self, resource: &Resource) {
         let prefix = resource.key_prefix();
+        let fields = fields_for(resource);
         let mut custom = self.custom.write().unwrap_or_else(std::sync::PoisonError::into_inner);
-        if custom.contains_key(&prefix) {
+        if custom.get(&prefix).is_some_and(|(cache, _)| *cache.fields() == fields) {
             return;
         }
-        let cache = Arc::new(Cache::new(prefix.clone(), fields_for(resource)));
+        if let Some((_, task)) = custom.remove(&prefix) {
+            task.abort();
+        }
+        let cache = Arc::new(Cache::new(prefix.clone(), fields));
         let task = tokio::spawn(feed(cache.clone(), self.store.clone()));
         custom.insert(prefix, (cache, task));
     }

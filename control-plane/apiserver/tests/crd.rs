@@ -40,6 +40,8 @@ spec:
         specReplicasPath: .spec.replicas
         statusReplicasPath: .status.replicas
         labelSelectorPath: .status.selector
+    selectableFields:
+    - jsonPath: .spec.color
     additionalPrinterColumns:
     - name: Size
       type: integer
@@ -387,6 +389,20 @@ async fn scenario(server: common::Server, minor: u32) -> Result<()> {
         "{by_name}"
     );
     ensure!(by_name["items"][0]["spec"]["color"] == "red", "defaults on read too: {by_name}");
+    // selectableFields: spec.color may be selected on, spec.size may not.
+    let red = get(&server, &format!("{WIDGETS}?fieldSelector=spec.color%3Dred")).await?.1;
+    let names: Vec<&str> = red["items"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|w| w["metadata"]["name"].as_str())
+        .collect();
+    ensure!(names == ["w1", "w2"], "{red}");
+    let blue =
+        ok(&kubectl, k, &["get", "widgets", "--field-selector", "spec.color=blue", "-o", "name"]).await?;
+    ensure!(blue.trim().is_empty(), "{blue}");
+    let (status, body) = get(&server, &format!("{WIDGETS}?fieldSelector=spec.size%3D1")).await?;
+    ensure!(status == 400 && body["reason"] == "BadRequest", "{status} {body}");
     let (status, _, events) = server
         .request("GET", &format!("{WIDGETS}?watch=true&resourceVersion={before}&timeoutSeconds=1"), &[], b"")
         .await?;

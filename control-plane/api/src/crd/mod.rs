@@ -276,6 +276,44 @@ fn version_errors(version: &Value, path: &str) -> Vec<FieldError> {
             ));
         }
     }
+    let schema = version.pointer("/schema/openAPIV3Schema").and_then(|raw| Schema::parse(raw, "").ok());
+    let selectable =
+        version.get("selectableFields").and_then(Value::as_array).map(Vec::as_slice).unwrap_or_default();
+    if selectable.len() > 8 {
+        errors.push(FieldError {
+            field: child(path, "selectableFields"),
+            kind: crate::status::FieldErrorKind::TooMany,
+            detail: format!("{}: must have at most 8 items", selectable.len()),
+        });
+    }
+    let mut seen: Vec<&str> = Vec::new();
+    for (i, field) in selectable.iter().enumerate() {
+        let at = child(&index(&child(path, "selectableFields"), i), "jsonPath");
+        let json_path = text(field, "/jsonPath");
+        if json_path.is_empty() {
+            errors.push(FieldError::required(&at, ""));
+            continue;
+        }
+        if !is_simple_path(json_path) {
+            errors.push(invalid_str(&at, json_path, "must be a simple json path starting with ."));
+            continue;
+        }
+        if seen.contains(&json_path) {
+            errors.push(FieldError::duplicate(&at, &json_path.into()));
+        }
+        seen.push(json_path);
+        match schema.as_ref().and_then(|s| s.at_path(json_path)) {
+            None => errors.push(invalid_str(
+                &at,
+                json_path,
+                "is an invalid path: does not refer to a field in the schema",
+            )),
+            Some(node) if !matches!(node.kind.as_str(), "string" | "integer" | "boolean") => errors.push(
+                invalid_str(&at, json_path, "must point to a field of type string, boolean or integer"),
+            ),
+            Some(_) => {}
+        }
+    }
     let columns = version.get("additionalPrinterColumns").and_then(Value::as_array).into_iter().flatten();
     for (i, column) in columns.enumerate() {
         let at = index(&child(path, "additionalPrinterColumns"), i);
@@ -468,6 +506,13 @@ pub fn definitions(crd: &Value) -> Vec<Definition> {
             columns,
             status: version.pointer("/subresources/status").is_some_and(Value::is_object),
             scale,
+            selectable_fields: version
+                .get("selectableFields")
+                .and_then(Value::as_array)
+                .into_iter()
+                .flatten()
+                .map(|f| text(f, "/jsonPath").trim_start_matches('.').to_owned())
+                .collect(),
         });
     }
     out

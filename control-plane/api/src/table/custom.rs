@@ -106,6 +106,7 @@ mod tests {
             ],
             status: false,
             scale: None,
+            selectable_fields: &[],
         };
         let object = json!({"metadata": {"name": "w", "creationTimestamp": "2025-06-01T11:00:00Z"},
             "spec": {"size": 3, "color": "red", "tags": ["a"]}, "status": {"ready": true}});
