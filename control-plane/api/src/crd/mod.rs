@@ -88,6 +88,18 @@ pub fn validate_update(old: &Value, new: &Value) -> Vec<FieldError> {
             "spec.names.kind",
         ));
     }
+    // Objects stored in a version can only be read while it is listed (upstream's
+    // ValidateCustomResourceDefinitionStoredVersions).
+    let listed: Vec<&str> = versions(new).iter().map(|v| text(v, "/name")).collect();
+    for (i, stored) in strings(new, "/status/storedVersions").iter().enumerate() {
+        if !listed.contains(&stored.as_str()) {
+            errors.push(invalid_str(
+                &index("status.storedVersions", i),
+                stored,
+                "must appear in spec.versions",
+            ));
+        }
+    }
     errors.extend(immutable(new.pointer("/spec/group"), old.pointer("/spec/group"), "spec.group"));
     errors.extend(immutable(
         new.pointer("/spec/names/plural"),
@@ -575,6 +587,28 @@ mod tests {
         assert!(found.contains(&"spec.versions[0].schema.openAPIV3Schema.properties[spec].properties[x].type: Required value: must not be empty for specified object fields".to_owned()), "{found:?}");
         assert!(found.iter().any(|m| m.ends_with("must have exactly one version marked as storage version")));
         assert!(found.iter().any(|m| m.starts_with("spec.versions[0].schema.openAPIV3Schema.properties[spec].properties[size].default: Invalid value: \"one\"")), "{found:?}");
+    }
+
+    #[test]
+    fn updates() {
+        let mut old = crd();
+        old["status"] =
+            json!({"storedVersions": ["v1"], "conditions": [{"type": "Established", "status": "True"}]});
+        let mut new = old.clone();
+        new["spec"]["versions"][0]["name"] = "v2".into();
+        new["spec"]["scope"] = "Cluster".into();
+        let found = messages(&validate_update(&old, &new));
+        assert!(
+            found.contains(
+                &"status.storedVersions[0]: Invalid value: \"v1\": must appear in spec.versions".to_owned()
+            ),
+            "{found:?}"
+        );
+        assert!(
+            found.contains(&"spec.scope: Invalid value: \"Cluster\": field is immutable".to_owned()),
+            "{found:?}"
+        );
+        assert!(validate_update(&old, &old).is_empty());
     }
 
     #[test]
