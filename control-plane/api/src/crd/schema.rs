@@ -611,7 +611,7 @@ impl Schema {
                     errors.push(invalid(path, value, &format!("{body} should match '{pattern}'")));
                 }
                 if let Some(problem) = format_problem(&self.format, text) {
-                    errors.push(invalid(path, value, &format!("{body} must be of type {problem}")));
+                    errors.push(invalid(path, value, &format!("{body} must be of type {problem}: {value}")));
                 }
             }
             Value::Number(number) => {
@@ -975,6 +975,15 @@ mod tests {
                 "spec.size: Invalid value: 11: spec.size in body should be less than or equal to 10",
                 "spec.tags: Too many: 3: must have at most 2 items",
                 "spec.tags[2]: Invalid value: \"integer\": spec.tags[2] in body must be of type string: \"integer\"",
+            ]
+        );
+        let mut errors = Vec::new();
+        let when = schema(&json!({"type": "string", "format": "date-time"}));
+        when.validate(&json!("yesterday"), "spec.when", &mut errors);
+        assert_eq!(
+            errors.iter().map(ToString::to_string).collect::<Vec<_>>(),
+            [
+                "spec.when: Invalid value: \"yesterday\": spec.when in body must be of type date-time: \"yesterday\""
             ]
         );
         let mut errors = Vec::new();
