@@ -1,8 +1,7 @@
 //! The official Python `kubernetes` client (PyPI, installed by `cargo xtask deps`) against
 //! keel-apiserver: CRUD, label and field selectors, pagination, a watch resumed from a
 //! resourceVersion, JSON, merge and strategic merge patches, errors as ApiExceptions, the dynamic
-//! client and `utils.create_from_yaml` — on the
-//! embedded store and on etcd.
+//! client and `utils.create_from_yaml` — on the embedded store and on etcd.
 
 mod common;
 
