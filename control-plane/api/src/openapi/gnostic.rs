@@ -115,7 +115,7 @@ pub mod parameter {
     #[derive(Clone, PartialEq, prost::Oneof)]
     pub enum Oneof {
         #[prost(message, tag = "1")]
-        BodyParameter(super::BodyParameter),
+        BodyParameter(Box<super::BodyParameter>),
         #[prost(message, tag = "2")]
         NonBodyParameter(super::NonBodyParameter),
     }
@@ -465,13 +465,13 @@ pub fn schema(value: &Value) -> Schema {
 
 fn parameter(value: &Value) -> ParametersItem {
     let oneof = match value.get("in").and_then(Value::as_str) {
-        Some("body") => parameter::Oneof::BodyParameter(BodyParameter {
+        Some("body") => parameter::Oneof::BodyParameter(Box::new(BodyParameter {
             description: text(value, "description"),
             name: text(value, "name"),
             r#in: "body".into(),
             required: value.get("required").and_then(Value::as_bool).unwrap_or(false),
             schema: value.get("schema").map(schema),
-        }),
+        })),
         Some("path") => parameter::Oneof::NonBodyParameter(NonBodyParameter {
             oneof: Some(non_body_parameter::Oneof::PathParameterSubSchema(PathParameterSubSchema {
                 required: true,

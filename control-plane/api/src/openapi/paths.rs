@@ -395,7 +395,7 @@ fn resource_paths(
         for verb in sub.verbs {
             match *verb {
                 "get" => {
-                    operations.push(sub_op("get", "read", of("read"), "get", Vec::new(), Body::None, OK))
+                    operations.push(sub_op("get", "read", of("read"), "get", Vec::new(), Body::None, OK));
                 }
                 "update" if sub.verbs.len() == 1 => {
                     // A subresource with a single write (namespaces/finalize) takes its
@@ -576,7 +576,7 @@ impl Operation {
             Body::Patch => params
                 .push(json!({"in": "body", "name": "body", "required": true, "schema": reference(PATCH)})),
             Body::DeleteOptions => {
-                params.push(json!({"in": "body", "name": "body", "schema": reference(DELETE_OPTIONS)}))
+                params.push(json!({"in": "body", "name": "body", "schema": reference(DELETE_OPTIONS)}));
             }
         }
         params.extend(sorted(&self.params).iter().map(|p| p.v2()));
