@@ -261,7 +261,8 @@ pub fn to_v2(schema: &Value) -> Value {
                     );
                 }
             },
-            "oneOf" if !map.contains_key("type") => {
+            // Only a oneOf of bare types (IntOrString, Quantity); any other is kept as it is.
+            "oneOf" if !map.contains_key("type") && is_type_union(value) => {
                 out.insert("type".into(), Value::String("string".into()));
             }
             "nullable" => {}
@@ -279,6 +280,14 @@ pub fn to_v2(schema: &Value) -> Value {
         }
     }
     Value::Object(out)
+}
+
+/// Whether a `oneOf` lists bare types only (`[{"type": "integer"}, {"type": "string"}]`).
+fn is_type_union(one_of: &Value) -> bool {
+    one_of.as_array().is_some_and(|branches| {
+        !branches.is_empty()
+            && branches.iter().all(|b| b.as_object().is_some_and(|o| o.len() == 1 && o.contains_key("type")))
+    })
 }
 
 #[cfg(test)]
@@ -305,6 +314,8 @@ mod tests {
         let int_or_string =
             json!({"format": "int-or-string", "oneOf": [{"type": "integer"}, {"type": "string"}]});
         assert_eq!(to_v2(&int_or_string), json!({"format": "int-or-string", "type": "string"}));
+        let validation = json!({"type": "object", "oneOf": [{"required": ["a"]}, {"required": ["b"]}]});
+        assert_eq!(to_v2(&validation), validation, "a custom resource's oneOf is not a type union");
         let list = json!({"type": "array", "items": {"$ref": "#/components/schemas/a.C"}});
         assert_eq!(to_v2(&list), json!({"type": "array", "items": {"$ref": "#/definitions/a.C"}}));
     }
