@@ -525,3 +525,35 @@ async fn kubectl_1_28_apply_and_create_validated_on_etcd() -> Result<()> {
 async fn kubectl_1_33_apply_and_create_validated_on_etcd() -> Result<()> {
     apply_and_create(33, true).await
 }
+
+/// What kubectl's validation relies on for patches (client-side apply of an existing object):
+/// fieldValidation=Strict refuses an unknown field the patch brings with upstream's message and
+/// changes nothing; Warn (the default) applies the rest and answers a Warning header.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn patches_honour_field_validation() -> Result<()> {
+    let server = common::Server::start().await?;
+    let cms = "/api/v1/namespaces/default/configmaps";
+    let json = [("Content-Type", "application/json")];
+    let (status, _, body) =
+        server.request("POST", cms, &json, br#"{"metadata":{"name":"c"},"data":{"a":"1"}}"#).await?;
+    ensure!(status == 201, "{status} {body}");
+    let merge = [("Content-Type", "application/merge-patch+json")];
+    let patch = br#"{"data":{"a":"2"},"spec":{"x":1}}"#;
+    let (status, _, body) =
+        server.request("PATCH", &format!("{cms}/c?fieldValidation=Strict"), &merge, patch).await?;
+    ensure!(
+        status == 400 && body.contains(r#"strict decoding error: unknown field \"spec\""#),
+        "{status} {body}"
+    );
+    let (_, _, current) = server.request("GET", &format!("{cms}/c"), &[], b"").await?;
+    ensure!(serde_json::from_str::<Value>(&current)?["data"]["a"] == "1", "{current}");
+    let (status, head, body) =
+        server.request_with_headers("PATCH", &format!("{cms}/c"), &merge, patch).await?;
+    ensure!(status == 200 && serde_json::from_str::<Value>(&body)?["data"]["a"] == "2", "{status} {body}");
+    ensure!(head.to_ascii_lowercase().contains(r#"warning: 299 - "unknown field \"spec\"""#), "{head}");
+    let (status, head, _) = server
+        .request_with_headers("PATCH", &format!("{cms}/c?fieldValidation=Ignore"), &merge, patch)
+        .await?;
+    ensure!(status == 200 && !head.to_ascii_lowercase().contains("warning:"), "{head}");
+    Ok(())
+}
