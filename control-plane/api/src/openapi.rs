@@ -118,6 +118,8 @@ pub struct Documents {
     pub v2: Served,
     /// The v2 document in gnostic's protobuf form (what kubectl 1.27/1.28 read).
     pub v2_protobuf: Bytes,
+    /// Resources left out for want of a schema (served, but not documented).
+    pub skipped: Vec<String>,
 }
 
 /// Why documents could not be built.
@@ -133,7 +135,8 @@ pub fn group_version_path(group: &str, version: &str) -> String {
 }
 
 /// Builds every document for `resources` from `schemas`; `version` is the v2 document's
-/// `info.version` (`v1.34.0`).
+/// `info.version` (`v1.34.0`). A resource whose kind has no schema is left out (and named in
+/// [`Documents::skipped`]); a schema referring to a missing one is an error.
 pub fn build(
     resources: &[Resource],
     schemas: &dyn SchemaSource,
@@ -149,8 +152,20 @@ pub fn build(
     let mut v3 = BTreeMap::new();
     let mut v2_paths = Map::new();
     let mut v2_definitions = BTreeSet::new();
+    let mut skipped = Vec::new();
     for (gv, resources) in &by_group_version {
-        let items = paths::path_items(resources, schemas)?;
+        let mut items = Vec::new();
+        for resource in resources {
+            match paths::resource_paths(resource, schemas) {
+                Ok(more) => items.extend(more),
+                Err(BuildError::MissingSchema(what)) => {
+                    skipped.push(format!("{} ({gv}): no schema for {what}", resource.plural));
+                }
+            }
+        }
+        if items.is_empty() {
+            continue;
+        }
         let mut referenced = BTreeSet::new();
         let mut v3_paths = Map::new();
         for item in &items {
@@ -189,7 +204,7 @@ pub fn build(
         "swagger": "2.0",
     });
     let v2_protobuf = Bytes::from(gnostic::encode(&v2_document));
-    Ok(Documents { v3, v3_index, v2: Served::new(&v2_document), v2_protobuf })
+    Ok(Documents { v3, v3_index, v2: Served::new(&v2_document), v2_protobuf, skipped })
 }
 
 fn security_definitions() -> Value {
@@ -303,8 +318,15 @@ mod tests {
             assert!(schemas.definition_of(r.group, r.version, r.kind).is_some(), "{}", r.kind);
         }
         let documents = build(RESOURCES, schemas, "v1.34.0").unwrap();
+        assert!(documents.skipped.is_empty(), "{:?}", documents.skipped);
         assert!(documents.v3.contains_key("api/v1") && documents.v3.contains_key("apis/apps/v1"));
         assert_eq!(documents.v3.len(), crate::resources::groups().len() + 1);
+        // A kind without a schema (a custom resource whose schema was not added) is left out.
+        let mut resources = RESOURCES.to_vec();
+        resources.push(Resource { group: "example.org", kind: "Widget", plural: "widgets", ..RESOURCES[0] });
+        let documents = build(&resources, schemas, "v1.34.0").unwrap();
+        assert_eq!(documents.skipped.len(), 1, "{:?}", documents.skipped);
+        assert!(!documents.v3.contains_key("apis/example.org/v1"));
     }
 
     #[test]

@@ -132,6 +132,9 @@ fn build(resources: &[Resource], schemas: &dyn SchemaSource) -> Result<Documents
         v3_bytes = documents.v3.values().map(|d| d.json.len()).sum::<usize>(),
         "OpenAPI documents built"
     );
+    for skipped in &documents.skipped {
+        tracing::warn!(%skipped, "left out of the OpenAPI documents (run `cargo xtask codegen`?)");
+    }
     Ok(documents)
 }
 

@@ -29,9 +29,15 @@ pub fn check_patched(resource: &Resource, patched: &Value) -> Result<Value, ApiE
     check(resource, b"", patched, mode)
 }
 
-/// Adds a warning to the current request's response (nothing outside a request).
+/// Adds a warning to the current request's response (nothing outside a request), once.
 pub fn warn(message: String) {
-    let _outside_a_request = WARNINGS.try_with(|warnings| warnings.borrow_mut().push(message));
+    // Once per text, as upstream's warning recorder (a patch retried on conflict checks again).
+    let _outside_a_request = WARNINGS.try_with(|warnings| {
+        let mut warnings = warnings.borrow_mut();
+        if !warnings.contains(&message) {
+            warnings.push(message);
+        }
+    });
 }
 
 /// What the client asked for unknown and duplicate fields.

@@ -204,12 +204,10 @@ fn tag(group: &str, version: &str) -> String {
     format!("{lower}_{version}")
 }
 
-/// Every path of `resources` (one group version).
-pub fn path_items(resources: &[&Resource], schemas: &dyn SchemaSource) -> Result<Vec<PathItem>, BuildError> {
+/// Every path of one resource, or the schema it lacks.
+pub fn resource_paths(r: &Resource, schemas: &dyn SchemaSource) -> Result<Vec<PathItem>, BuildError> {
     let mut items = Vec::new();
-    for resource in resources {
-        resource_paths(resource, schemas, &mut items)?;
-    }
+    add_resource_paths(r, schemas, &mut items)?;
     Ok(items)
 }
 
@@ -224,7 +222,7 @@ fn definition(
     })
 }
 
-fn resource_paths(
+fn add_resource_paths(
     r: &Resource,
     schemas: &dyn SchemaSource,
     items: &mut Vec<PathItem>,
@@ -472,7 +470,7 @@ mod tests {
         assert_eq!(tag("rbac.authorization.k8s.io", "v1"), "rbacAuthorization_v1");
         let schemas = super::super::Schemas::builtin();
         let deployments = crate::resources::find("apps", "v1", "deployments").unwrap();
-        let items = path_items(&[deployments], schemas).unwrap();
+        let items = resource_paths(deployments, schemas).unwrap();
         let ids: Vec<String> = items.iter().flat_map(|i| i.operations.iter().map(|o| o.id.clone())).collect();
         for id in [
             "listAppsV1NamespacedDeployment",
