@@ -7,6 +7,11 @@
 //! - `types`: for every definition reachable from a kind, its properties that lead to another
 //!   definition (`ref`, list `items`, map `values`) or carry patch metadata (`strategy`, `key`,
 //!   `listType`, `mapKeys`).
+//!
+//! and `control-plane/api/src/generated/openapi_schemas.json`, the OpenAPI schemas the server
+//! serves ([`openapi`]).
+
+mod openapi;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -29,6 +34,12 @@ pub fn run(_args: &Args) -> Result<()> {
     let out = root.join("control-plane/api/src/generated/patch_meta.json");
     std::fs::create_dir_all(out.parent().context("no parent")?)?;
     let mut text = serde_json::to_string(&generated)?;
+    text.push('\n');
+    std::fs::write(&out, text).with_context(|| format!("writing {}", out.display()))?;
+    println!("wrote {} ({PACKAGE}, {SCHEMA})", out.display());
+    let schemas = openapi::schemas(&definitions, &format!("{PACKAGE} {SCHEMA}"))?;
+    let out = root.join("control-plane/api/src/generated/openapi_schemas.json");
+    let mut text = serde_json::to_string(&schemas)?;
     text.push('\n');
     std::fs::write(&out, text).with_context(|| format!("writing {}", out.display()))?;
     println!("wrote {} ({PACKAGE}, {SCHEMA})", out.display());

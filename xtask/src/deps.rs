@@ -98,12 +98,16 @@ pub fn ensure(check_only: bool) -> Result<()> {
     }
     // The Python client the API tests drive, from PyPI into a virtualenv of the workspace's.
     let python = if check_only { keel_testbed::python::python()? } else { keel_testbed::python::ensure()? };
+    // The JavaScript client, from the npm registry at the versions the committed lock file pins.
+    let node = if check_only { keel_testbed::node::client()? } else { keel_testbed::node::ensure()? };
     eprintln!(
-        "deps: all {} Debian packages, kubectl 1.27–1.33, Node.js 20, cargo tools and the Python kubernetes \
-         client {} ({}) present",
+        "deps: all {} Debian packages, kubectl 1.27–1.33, Node.js 20, cargo tools, the Python kubernetes \
+         client {} ({}) and @kubernetes/client-node {} ({}) present",
         PACKAGES.len(),
         keel_testbed::python::KUBERNETES_CLIENT,
-        python.display()
+        python.display(),
+        keel_testbed::node::CLIENT_NODE,
+        node.display()
     );
     Ok(())
 }

@@ -1,7 +1,8 @@
 //! keel-api: the Kubernetes API machinery Keel's apiserver is made of, with no IO — which resources
 //! exist and how they are named ([`resources`]), errors as Kubernetes `Status` objects ([`status`]),
-//! label and field selectors ([`labels`], [`fields`]) and the discovery documents ([`discovery`]);
-//! CustomResourceDefinitions ([`crd`]) and the custom resources they serve ([`custom`]).
+//! label and field selectors ([`labels`], [`fields`]), the discovery documents ([`discovery`]) and
+//! the OpenAPI documents ([`openapi`]); CustomResourceDefinitions ([`crd`]) and the custom resources
+//! they serve ([`custom`]).
 //! Kubernetes 1.34 (k8s-openapi's `v1_34`).
 
 pub mod convert;
@@ -11,6 +12,7 @@ pub mod defaults;
 pub mod discovery;
 pub mod fields;
 pub mod labels;
+pub mod openapi;
 pub mod resources;
 pub mod status;
 pub mod strategic;

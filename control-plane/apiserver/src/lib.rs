@@ -3,7 +3,8 @@
 //! limited (in-flight and timeouts, [`Limits`]) and negotiated ([`negotiate`]: JSON, YAML, Table);
 //! reads are served from the watch cache ([`cache`], [`watch`]) or the store ([`handlers`]); writes
 //! are defaulted, admitted ([`admission`]), typed and validated ([`validation`], keel-api's
-//! validation) and stored ([`objects`], [`writes`], [`services`] allocation, [`eviction`]).
+//! validation) and stored ([`objects`], [`writes`], [`services`] allocation, [`eviction`]);
+//! /openapi/v2 and /openapi/v3 are served from documents built at start ([`openapi`]).
 
 pub mod admission;
 pub mod auth;
@@ -14,6 +15,7 @@ pub mod filter;
 pub mod handlers;
 pub mod negotiate;
 pub mod objects;
+pub mod openapi;
 pub mod pki;
 pub mod request;
 pub mod services;
@@ -113,6 +115,8 @@ pub struct ApiServer {
     reads: Option<Arc<tokio::sync::Semaphore>>,
     writes: Option<Arc<tokio::sync::Semaphore>>,
     request_timeout: std::time::Duration,
+    /// The /openapi documents (rebuilt when served resources change).
+    openapi: openapi::OpenApi,
     /// The CustomResourceDefinition controllers ([`crd`]).
     _crds: crd::CrdControllers,
 }
@@ -130,12 +134,22 @@ impl ApiServer {
             reads: inflight(config.limits.max_requests_inflight),
             writes: inflight(config.limits.max_mutating_requests_inflight),
             request_timeout: config.limits.request_timeout,
+            openapi: openapi::OpenApi::build(
+                keel_api::resources::RESOURCES,
+                keel_api::openapi::Schemas::builtin(),
+            )
+            .map_err(|e| ApiError::Internal(format!("building the OpenAPI documents: {e}")))?,
             _crds: crds,
         });
         server.handlers.ensure_system_namespaces().await?;
         server.handlers.ensure_default_service_accounts().await?;
         server.handlers.ensure_kubernetes_service(config.address).await?;
         Ok(server)
+    }
+
+    /// The /openapi documents, to rebuild when the served resources change.
+    pub fn openapi(&self) -> &openapi::OpenApi {
+        &self.openapi
     }
 
     /// Serves TLS connections from `listener` (HTTP/2 and HTTP/1.1 by ALPN) until the task is
@@ -213,6 +227,9 @@ impl ApiServer {
             Some(Ok(permit)) => Some(permit),
             None => None,
         };
+        if let Some(response) = self.openapi.serve(&parts.method, &path, query.as_deref(), &parts.headers) {
+            return response.map(|body| BodyExt::boxed_unsync(Full::new(body)));
+        }
         let content_type =
             parts.headers.get(header::CONTENT_TYPE).and_then(|v| v.to_str().ok()).map(str::to_owned);
         let accept = parts.headers.get(header::ACCEPT).and_then(|v| v.to_str().ok()).map(str::to_owned);
@@ -418,7 +435,9 @@ impl ApiServer {
             Verb::Patch => {
                 let bytes = read_bytes(body).await?;
                 let patch = handlers::PatchBody::parse(&bytes, content_type)?;
-                self.handlers.patch(&request, &name, &patch, query.dry_run).await
+                validation::PATCH_FIELDS
+                    .scope(fields, self.handlers.patch(&request, &name, &patch, query.dry_run))
+                    .await
             }
             Verb::Delete | Verb::DeleteCollection => {
                 let bytes = read_bytes(body).await?;

@@ -1,7 +1,7 @@
 //! The official Python `kubernetes` client (PyPI, installed by `cargo xtask deps`) against
 //! keel-apiserver: CRUD, label and field selectors, pagination, a watch resumed from a
-//! resourceVersion, JSON, merge and strategic merge patches, and errors as ApiExceptions — on the
-//! embedded store and on etcd.
+//! resourceVersion, JSON, merge and strategic merge patches, errors as ApiExceptions, the dynamic
+//! client and `utils.create_from_yaml` — on the embedded store and on etcd.
 
 mod common;
 
@@ -19,6 +19,45 @@ async fn python_client_on_etcd() -> Result<()> {
     let options = keel_store::etcd::EtcdOptions::new(etcd.client_urls()).prefix("/keel");
     let store = std::sync::Arc::new(keel_store::etcd::EtcdStore::connect(options).await?);
     run(common::Server::start_on(store, tempfile::tempdir()?).await?).await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn python_dynamic_client_and_create_from_yaml() -> Result<()> {
+    dynamic(common::Server::start().await?).await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn python_dynamic_client_on_etcd() -> Result<()> {
+    let etcd = keel_testbed::etcd::EtcdCluster::start(1)?;
+    let options = keel_store::etcd::EtcdOptions::new(etcd.client_urls()).prefix("/keel");
+    let store = std::sync::Arc::new(keel_store::etcd::EtcdStore::connect(options).await?);
+    dynamic(common::Server::start_on(store, tempfile::tempdir()?).await?).await
+}
+
+/// `dynamic.py`: create_from_yaml of a four-document manifest, then the dynamic client's discovery,
+/// get, list, strategic merge patch, replace and delete.
+async fn dynamic(server: common::Server) -> Result<()> {
+    let python = keel_testbed::python::python()?;
+    let kubeconfig = server.dir.path().join("admin.kubeconfig");
+    std::fs::write(&kubeconfig, server.pki.admin_kubeconfig(&format!("https://{}", server.address)))?;
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/python/dynamic.py");
+    let manifest = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/python/manifest.yaml");
+    let output =
+        tokio::process::Command::new(python).arg(script).arg(&kubeconfig).arg(manifest).output().await?;
+    ensure!(output.status.success(), "dynamic.py failed: {}", String::from_utf8_lossy(&output.stderr));
+    let results: Value = serde_json::from_slice(&output.stdout).context("dynamic.py output")?;
+    ensure!(
+        results["created"] == json!(["ConfigMap/settings", "Deployment/web", "Namespace/dyn", "Service/web"]),
+        "{results}"
+    );
+    ensure!(results["deployment_namespaced"] == json!(true), "{results}");
+    ensure!(results["listed"] == json!(["web"]), "{results}");
+    ensure!(results["replicas"] == json!(2), "{results}");
+    ensure!(results["patched"] == json!([["web", "busybox:2"], ["sidecar", "busybox:1"]]), "{results}");
+    ensure!(results["replaced"] == json!({"a": "2"}), "{results}");
+    ensure!(results["deleted"] == json!(404), "{results}");
+    ensure!(results["service_ports"] == json!([80]), "{results}");
+    Ok(())
 }
 
 async fn run(server: common::Server) -> Result<()> {

@@ -10,6 +10,8 @@
 //! - [`etcd`], [`registry`], [`containerd`]: real peers as daemons on loopback or in a host.
 //! - [`images`]: small OCI images built from busybox-static (OCI layout, archive, pushed to a registry).
 //! - [`kubectl`]: every installed kubectl version, for version-matrix tests.
+//! - [`python`], [`node`]: the official Python and JavaScript Kubernetes clients, installed by
+//!   `cargo xtask deps` under the target directory.
 //! - [`durable_fs`]: a FUSE filesystem that keeps what was not fsynced in memory and loses it on a
 //!   simulated power loss, so storage tests prove acknowledged data was durable.
 //! - [`bench`]: the harness of the benchmark programs.
@@ -35,6 +37,7 @@ pub mod kubectl;
 pub mod loopback;
 mod netlink;
 pub mod netns;
+pub mod node;
 mod orphans;
 pub mod process;
 pub mod python;
