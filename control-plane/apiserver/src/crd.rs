@@ -11,11 +11,13 @@
 //! reconciles all again after each batch of changes (CRDs are few; a full pass is cheap and keeps
 //! conflicts between CRDs decided in one place). A failed watch is listed again.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use futures::StreamExt;
 use keel_api::crd;
 use keel_api::custom;
+use keel_api::openapi::Schemas;
 use keel_api::resources::{self, Resource};
 use keel_api::status::ApiError;
 use keel_store::RangeRequest;
@@ -23,6 +25,7 @@ use serde_json::{Value, json};
 
 use crate::handlers::{Handlers, store_error};
 use crate::objects;
+use crate::openapi::OpenApi;
 use crate::request::{ResourceRequest, Verb};
 use crate::writes::DeleteOptions;
 
@@ -34,12 +37,15 @@ pub struct CrdControllers {
 
 impl CrdControllers {
     /// Starts the loop over `handlers`' store, after a first pass (so the CRDs established before a
-    /// restart are served from the first request on, as upstream waits for its CRD informer).
-    pub async fn start(handlers: Handlers) -> CrdControllers {
+    /// restart are served from the first request on, as upstream waits for its CRD informer);
+    /// `openapi` is rebuilt whenever what is served changes.
+    pub async fn start(handlers: Handlers, openapi: Arc<OpenApi>) -> CrdControllers {
+        let mut documents = Documents { openapi, built: custom::generation() };
         if let Err(error) = reconcile_all(&handlers).await {
             tracing::warn!(%error, "CustomResourceDefinition controllers: the first pass failed");
         }
-        CrdControllers { task: tokio::spawn(run(handlers)) }
+        documents.refresh().await;
+        CrdControllers { task: tokio::spawn(run(handlers, documents)) }
     }
 }
 
@@ -54,10 +60,38 @@ fn crds() -> Result<&'static Resource, ApiError> {
         .ok_or_else(|| ApiError::Internal("no customresourcedefinitions".into()))
 }
 
-async fn run(handlers: Handlers) {
+/// The OpenAPI documents and the registry generation they were built at.
+struct Documents {
+    openapi: Arc<OpenApi>,
+    built: u64,
+}
+
+impl Documents {
+    /// Rebuilds the documents (built-in and custom resources) if what is served changed since.
+    async fn refresh(&mut self) {
+        let generation = custom::generation();
+        if generation == self.built {
+            return;
+        }
+        let openapi = self.openapi.clone();
+        // Building every document is CPU work of some milliseconds: off the async workers.
+        let built = tokio::task::spawn_blocking(move || {
+            let (resources, schemas) = crd::openapi::served(Schemas::builtin());
+            openapi.rebuild(&resources, &schemas)
+        })
+        .await;
+        match built {
+            Ok(Ok(())) => self.built = generation,
+            Ok(Err(error)) => tracing::warn!(%error, "rebuilding the OpenAPI documents"),
+            Err(error) => tracing::warn!(%error, "rebuilding the OpenAPI documents"),
+        }
+    }
+}
+
+async fn run(handlers: Handlers, mut documents: Documents) {
     let mut pause = Duration::from_millis(100);
     loop {
-        match follow(&handlers).await {
+        match follow(&handlers, &mut documents).await {
             Ok(()) => pause = Duration::from_millis(100),
             Err(error) => {
                 tracing::warn!(%error, "CustomResourceDefinition controllers: listing again");
@@ -69,12 +103,13 @@ async fn run(handlers: Handlers) {
 }
 
 /// One list and the watch that follows it, until the watch fails.
-async fn follow(handlers: &Handlers) -> Result<(), ApiError> {
+async fn follow(handlers: &Handlers, documents: &mut Documents) -> Result<(), ApiError> {
     let prefix = crds()?.key_prefix();
     let listed = handlers.store.range(RangeRequest::prefix(prefix.clone())).await.map_err(store_error)?;
     let mut watch = handlers.store.watch(&prefix, Some(listed.revision + 1)).await.map_err(store_error)?;
     // Reconciling can leave work (objects still held by finalizers): a retry tick covers it.
     let mut pending = reconcile_all(handlers).await?;
+    documents.refresh().await;
     loop {
         let tick =
             tokio::time::sleep(if pending { Duration::from_millis(500) } else { Duration::from_secs(30) });
@@ -90,6 +125,7 @@ async fn follow(handlers: &Handlers) -> Result<(), ApiError> {
             () = tick => {}
         }
         pending = reconcile_all(handlers).await?;
+        documents.refresh().await;
     }
 }
 

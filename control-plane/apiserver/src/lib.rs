@@ -115,8 +115,8 @@ pub struct ApiServer {
     reads: Option<Arc<tokio::sync::Semaphore>>,
     writes: Option<Arc<tokio::sync::Semaphore>>,
     request_timeout: std::time::Duration,
-    /// The /openapi documents (rebuilt when served resources change).
-    openapi: openapi::OpenApi,
+    /// The /openapi documents (rebuilt when served resources change: the CRD controllers do).
+    openapi: Arc<openapi::OpenApi>,
     /// The CustomResourceDefinition controllers ([`crd`]).
     _crds: crd::CrdControllers,
 }
@@ -126,7 +126,11 @@ impl ApiServer {
     pub async fn new(store: Arc<dyn Store>, config: Config) -> Result<Arc<ApiServer>, ApiError> {
         let cache = Arc::new(cache::WatchCache::start(&store));
         let handlers = Handlers { store, cache, services: config.services };
-        let crds = crd::CrdControllers::start(handlers.clone()).await;
+        let openapi = Arc::new(
+            openapi::OpenApi::build(keel_api::resources::RESOURCES, keel_api::openapi::Schemas::builtin())
+                .map_err(|e| ApiError::Internal(format!("building the OpenAPI documents: {e}")))?,
+        );
+        let crds = crd::CrdControllers::start(handlers.clone(), openapi.clone()).await;
         let server = Arc::new(ApiServer {
             handlers,
             address: config.address.to_string(),
@@ -134,11 +138,7 @@ impl ApiServer {
             reads: inflight(config.limits.max_requests_inflight),
             writes: inflight(config.limits.max_mutating_requests_inflight),
             request_timeout: config.limits.request_timeout,
-            openapi: openapi::OpenApi::build(
-                keel_api::resources::RESOURCES,
-                keel_api::openapi::Schemas::builtin(),
-            )
-            .map_err(|e| ApiError::Internal(format!("building the OpenAPI documents: {e}")))?,
+            openapi,
             _crds: crds,
         });
         server.handlers.ensure_system_namespaces().await?;

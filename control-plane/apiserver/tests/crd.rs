@@ -278,6 +278,43 @@ async fn scenario(server: common::Server, minor: u32) -> Result<()> {
         "{ours}"
     );
 
+    // OpenAPI follows: the group version's document, kubectl explain, and apply with validation on.
+    let mut explained = String::new();
+    for _ in 0..100 {
+        let (success, out, _) = kubectl_run(&kubectl, k, &["explain", "widgets.spec"]).await?;
+        if success && out.contains("color") {
+            explained = out;
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    ensure!(explained.contains("size") && explained.contains("replicas"), "explain: {explained}");
+    let index = get(&server, "/openapi/v3").await?.1;
+    ensure!(index["paths"].get("apis/test.keel.dev/v1").is_some(), "{index}");
+    let url =
+        index["paths"]["apis/test.keel.dev/v1"]["serverRelativeURL"].as_str().unwrap_or_default().to_owned();
+    let document = get(&server, &url).await?.1;
+    let schema = &document["components"]["schemas"]["dev.keel.test.v1.Widget"];
+    ensure!(
+        schema["properties"]["spec"]["properties"]["color"]["enum"] == json!(["red", "blue"])
+            && schema["x-kubernetes-group-version-kind"][0]["kind"] == "Widget",
+        "{document}"
+    );
+    apply(
+        &kubectl,
+        k,
+        &dir,
+        &WIDGET.replace("name: w1", "name: validated").replace("  unknown: dropped\n", ""),
+    )
+    .await?;
+    let validated = dir.join("validated.yaml");
+    std::fs::write(
+        &validated,
+        WIDGET.replace("name: w1", "name: validated").replace("  unknown: dropped\n", ""),
+    )?;
+    ok(&kubectl, k, &["apply", "-f", &validated.to_string_lossy()]).await?;
+    ok(&kubectl, k, &["delete", "widget", "validated"]).await?;
+
     // A custom resource applied: unknown fields pruned, defaults filled in.
     apply(&kubectl, k, &dir, WIDGET).await?;
     let (status, w1) = get(&server, &format!("{WIDGETS}/w1")).await?;
@@ -583,6 +620,25 @@ async fn scenario(server: common::Server, minor: u32) -> Result<()> {
     ensure!(get(&server, WIDGETS).await?.0 == 404, "serving stopped");
     let resources = ok(&kubectl, k, &["api-resources", "--api-group=test.keel.dev"]).await?;
     ensure!(!resources.contains("widgets") && resources.contains("gadgets"), "{resources}");
+    // The documents are rebuilt: the v1 document holds gadgets only.
+    let mut widget_gone = false;
+    for _ in 0..200 {
+        let index = get(&server, "/openapi/v3").await?.1;
+        let url = index["paths"]["apis/test.keel.dev/v1"]["serverRelativeURL"]
+            .as_str()
+            .unwrap_or_default()
+            .to_owned();
+        let document = get(&server, &url).await?.1;
+        let schemas = &document["components"]["schemas"];
+        if schemas.get("dev.keel.test.v1.Gadget").is_some()
+            && schemas.get("dev.keel.test.v1.Widget").is_none()
+        {
+            widget_gone = true;
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    ensure!(widget_gone, "widgets left the OpenAPI documents");
     // Made again, it is empty: the objects went with it.
     apply(&kubectl, k, &dir, CRD).await?;
     ok(&kubectl, k, &["wait", "--for=condition=Established", "crd/widgets.test.keel.dev", "--timeout=30s"])

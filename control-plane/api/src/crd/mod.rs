@@ -4,6 +4,7 @@
 //! structural, [`schema`]), the names controller's decision ([`accepted_names`]) and what an
 //! established CRD serves ([`definitions`], fed to [`crate::custom::serve`]). No IO.
 
+pub mod openapi;
 pub mod schema;
 
 use serde_json::{Value, json};

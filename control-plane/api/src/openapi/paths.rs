@@ -148,8 +148,11 @@ enum Body {
     None,
     /// An object of this definition (required).
     Object(String),
-    /// A patch of any of the patch types.
-    Patch,
+    /// A patch of any of the patch types; strategic merge patch only for built-in kinds (custom
+    /// resources have no patch strategies: kubectl apply reads this to choose a merge patch).
+    Patch {
+        strategic: bool,
+    },
     /// DeleteOptions (optional).
     DeleteOptions,
 }
@@ -340,7 +343,7 @@ fn add_resource_paths(
             format!("partially update the specified {kind}"),
             "patch",
             write_params(true),
-            Body::Patch,
+            Body::Patch { strategic: !r.custom },
             OK_CREATED,
             &object,
         ));
@@ -412,7 +415,7 @@ fn add_resource_paths(
                     of("partially update"),
                     "patch",
                     write_params(true),
-                    Body::Patch,
+                    Body::Patch { strategic: !r.custom },
                     OK_CREATED,
                 )),
                 "create" => {

@@ -15,6 +15,9 @@ const PATCH_TYPES: &[&str] = &[
     "application/strategic-merge-patch+json",
     "application/apply-patch+yaml",
 ];
+/// Custom resources' patch types: no strategic merge patch (upstream's CRD handler answers it 415).
+const CUSTOM_PATCH_TYPES: &[&str] =
+    &["application/json-patch+json", "application/merge-patch+json", "application/apply-patch+yaml"];
 const PRODUCES: &[&str] = &["application/json", "application/yaml", "application/vnd.kubernetes.protobuf"];
 const PRODUCES_WATCH: &[&str] =
     &["application/json;stream=watch", "application/vnd.kubernetes.protobuf;stream=watch"];
@@ -78,10 +81,11 @@ impl Operation {
                     json!({"content": content(&["*/*"], &reference(name)), "required": true}),
                 );
             }
-            Body::Patch => {
+            Body::Patch { strategic } => {
+                let types = if *strategic { PATCH_TYPES } else { CUSTOM_PATCH_TYPES };
                 out.insert(
                     "requestBody".into(),
-                    json!({"content": content(PATCH_TYPES, &reference(PATCH)), "required": true}),
+                    json!({"content": content(types, &reference(PATCH)), "required": true}),
                 );
             }
             Body::DeleteOptions => {
@@ -112,7 +116,11 @@ impl Operation {
     fn v2(&self) -> Value {
         let reference = |name: &str| json!({"$ref": format!("{V2_REF}{name}")});
         let mut out = Map::new();
-        let consumes: &[&str] = if matches!(self.body, Body::Patch) { PATCH_TYPES } else { &["*/*"] };
+        let consumes: &[&str] = match self.body {
+            Body::Patch { strategic: true } => PATCH_TYPES,
+            Body::Patch { strategic: false } => CUSTOM_PATCH_TYPES,
+            _ => &["*/*"],
+        };
         out.insert("consumes".into(), json!(consumes));
         out.insert("description".into(), self.description.clone().into());
         out.insert("operationId".into(), self.id.clone().into());
@@ -121,7 +129,7 @@ impl Operation {
             Body::None => {}
             Body::Object(name) => params
                 .push(json!({"in": "body", "name": "body", "required": true, "schema": reference(name)})),
-            Body::Patch => params
+            Body::Patch { .. } => params
                 .push(json!({"in": "body", "name": "body", "required": true, "schema": reference(PATCH)})),
             Body::DeleteOptions => {
                 params.push(json!({"in": "body", "name": "body", "schema": reference(DELETE_OPTIONS)}));
@@ -162,7 +170,7 @@ impl PathItem {
                 Body::Object(name) => {
                     into.insert(name.clone());
                 }
-                Body::Patch => {
+                Body::Patch { .. } => {
                     into.insert(PATCH.into());
                 }
                 Body::DeleteOptions => {
