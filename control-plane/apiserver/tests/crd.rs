@@ -5,8 +5,9 @@
 //! discovered (kubectl api-resources, aggregated and legacy discovery), used by the Python client's
 //! dynamic client, and deleted with their CRD; a cluster-scoped CRD too.
 //!
-//! kubectl 1.29+ reads /openapi/v3 to validate what it applies; OpenAPI is another helper's
-//! (issue 5), so `apply` runs with `--validate=false` here until it lands.
+//! kubectl applies with its validation on (OpenAPI documents the custom resources as soon as they
+//! are served), except for the object carrying a field its schema does not know: that one is sent
+//! with `--validate=false`, as a client that does not validate would, to see the server prune it.
 
 mod common;
 
@@ -129,10 +130,22 @@ async fn ok(kubectl: &Kubectl, kubeconfig: &Path, args: &[&str]) -> Result<Strin
 
 /// Applies `manifest` with kubectl from a file.
 async fn apply(kubectl: &Kubectl, kubeconfig: &Path, dir: &Path, manifest: &str) -> Result<String> {
+    apply_with(kubectl, kubeconfig, dir, manifest, true).await
+}
+
+/// [`apply`], with kubectl's validation on or off.
+async fn apply_with(
+    kubectl: &Kubectl,
+    kubeconfig: &Path,
+    dir: &Path,
+    manifest: &str,
+    validate: bool,
+) -> Result<String> {
     let file = dir.join(format!("manifest-{}.yaml", rand_suffix()));
     std::fs::write(&file, manifest)?;
     let file = file.to_string_lossy().into_owned();
-    ok(kubectl, kubeconfig, &["apply", "--validate=false", "-f", &file]).await
+    let validate = if validate { "--validate=strict" } else { "--validate=false" };
+    ok(kubectl, kubeconfig, &["apply", validate, "-f", &file]).await
 }
 
 fn rand_suffix() -> u64 {
@@ -300,13 +313,14 @@ async fn scenario(server: common::Server, minor: u32) -> Result<()> {
             && schema["x-kubernetes-group-version-kind"][0]["kind"] == "Widget",
         "{document}"
     );
-    apply(
-        &kubectl,
-        k,
-        &dir,
-        &WIDGET.replace("name: w1", "name: validated").replace("  unknown: dropped\n", ""),
-    )
-    .await?;
+    // With validation on, a field the schema does not know is refused (kubectl's own check or the
+    // server's fieldValidation=Strict, depending on the version).
+    let unknown = dir.join("unknown.yaml");
+    std::fs::write(&unknown, WIDGET.replace("name: w1", "name: unknown"))?;
+    let (success, _, err) =
+        kubectl_run(&kubectl, k, &["apply", "--validate=strict", "-f", &unknown.to_string_lossy()]).await?;
+    ensure!(!success && err.contains("unknown"), "{err}");
+    ensure!(get(&server, &format!("{WIDGETS}/unknown")).await?.0 == 404, "nothing stored");
     let validated = dir.join("validated.yaml");
     std::fs::write(
         &validated,
@@ -316,7 +330,7 @@ async fn scenario(server: common::Server, minor: u32) -> Result<()> {
     ok(&kubectl, k, &["delete", "widget", "validated"]).await?;
 
     // A custom resource applied: unknown fields pruned, defaults filled in.
-    apply(&kubectl, k, &dir, WIDGET).await?;
+    apply_with(&kubectl, k, &dir, WIDGET, false).await?;
     let (status, w1) = get(&server, &format!("{WIDGETS}/w1")).await?;
     ensure!(status == 200, "{w1}");
     ensure!(w1["spec"].get("unknown").is_none(), "pruned: {w1}");
@@ -324,7 +338,7 @@ async fn scenario(server: common::Server, minor: u32) -> Result<()> {
     ensure!(w1["spec"]["color"] == "red" && w1["spec"]["replicas"] == 1, "defaulted: {w1}");
     ensure!(w1["apiVersion"] == "test.keel.dev/v1" && w1["metadata"]["generation"] == 1, "{w1}");
     // Applied again, changed: kubectl patches (merge patch for custom resources).
-    apply(&kubectl, k, &dir, &WIDGET.replace("size: 3", "size: 4")).await?;
+    apply_with(&kubectl, k, &dir, &WIDGET.replace("size: 3", "size: 4"), false).await?;
     ensure!(get(&server, &format!("{WIDGETS}/w1")).await?.1["spec"]["size"] == 4, "re-applied");
 
     // Printer columns in Table output.
