@@ -684,3 +684,34 @@ async fn crds_on_etcd() -> Result<()> {
     let store = std::sync::Arc::new(keel_store::etcd::EtcdStore::connect(options).await?);
     scenario(common::Server::start_on(store, tempfile::tempdir()?).await?, 31).await
 }
+
+/// A second apiserver on the same etcd (as after a restart) serves the custom resources of the
+/// CRDs it finds from its first request on: its controllers make their first pass before it serves,
+/// and its own watch cache of the resource starts.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn crds_served_after_a_restart_on_etcd() -> Result<()> {
+    let etcd = keel_testbed::etcd::EtcdCluster::start(1)?;
+    let connect = || async {
+        let options = keel_store::etcd::EtcdOptions::new(etcd.client_urls()).prefix("/keel");
+        anyhow::Ok(std::sync::Arc::new(keel_store::etcd::EtcdStore::connect(options).await?))
+    };
+    let first = common::Server::start_on(connect().await?, tempfile::tempdir()?).await?;
+    let (status, body) = json_request(&first, "POST", CRD_PATH, "application/json", &crd_json()?).await?;
+    ensure!(status == 201, "{body}");
+    eventually(&first, WIDGETS, |status, _| status == 200).await?;
+    let widget = json!({"apiVersion": "test.keel.dev/v1", "kind": "Widget", "metadata": {"name": "kept"}, "spec": {"size": 2}});
+    ensure!(json_request(&first, "POST", WIDGETS, "application/json", &widget).await?.0 == 201, "created");
+    drop(first);
+
+    let second = common::Server::start_on(connect().await?, tempfile::tempdir()?).await?;
+    let (status, kept) = get(&second, &format!("{WIDGETS}/kept")).await?;
+    ensure!(status == 200 && kept["spec"]["color"] == "red", "{kept}");
+    let listed = get(&second, &format!("{WIDGETS}?resourceVersion=0")).await?.1;
+    ensure!(listed["items"].as_array().map(Vec::len) == Some(1), "{listed}");
+    let (status, _, table) = second
+        .request("GET", WIDGETS, &[("Accept", "application/json;as=Table;v=v1;g=meta.k8s.io")], b"")
+        .await?;
+    let table: Value = serde_json::from_str(&table)?;
+    ensure!(status == 200 && table["rows"][0]["cells"][1] == 2, "{table}");
+    Ok(())
+}
