@@ -93,6 +93,23 @@ pub fn status_update(old: &Value, new: &Value) -> Value {
     merged
 }
 
+/// Whether an update of `resource` from `old` to `new` bumps `metadata.generation`: a change of
+/// the spec ([`spec_changed`]); for a custom resource without a status subresource, any change
+/// outside metadata (upstream's customResourceStrategy).
+pub fn generation_moves(resource: &Resource, old: &Value, new: &Value) -> bool {
+    if resource.custom && !has_status(resource) {
+        let strip = |object: &Value| -> Value {
+            let mut copy = object.clone();
+            if let Value::Object(map) = &mut copy {
+                map.remove("metadata");
+            }
+            copy
+        };
+        return strip(old) != strip(new);
+    }
+    spec_changed(old, new)
+}
+
 /// Whether the change from `old` to `new` bumps `metadata.generation`: any change outside
 /// metadata and status (the spec, and `data`-like top-level fields of resources with a spec-less
 /// shape), as upstream's strategies compare specs.

@@ -129,7 +129,7 @@ fn carry_server_fields(existing: &Value, object: &mut Value, resource: &Resource
         map.insert("apiVersion".into(), resource.api_version().into());
         map.insert("kind".into(), resource.kind.into());
     }
-    if strategy::spec_changed(existing, object)
+    if strategy::generation_moves(resource, existing, object)
         && let Some(generation) = existing.pointer("/metadata/generation").and_then(Value::as_i64)
     {
         object["metadata"]["generation"] = (generation + 1).into();
