@@ -7,6 +7,8 @@
 //! - `types`: for every definition reachable from a kind, its properties that lead to another
 //!   definition (`ref`, list `items`, map `values`) or carry patch metadata (`strategy`, `key`,
 //!   `listType`, `mapKeys`).
+//!
+//! and `control-plane/api/src/generated/protobuf.json`, the protobuf codec's table ([`protobuf`]).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -14,6 +16,8 @@ use std::process::Command;
 
 use anyhow::{Context, Result, bail};
 use serde_json::{Map, Value, json};
+
+mod protobuf;
 
 /// The package and the schema of the Kubernetes version Keel serves.
 const PACKAGE: &str = "kubernetes-validate==1.37.0";
@@ -32,6 +36,12 @@ pub fn run(_args: &Args) -> Result<()> {
     text.push('\n');
     std::fs::write(&out, text).with_context(|| format!("writing {}", out.display()))?;
     println!("wrote {} ({PACKAGE}, {SCHEMA})", out.display());
+    let table = protobuf::table(&definitions, &format!("{PACKAGE} {SCHEMA}"))?;
+    let out = root.join("control-plane/api/src/generated/protobuf.json");
+    let mut text = serde_json::to_string(&table)?;
+    text.push('\n');
+    std::fs::write(&out, text).with_context(|| format!("writing {}", out.display()))?;
+    println!("wrote {}", out.display());
     Ok(())
 }
 
