@@ -186,6 +186,8 @@ pub fn table(definitions: &Map<String, Value>, source: &str) -> Result<Value> {
         gvk_key("meta.k8s.io", "v1beta1", "PartialObjectMetadata"),
         format!("{meta}.v1.PartialObjectMetadata"),
     );
+    // Options clients send as meta.k8s.io/v1 (client-go's metadata and dynamic clients).
+    kinds.insert(gvk_key("meta.k8s.io", "v1", "DeleteOptions"), format!("{meta}.v1.DeleteOptions"));
     for message in kinds.values() {
         if !out.contains_key(message) {
             bail!("kind message {message} is not in k8s-pb");

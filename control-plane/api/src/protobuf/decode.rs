@@ -24,6 +24,12 @@ fn message_value(bytes: &[u8], message: usize, depth: usize) -> Result<Option<Va
     }
     let mut object = Map::new();
     read_fields(bytes, message, &mut object, depth)?;
+    // Go writes ObjectMeta's generation always; 0 is "not set" (the server owns it).
+    if message.name == "k8s.io.apimachinery.pkg.apis.meta.v1.ObjectMeta"
+        && object.get("generation") == Some(&Value::from(0))
+    {
+        object.remove("generation");
+    }
     // Go's JSON writes a required (non-omitempty) field even when it holds the zero value.
     for field in message.fields.iter().filter(|f| f.required && f.label == Label::Optional && !f.inline) {
         if !object.contains_key(&field.json) {
