@@ -73,7 +73,7 @@ fn main() {
     for _ in 0..rounds {
         figures[0].push(per_call(n, || drop(black_box(serde_json::to_vec(black_box(&object)).unwrap()))));
         figures[1].push(per_call(n, || {
-            drop(black_box(serde_json::from_slice::<Value>(black_box(&json_bytes)).unwrap()))
+            drop(black_box(serde_json::from_slice::<Value>(black_box(&json_bytes)).unwrap()));
         }));
         figures[2]
             .push(per_call(n, || drop(black_box(envelope::encode_object(black_box(&object)).unwrap()))));
