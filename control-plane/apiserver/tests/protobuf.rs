@@ -480,6 +480,21 @@ async fn kubectl_creates_in_protobuf(minor: u32, etcd: bool) -> Result<()> {
         let args: Vec<&str> = json.iter().map(String::as_str).collect();
         tokio::task::block_in_place(|| run(&old, &args, None))?;
     }
+    // kubectl's typed reads (describe: the object, its ReplicaSets or EndpointSlices, its events)
+    // ask for protobuf first and read the answers.
+    for args in [
+        ["-v=8", "describe", "deployment", "viaproto-deploy"],
+        ["-v=8", "describe", "service", "viaproto-svc"],
+    ] {
+        let (out, log) = tokio::task::block_in_place(|| run(&new, &args, None))?;
+        ensure!(out.contains("Name:") && out.contains("viaproto-"), "{args:?}: {out}");
+        ensure!(
+            log.contains("Accept: application/vnd.kubernetes.protobuf,application/json")
+                && log.contains("Content-Type: application/vnd.kubernetes.protobuf"),
+            "{args:?} read no protobuf:\n{}",
+            &log[log.len().saturating_sub(3000)..]
+        );
+    }
     for (kind, suffix) in [
         ("configmap", "cfg"),
         ("secret", "secret"),
