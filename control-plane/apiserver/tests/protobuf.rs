@@ -222,6 +222,47 @@ async fn crud(etcd: bool) -> Result<()> {
         })
         .collect();
     ensure!(seen == [("ADDED", "db".to_owned()), ("DELETED", "db".to_owned())], "{seen:?}");
+    // An update and a binding in protobuf (what kube-scheduler sends through client-go).
+    let mut changed = core::Pod::decode(
+        open(&request(&server, "GET", &format!("{pods}/web"), &[("Accept", PROTOBUF)], b"").await?.2)?
+            .1
+            .as_slice(),
+    )?;
+    changed.metadata.as_mut().context("metadata")?.labels.insert("tier".into(), "front".into());
+    let (status, _, body) =
+        request(&server, "PUT", &format!("{pods}/web"), &both, &envelope("v1", "Pod", &changed)).await?;
+    ensure!(status == 200, "{status} {}", String::from_utf8_lossy(&body));
+    let updated = core::Pod::decode(open(&body)?.1.as_slice())?;
+    ensure!(updated.metadata.as_ref().context("metadata")?.labels["tier"] == "front");
+    let binding = core::Binding {
+        metadata: Some(meta::ObjectMeta { name: Some("web".into()), ..Default::default() }),
+        target: Some(core::ObjectReference {
+            kind: Some("Node".into()),
+            name: Some("node-1".into()),
+            ..Default::default()
+        }),
+    };
+    let (status, _, body) =
+        request(&server, "POST", &format!("{pods}/web/binding"), &both, &envelope("v1", "Binding", &binding))
+            .await?;
+    ensure!(status == 201, "{status} {}", String::from_utf8_lossy(&body));
+    let (_, _, body) = request(&server, "GET", &format!("{pods}/web"), &[("Accept", PROTOBUF)], b"").await?;
+    let bound = core::Pod::decode(open(&body)?.1.as_slice())?;
+    ensure!(bound.spec.and_then(|s| s.node_name).as_deref() == Some("node-1"));
+    // A watch-list (client-go's streaming list): the objects, then the bookmark ending them.
+    let watch_list = format!(
+        "{pods}?watch=true&sendInitialEvents=true&allowWatchBookmarks=true&resourceVersionMatch=NotOlderThan&resourceVersion=&timeoutSeconds=1"
+    );
+    let (status, _, body) = request(&server, "GET", &watch_list, &[("Accept", PROTOBUF)], b"").await?;
+    ensure!(status == 200);
+    let events = frames(&body)?;
+    ensure!(events.first().is_some_and(|e| e.0 == "ADDED"), "{events:?}");
+    let bookmark = events.iter().find(|e| e.0 == "BOOKMARK").context("no bookmark")?;
+    let bookmark = core::Pod::decode(bookmark.2.as_slice())?.metadata.context("bookmark metadata")?;
+    ensure!(
+        bookmark.annotations.get("k8s.io/initial-events-end").map(String::as_str) == Some("true"),
+        "{bookmark:?}"
+    );
     // Metadata only, in protobuf: a list and a watch (what metadata informers ask for).
     let as_list = format!("{PROTOBUF};as=PartialObjectMetadataList;g=meta.k8s.io;v=v1,application/json");
     let (status, _, body) = request(&server, "GET", pods, &[("Accept", &as_list)], b"").await?;
