@@ -1,5 +1,5 @@
 //! `cargo xtask bench protobuf`: the cost per Pod of keel-api's protobuf codec (JSON value ↔
-//! envelope) beside serde_json's (bytes ↔ JSON value, what the server does for JSON) and beside
+//! envelope, and JSON bytes → envelope in one pass) beside serde_json's (bytes ↔ JSON value, what the server does for JSON) and beside
 //! prost on k8s-pb's generated structs (the peer: what typed code costs), interleaved rounds,
 //! medians. Prints `bench protobuf: ...` last.
 
@@ -69,7 +69,7 @@ fn main() {
     assert_eq!(envelope::decode_object(&protobuf).unwrap(), object, "the sample round-trips");
     let n = 2000;
     let rounds = 9;
-    let mut figures: [Vec<f64>; 6] = Default::default();
+    let mut figures: [Vec<f64>; 7] = Default::default();
     for _ in 0..rounds {
         figures[0].push(per_call(n, || drop(black_box(serde_json::to_vec(black_box(&object)).unwrap()))));
         figures[1].push(per_call(n, || {
@@ -83,8 +83,12 @@ fn main() {
         figures[5].push(per_call(n, || {
             drop(black_box(k8s_pb::api::core::v1::Pod::decode(black_box(raw.as_slice())).unwrap()));
         }));
+        figures[6].push(per_call(n, || {
+            drop(black_box(envelope::encode_object_json(black_box(&json_bytes)).unwrap()));
+        }));
     }
-    let [json_encode, json_decode, pb_encode, pb_decode, prost_encode, prost_decode] = figures.map(median);
+    let [json_encode, json_decode, pb_encode, pb_decode, prost_encode, prost_decode, pb_from_bytes] =
+        figures.map(median);
     println!(
         "one Pod: {} bytes of JSON, {} bytes of protobuf (envelope included)",
         json_bytes.len(),
@@ -98,15 +102,17 @@ fn main() {
         ("protobuf → JSON value (keel-api)", pb_decode),
         ("k8s-pb struct → protobuf (prost)", prost_encode),
         ("protobuf → k8s-pb struct (prost)", prost_decode),
+        ("JSON bytes → protobuf, one pass (keel-api)", pb_from_bytes),
     ] {
         println!("{name:<44}{:>10.2}", ns / 1000.0);
     }
     println!(
-        "bench protobuf: json_encode_us={:.2} json_decode_us={:.2} pb_encode_us={:.2} pb_decode_us={:.2} prost_encode_us={:.2} prost_decode_us={:.2} pb_vs_json_encode={:.2} pb_vs_json_decode={:.2} json_bytes={} pb_bytes={}",
+        "bench protobuf: json_encode_us={:.2} json_decode_us={:.2} pb_encode_us={:.2} pb_decode_us={:.2} pb_from_json_bytes_us={:.2} prost_encode_us={:.2} prost_decode_us={:.2} pb_vs_json_encode={:.2} pb_vs_json_decode={:.2} json_bytes={} pb_bytes={}",
         json_encode / 1000.0,
         json_decode / 1000.0,
         pb_encode / 1000.0,
         pb_decode / 1000.0,
+        pb_from_bytes / 1000.0,
         prost_encode / 1000.0,
         prost_decode / 1000.0,
         pb_encode / json_encode,

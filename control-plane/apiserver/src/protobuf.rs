@@ -58,9 +58,10 @@ fn hex(bytes: &[u8]) -> String {
 pub fn respond(result: Result<Reply, ApiError>) -> Response<Body> {
     match result {
         Ok(Reply::Json(code, value)) => object(code, &value),
-        Ok(Reply::Raw(code, bytes)) => match serde_json::from_slice::<Value>(&bytes) {
-            Ok(value) => object(code, &value),
-            Err(e) => error(&ApiError::Internal(format!("re-reading a response: {e}"))),
+        // Stored bytes spliced into a reply: transcoded without parsing them into a value.
+        Ok(Reply::Raw(code, bytes)) => match envelope::encode_object_json(&bytes) {
+            Ok(encoded) => protobuf_response(code, encoded),
+            Err(e) => error(&ApiError::Internal(format!("encoding a response in protobuf: {e}"))),
         },
         Ok(Reply::Watch(lines)) => {
             let frames = lines.map(|line| Ok::<_, Infallible>(Frame::data(watch_frame(&line))));
@@ -75,13 +76,17 @@ pub fn respond(result: Result<Reply, ApiError>) -> Response<Body> {
     }
 }
 
+fn protobuf_response(code: u16, bytes: Vec<u8>) -> Response<Body> {
+    Response::builder()
+        .status(StatusCode::from_u16(code).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR))
+        .header(header::CONTENT_TYPE, CONTENT_TYPE)
+        .body(BodyExt::boxed_unsync(Full::new(Bytes::from(bytes))))
+        .unwrap_or_else(|_| crate::json_response(500, &Value::Null))
+}
+
 fn object(code: u16, value: &Value) -> Response<Body> {
     match envelope::encode_object(value) {
-        Ok(bytes) => Response::builder()
-            .status(StatusCode::from_u16(code).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR))
-            .header(header::CONTENT_TYPE, CONTENT_TYPE)
-            .body(BodyExt::boxed_unsync(Full::new(Bytes::from(bytes))))
-            .unwrap_or_else(|_| crate::json_response(500, &Value::Null)),
+        Ok(bytes) => protobuf_response(code, bytes),
         // Not one of ours to encode (cannot happen for the kinds served): a 500 in JSON, whose
         // Status is certain to encode.
         Err(e) => {
@@ -95,11 +100,22 @@ fn error(error: &ApiError) -> Response<Body> {
     object(error.code(), &error.to_json())
 }
 
-/// A JSON watch line (`{"type":..,"object":..}`) as a protobuf watch frame.
+/// A watch line's two members, the object as its bytes.
+#[derive(serde::Deserialize)]
+struct Event<'a> {
+    #[serde(rename = "type", borrow)]
+    kind: std::borrow::Cow<'a, str>,
+    #[serde(borrow)]
+    object: &'a serde_json::value::RawValue,
+}
+
+/// A JSON watch line (`{"type":..,"object":..}`) as a protobuf watch frame, the object transcoded
+/// from its bytes.
 fn watch_frame(line: &Bytes) -> Bytes {
-    let encoded = serde_json::from_slice::<Value>(line).map_err(|e| e.to_string()).and_then(|event| {
-        let object = envelope::encode_object(&event["object"]).map_err(|e| e.to_string())?;
-        Ok(envelope::watch_frame(event["type"].as_str().unwrap_or("ERROR"), &object))
+    let encoded = serde_json::from_slice::<Event<'_>>(line).map_err(|e| e.to_string()).and_then(|event| {
+        let object =
+            envelope::encode_object_json(event.object.get().as_bytes()).map_err(|e| e.to_string())?;
+        Ok(envelope::watch_frame(&event.kind, &object))
     });
     match encoded {
         Ok(frame) => Bytes::from(frame),

@@ -47,6 +47,23 @@ pub fn encode_object(object: &Value) -> Result<Vec<u8>, ProtobufError> {
     Ok(wrap(api_version, kind, &encode(object, message)?))
 }
 
+/// [`encode_object`] of JSON bytes, without parsing them into a value ([`super::encode_json`]).
+pub fn encode_object_json(json: &[u8]) -> Result<Vec<u8>, ProtobufError> {
+    /// The two members that name the message; serde skips the rest without keeping it.
+    #[derive(serde::Deserialize)]
+    struct Kind<'a> {
+        #[serde(borrow, rename = "apiVersion", default)]
+        api_version: std::borrow::Cow<'a, str>,
+        #[serde(borrow, default)]
+        kind: std::borrow::Cow<'a, str>,
+    }
+    let named: Kind<'_> = serde_json::from_slice(json).map_err(|e| ProtobufError(e.to_string()))?;
+    let message = MessageType::of_kind(&named.api_version, &named.kind).ok_or_else(|| {
+        ProtobufError(format!("{} in version {:?} has no protobuf form", named.kind, named.api_version))
+    })?;
+    Ok(wrap(&named.api_version, &named.kind, &super::encode_json(json, message)?))
+}
+
 /// `raw` (a message) in an envelope. As Go's runtime.Unknown, every field is written, the empty
 /// contentEncoding and contentType too.
 pub fn wrap(api_version: &str, kind: &str, raw: &[u8]) -> Vec<u8> {

@@ -33,6 +33,7 @@ mod decode;
 mod encode;
 pub mod envelope;
 mod forms;
+mod transcode;
 
 use std::collections::HashMap;
 use std::sync::LazyLock;
@@ -41,6 +42,7 @@ use serde_json::Value;
 
 pub use decode::decode;
 pub use encode::encode;
+pub use transcode::encode_json;
 
 /// What went wrong reading or writing the protobuf form; the text is what a client is told.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

@@ -310,3 +310,30 @@ fn broken_envelopes_are_errors_not_panics() {
     }
     assert!(decode(&nested, props).is_err());
 }
+
+#[test]
+fn json_bytes_transcode_as_values_encode() {
+    let crd = {
+        json!({"apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+               "metadata": {"name": "a.example.com"},
+               "spec": {"versions": [{"name": "v1", "schema": {"openAPIV3Schema": {"type": "object",
+                   "properties": {"x": {"type": "integer", "default": 1}}, "additionalProperties": true}}}]}})
+    };
+    let list = json!({"apiVersion": "v1", "kind": "PodList", "metadata": {"resourceVersion": "9"},
+                      "items": [pod(), pod()]});
+    for object in [
+        pod(),
+        crd,
+        list,
+        json!({"apiVersion": "v1", "kind": "Status", "status": "Failure", "code": 404, "details": null}),
+    ] {
+        let bytes = serde_json::to_vec(&object).unwrap();
+        let streamed = envelope::encode_object_json(&bytes).unwrap();
+        assert_eq!(
+            envelope::decode_object(&streamed).unwrap(),
+            envelope::decode_object(&envelope::encode_object(&object).unwrap()).unwrap()
+        );
+    }
+    assert!(envelope::encode_object_json(b"{\"kind\":\"Pod\",\"apiVersion\":\"v1\",\"spec\":[1]}").is_err());
+    assert!(envelope::encode_object_json(b"{\"kind\":\"Pod\"").is_err());
+}
