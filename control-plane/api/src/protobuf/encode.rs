@@ -32,17 +32,32 @@ pub(super) fn delimited(
     out: &mut Vec<u8>,
     body: impl FnOnce(&mut Vec<u8>) -> Result<(), ProtobufError>,
 ) -> Result<(), ProtobufError> {
-    encode_key(tag, WireType::LengthDelimited, out);
-    let start = out.len();
+    let start = begin(tag, out);
     body(out)?;
+    finish(out, start);
+    Ok(())
+}
+
+/// Starts a length-delimited field: its key and one byte kept for the length, which [`finish`]
+/// writes once the body is written (a body of 128 bytes or more moves up for a longer varint).
+pub(super) fn begin(tag: u32, out: &mut Vec<u8>) -> usize {
+    encode_key(tag, WireType::LengthDelimited, out);
+    out.push(0);
+    out.len()
+}
+
+pub(super) fn finish(out: &mut Vec<u8>, start: usize) {
     let len = out.len() - start;
+    if len < 0x80 {
+        out[start - 1] = len as u8;
+        return;
+    }
     let mut prefix = [0u8; 10];
     let mut slice = &mut prefix[..];
     encode_varint(len as u64, &mut slice);
     let written = 10 - slice.len();
-    // The body was written first, its length is known only now: moved up behind its varint.
-    out.splice(start..start, prefix[..written].iter().copied());
-    Ok(())
+    out[start - 1] = prefix[0];
+    out.splice(start..start, prefix[1..written].iter().copied());
 }
 
 pub(super) fn bytes_field(tag: u32, bytes: &[u8], out: &mut Vec<u8>) {

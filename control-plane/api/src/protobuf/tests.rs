@@ -334,6 +334,15 @@ fn json_bytes_transcode_as_values_encode() {
             envelope::decode_object(&envelope::encode_object(&object).unwrap()).unwrap()
         );
     }
+    // k8s-pb reads the one-pass form too, inline structs included.
+    let streamed = envelope::encode_object_json(&serde_json::to_vec(&pod()).unwrap()).unwrap();
+    let typed = core::Pod::decode(envelope::unwrap(&streamed).unwrap().1).unwrap();
+    let spec = typed.spec.unwrap();
+    let volume = spec.volumes[1].volume_source.as_ref().unwrap().config_map.as_ref().unwrap();
+    assert_eq!(volume.local_object_reference.as_ref().unwrap().name.as_deref(), Some("cfg"));
+    let probe = spec.containers[0].liveness_probe.as_ref().unwrap();
+    assert_eq!(probe.handler.as_ref().unwrap().http_get.as_ref().unwrap().path.as_deref(), Some("/healthz"));
+    assert_eq!(typed.metadata.unwrap().creation_timestamp.unwrap().seconds, Some(1_796_032_800));
     assert!(envelope::encode_object_json(b"{\"kind\":\"Pod\",\"apiVersion\":\"v1\",\"spec\":[1]}").is_err());
     assert!(envelope::encode_object_json(b"{\"kind\":\"Pod\"").is_err());
 }

@@ -9,7 +9,7 @@ use std::borrow::Cow;
 use std::fmt;
 
 use base64::Engine;
-use prost::encoding::{WireType, encode_key, encode_varint};
+use prost::encoding::{WireType, encode_key};
 use serde::de::{self, DeserializeSeed, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
 use serde_json::Value;
 
@@ -27,20 +27,7 @@ pub fn encode_json(json: &[u8], message: MessageType) -> Result<Vec<u8>, Protobu
     Ok(out)
 }
 
-/// Starts a length-delimited field; [`finish`] puts its length in front of what was written since.
-fn begin(tag: u32, out: &mut Vec<u8>) -> usize {
-    encode_key(tag, WireType::LengthDelimited, out);
-    out.len()
-}
-
-fn finish(out: &mut Vec<u8>, start: usize) {
-    let len = out.len() - start;
-    let mut prefix = [0u8; 10];
-    let mut slice = &mut prefix[..];
-    encode_varint(len as u64, &mut slice);
-    let written = 10 - slice.len();
-    out.splice(start..start, prefix[..written].iter().copied());
-}
+use super::encode::{begin, finish};
 
 /// A message's fields.
 struct MessageSeed<'a> {
@@ -57,7 +44,12 @@ impl<'de> DeserializeSeed<'de> for MessageSeed<'_> {
             return Err(de::Error::custom("object nested too deeply"));
         }
         let message = &TABLE.messages[self.message];
-        if message.special.is_some() || message.fields.iter().any(|f| f.inline) {
+        // Inline structs one level deep are routed field by field; deeper ones (admission rules)
+        // and the special forms take the value path.
+        let nested_inline = message.fields.iter().any(|f| {
+            f.inline && matches!(f.ty, Type::Message(child) if TABLE.messages[child].fields.iter().any(|c| c.inline))
+        });
+        if message.special.is_some() || nested_inline {
             let value = <Value as serde::Deserialize>::deserialize(deserializer)?;
             return message_body(&value, self.message, self.out, self.depth).map_err(de::Error::custom);
         }
@@ -78,19 +70,46 @@ impl<'de> Visitor<'de> for MessageSeed<'_> {
 
     fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<(), A::Error> {
         let message = &TABLE.messages[self.message];
+        // Each inline struct's fields gather in a buffer of their own, written as one field at the
+        // end (Go writes an embedded struct even when empty).
+        let inline: Vec<(u32, usize)> = message
+            .fields
+            .iter()
+            .filter(|f| f.inline)
+            .filter_map(|f| match f.ty {
+                Type::Message(child) => Some((f.tag, child)),
+                _ => None,
+            })
+            .collect();
+        let mut inline_out: Vec<Vec<u8>> = vec![Vec::new(); inline.len()];
         while let Some(key) = map.next_key::<Cow<'de, str>>()? {
-            match message.fields.iter().find(|f| f.json == key) {
-                Some(field) => map.next_value_seed(FieldSeed {
-                    tag: field.tag,
-                    ty: field.ty,
-                    label: field.label,
-                    out: &mut *self.out,
-                    depth: self.depth,
-                })?,
+            let direct = message.fields.iter().find(|f| !f.inline && f.json == key).map(|f| (f, None));
+            let routed = direct.or_else(|| {
+                inline.iter().enumerate().find_map(|(i, (_, child))| {
+                    TABLE.messages[*child].fields.iter().find(|f| f.json == key).map(|f| (f, Some(i)))
+                })
+            });
+            match routed {
+                Some((field, target)) => {
+                    let out = match target {
+                        Some(i) => &mut inline_out[i],
+                        None => &mut *self.out,
+                    };
+                    map.next_value_seed(FieldSeed {
+                        tag: field.tag,
+                        ty: field.ty,
+                        label: field.label,
+                        out,
+                        depth: self.depth,
+                    })?;
+                }
                 None => {
                     map.next_value::<IgnoredAny>()?;
                 }
             }
+        }
+        for ((tag, _), body) in inline.iter().zip(inline_out) {
+            bytes_field(*tag, &body, self.out);
         }
         Ok(())
     }
@@ -179,7 +198,7 @@ impl<'de> DeserializeSeed<'de> for SingleSeed<'_> {
                     .deserialize(NullWatch { inner: deserializer, null: &mut null })?;
                 if null && self.out.len() == written_before {
                     // A null message is left out, as the Value path does.
-                    self.out.truncate(start - key_len(self.tag));
+                    self.out.truncate(start - 1 - key_len(self.tag));
                 } else {
                     finish(self.out, start);
                 }
@@ -190,7 +209,7 @@ impl<'de> DeserializeSeed<'de> for SingleSeed<'_> {
     }
 }
 
-/// The length of a length-delimited field's key.
+/// The length of a field key.
 fn key_len(tag: u32) -> usize {
     prost::encoding::key_len(tag)
 }
