@@ -23,10 +23,15 @@
 //! Empty values: Go writes every non-pointer field, so a protobuf body from client-go carries
 //! `""`, `0` and `false` for fields its JSON would leave out. Decoding keeps numbers and booleans
 //! as sent (for a pointer field — `replicas: 0`, `enableServiceLinks: false` — the zero is the
-//! value) and leaves out empty strings unless the field is required (which Go's JSON writes even
-//! empty): a pointer string set to `""` (a PVC's `storageClassName: ""`) is the one case this gets
-//! wrong, as the table cannot tell Go's pointers from values. Encoding writes what the JSON holds.
+//! value; for a plain one — `hostPort: 0`, `paused: false` — it is what upstream's JSON leaves
+//! out, so such objects show these zeros) and leaves out empty strings unless the field is
+//! required (which Go's JSON writes even empty), and ObjectMeta's generation 0 (the server owns
+//! it): a pointer string set to `""` (a PVC's `storageClassName: ""`) is the one case this gets
+//! wrong, as neither k8s-pb nor the definitions tell Go's pointers from values. Encoding writes
+//! what the JSON holds.
 //!
+//! [`encode`] and [`decode`] work on `serde_json::Value`s; [`encode_json`] turns JSON bytes (the
+//! server's stored objects) into protobuf in one pass without building a value.
 //! [`envelope`] is the `k8s\0` + runtime.Unknown wrapping of whole objects and the watch frames.
 
 mod decode;
