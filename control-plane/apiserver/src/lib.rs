@@ -246,18 +246,15 @@ impl ApiServer {
             _ => None,
         };
         // So is metadata only (PartialObjectMetadata), for the same reads.
-        let metadata_only = match format {
-            Format::Metadata(version) | Format::MetadataProtobuf(version) => {
-                match request::parse(&parts.method, &path, query.as_deref()) {
-                    Ok(Target::Resource(r))
-                        if r.subresource.is_none()
-                            && matches!(r.verb, Verb::Get | Verb::List | Verb::Watch) =>
-                    {
-                        Some(version)
-                    }
-                    _ => None,
+        let metadata_only = match format.json_form() {
+            Format::Metadata(version) => match request::parse(&parts.method, &path, query.as_deref()) {
+                Ok(Target::Resource(r))
+                    if r.subresource.is_none() && matches!(r.verb, Verb::Get | Verb::List | Verb::Watch) =>
+                {
+                    Some(version)
                 }
-            }
+                _ => None,
+            },
             _ => None,
         };
         let (result, warnings) = validation::WARNINGS

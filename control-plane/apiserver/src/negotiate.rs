@@ -30,6 +30,15 @@ impl Format {
     pub fn is_protobuf(self) -> bool {
         matches!(self, Format::Protobuf | Format::MetadataProtobuf(_))
     }
+
+    /// The JSON form of the same content (what the handlers produce before it is encoded).
+    pub fn json_form(self) -> Format {
+        match self {
+            Format::Protobuf => Format::Json,
+            Format::MetadataProtobuf(version) => Format::Metadata(version),
+            other => other,
+        }
+    }
 }
 
 /// What an endpoint can answer in, besides JSON and YAML.
