@@ -249,6 +249,40 @@ async fn crud(etcd: bool) -> Result<()> {
     let (_, _, body) = request(&server, "GET", &format!("{pods}/web"), &[("Accept", PROTOBUF)], b"").await?;
     let bound = core::Pod::decode(open(&body)?.1.as_slice())?;
     ensure!(bound.spec.and_then(|s| s.node_name).as_deref() == Some("node-1"));
+    // An events.k8s.io Event as client-go's recorders send it: a MicroTime, Go's empty times.
+    let event = k8s_pb::api::events::v1::Event {
+        metadata: Some(meta::ObjectMeta { name: Some("web.1".into()), ..Default::default() }),
+        event_time: Some(meta::MicroTime { seconds: Some(1_796_032_800), nanos: Some(123_456_000) }),
+        reporting_controller: Some("keel.dev/test".into()),
+        reporting_instance: Some("test-1".into()),
+        action: Some("Binding".into()),
+        reason: Some("Scheduled".into()),
+        r#type: Some("Normal".into()),
+        note: Some("bound".into()),
+        regarding: Some(core::ObjectReference {
+            kind: Some("Pod".into()),
+            name: Some("web".into()),
+            namespace: Some("default".into()),
+            ..Default::default()
+        }),
+        deprecated_first_timestamp: Some(meta::Time::default()),
+        deprecated_last_timestamp: Some(meta::Time::default()),
+        deprecated_count: Some(0),
+        ..Default::default()
+    };
+    let events_path = "/apis/events.k8s.io/v1/namespaces/default/events";
+    let (status, _, body) =
+        request(&server, "POST", events_path, &both, &envelope("events.k8s.io/v1", "Event", &event)).await?;
+    ensure!(status == 201, "{status} {}", String::from_utf8_lossy(&body));
+    let stored = k8s_pb::api::events::v1::Event::decode(open(&body)?.1.as_slice())?;
+    ensure!(stored.event_time == event.event_time, "{:?}", stored.event_time);
+    ensure!(
+        stored.regarding.and_then(|r| r.name).as_deref() == Some("web")
+            && stored.note.as_deref() == Some("bound")
+    );
+    let (_, _, json_event) = request(&server, "GET", &format!("{events_path}/web.1"), &[], b"").await?;
+    let json_event: Value = serde_json::from_slice(&json_event)?;
+    ensure!(json_event["eventTime"] == "2026-11-30T10:00:00.123456Z", "{json_event}");
     // A watch-list (client-go's streaming list): the objects, then the bookmark ending them.
     let watch_list = format!(
         "{pods}?watch=true&sendInitialEvents=true&allowWatchBookmarks=true&resourceVersionMatch=NotOlderThan&resourceVersion=&timeoutSeconds=1"
