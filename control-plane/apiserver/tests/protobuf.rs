@@ -399,9 +399,9 @@ async fn broken_bodies(etcd: bool) -> Result<()> {
         (
             "truncated",
             valid[..valid.len() / 2].to_vec(),
-            "the object provided is unrecognized (must be of type Pod): proto: Unknown:",
+            "the object provided is unrecognized (must be of type Pod): unexpected EOF (6b3873000a",
         ),
-        ("garbage", garbage_raw, "Pod in version \"v1\" cannot be handled as a Pod:"),
+        ("garbage", garbage_raw, "Pod in version \"v1\" cannot be handled as a Pod: unexpected EOF"),
         (
             "no kind",
             no_kind,

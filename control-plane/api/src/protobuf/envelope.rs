@@ -92,7 +92,7 @@ pub fn unwrap(bytes: &[u8]) -> Result<(TypeMeta, &[u8]), DecodeError> {
     let mut type_meta = TypeMeta::default();
     let mut raw: &[u8] = &[];
     let mut content_encoding = String::new();
-    let unknown = |e: ProtobufError| DecodeError::bare(format!("proto: Unknown: {e}"));
+    let unknown = |e: ProtobufError| DecodeError::bare(e.0);
     while buf.has_remaining() {
         let (tag, wire) = decode_key(&mut buf).map_err(|e| unknown(e.into()))?;
         match tag {

@@ -55,8 +55,24 @@ pub use transcode::encode_json;
 pub struct ProtobufError(pub String);
 
 impl From<prost::DecodeError> for ProtobufError {
+    /// prost's reasons in the words of upstream's generated (gogo) code, which clients see in
+    /// kube-apiserver's refusals: `unexpected EOF`, `proto: integer overflow`, `proto: illegal
+    /// wireType 7`, `proto: illegal tag 0`.
     fn from(error: prost::DecodeError) -> ProtobufError {
-        ProtobufError(error.to_string())
+        let text = error.to_string();
+        let reason = text.strip_prefix("failed to decode Protobuf message: ").unwrap_or(&text);
+        let said = if reason.contains("buffer underflow") || reason.contains("delimited length exceeded") {
+            "unexpected EOF".to_owned()
+        } else if reason.contains("invalid varint") {
+            "proto: integer overflow".to_owned()
+        } else if let Some(value) = reason.strip_prefix("invalid wire type value: ") {
+            format!("proto: illegal wireType {value}")
+        } else if let Some(key) = reason.strip_prefix("invalid key value: ") {
+            format!("proto: illegal tag {}", key.parse::<u64>().map_or(0, |k| k >> 3))
+        } else {
+            format!("proto: {reason}")
+        };
+        ProtobufError(said)
     }
 }
 
