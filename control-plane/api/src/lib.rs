@@ -10,6 +10,7 @@ pub mod discovery;
 pub mod fields;
 pub mod labels;
 pub mod openapi;
+pub mod protobuf;
 pub mod resources;
 pub mod status;
 pub mod strategic;
