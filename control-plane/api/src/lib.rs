@@ -13,6 +13,7 @@ pub mod discovery;
 pub mod fields;
 pub mod labels;
 pub mod openapi;
+pub mod protobuf;
 pub mod resources;
 pub mod status;
 pub mod strategic;

@@ -1,6 +1,7 @@
 //! keel-apiserver: the Kubernetes REST API over a keel-store. Requests are read as upstream's
 //! RequestInfoFactory does ([`request`]), authenticated ([`auth`], certificates from [`pki`]),
-//! limited (in-flight and timeouts, [`Limits`]) and negotiated ([`negotiate`]: JSON, YAML, Table);
+//! limited (in-flight and timeouts, [`Limits`]) and negotiated ([`negotiate`]: JSON, YAML, Table,
+//! [`protobuf`]);
 //! reads are served from the watch cache ([`cache`], [`watch`]) or the store ([`handlers`]); writes
 //! are defaulted, admitted ([`admission`]), typed and validated ([`validation`], keel-api's
 //! validation) and stored ([`objects`], [`writes`], [`services`] allocation, [`eviction`]);
@@ -17,6 +18,7 @@ pub mod negotiate;
 pub mod objects;
 pub mod openapi;
 pub mod pki;
+pub mod protobuf;
 pub mod request;
 pub mod services;
 pub mod validation;
@@ -235,7 +237,13 @@ impl ApiServer {
         let accept = parts.headers.get(header::ACCEPT).and_then(|v| v.to_str().ok()).map(str::to_owned);
         let root = path.trim_end_matches('/');
         let aggregated = parts.method == http::Method::GET && (root == "/api" || root == "/apis");
-        let format = match negotiate::response_format(accept.as_deref(), true, aggregated) {
+        // Custom resources have no protobuf form (keel_api::custom::supports_protobuf).
+        let resource_request = matches!(
+            request::parse(&parts.method, &path, query.as_deref()),
+            Ok(Target::Resource(r)) if keel_api::custom::supports_protobuf(r.resource)
+        );
+        let offer = negotiate::Offer { table: true, aggregated, protobuf: resource_request };
+        let format = match negotiate::response_format(accept.as_deref(), offer) {
             Ok(format) => format,
             Err(error) => return json_response(error.code(), &error.to_json()),
         };
@@ -263,7 +271,7 @@ impl ApiServer {
             _ => None,
         };
         // So is metadata only (PartialObjectMetadata), for the same reads.
-        let metadata_only = match format {
+        let metadata_only = match format.json_form() {
             Format::Metadata(version) => match request::parse(&parts.method, &path, query.as_deref()) {
                 Ok(Target::Resource(r))
                     if r.subresource.is_none() && matches!(r.verb, Verb::Get | Verb::List | Verb::Watch) =>
@@ -333,6 +341,7 @@ impl ApiServer {
             (result, _) => result,
         };
         let mut response = match result {
+            result if format.is_protobuf() => protobuf::respond(result),
             Ok(Reply::Json(code, value)) if format == Format::Yaml => yaml_response(code, &value),
             Ok(Reply::Json(code, value)) => json_response(code, &value),
             Ok(Reply::Raw(code, bytes)) => Response::builder()
@@ -473,7 +482,7 @@ async fn read_checked(
     fields: validation::FieldValidation,
 ) -> Result<(Bytes, Value), ApiError> {
     let raw = read_bytes(body).await?;
-    let object = objects::decode(&raw, content_type)?;
+    let object = objects::decode_as(&raw, content_type, Some(request.resource))?;
     // Only JSON bodies are scanned for duplicates (the YAML parser refuses them itself).
     let scanned: &[u8] =
         if negotiate::body_type(content_type)? == negotiate::BodyType::Json { &raw } else { b"" };

@@ -424,6 +424,21 @@ async fn scenario(server: common::Server, minor: u32) -> Result<()> {
     .await?;
     ensure!(status == 422 && causes(&body) == ["spec.size: Required value"], "{body}");
     ensure!(get(&server, &format!("{WIDGETS}/bad")).await?.0 == 404, "nothing stored");
+    // No protobuf for custom resources: JSON is answered to a client that also accepts it, a
+    // protobuf body is 415.
+    let (status, content_type, _) = server
+        .request(
+            "GET",
+            &format!("{WIDGETS}/w1"),
+            &[("Accept", "application/vnd.kubernetes.protobuf, application/json")],
+            b"",
+        )
+        .await?;
+    ensure!(status == 200 && content_type.starts_with("application/json"), "{status} {content_type}");
+    let (status, _, body) = server
+        .request("POST", WIDGETS, &[("Content-Type", "application/vnd.kubernetes.protobuf")], b"k8s\0\n")
+        .await?;
+    ensure!(status == 415 && body.contains("UnsupportedMediaType"), "{status} {body}");
     // An unknown version is not served.
     ensure!(get(&server, "/apis/test.keel.dev/v9/namespaces/default/widgets").await?.0 == 404, "v9");
 
