@@ -8,6 +8,7 @@ pub mod defaults;
 pub mod discovery;
 pub mod fields;
 pub mod labels;
+pub mod managed_fields;
 pub mod resources;
 pub mod status;
 pub mod strategic;
