@@ -145,6 +145,10 @@ pub enum ApiError {
     Invalid { group: String, kind: String, name: String, causes: Vec<FieldError> },
     #[error("{0}")]
     BadRequest(String),
+    /// 409 of a server-side apply: the fields other managers own, as (field, message) causes of
+    /// type FieldManagerConflict (upstream's NewApplyConflict).
+    #[error("{message}")]
+    ApplyConflict { message: String, causes: Vec<(String, String)> },
     /// 422 without field causes (a patch that cannot be applied), reason Invalid as upstream.
     #[error("{0}")]
     UnprocessableEntity(String),
@@ -220,7 +224,9 @@ impl ApiError {
     pub fn code(&self) -> u16 {
         match self {
             ApiError::NotFound { .. } | ApiError::NotFoundPath(_) => 404,
-            ApiError::AlreadyExists { .. } | ApiError::Conflict { .. } => 409,
+            ApiError::AlreadyExists { .. } | ApiError::Conflict { .. } | ApiError::ApplyConflict { .. } => {
+                409
+            }
             ApiError::Invalid { .. } | ApiError::UnprocessableEntity(_) => 422,
             ApiError::BadRequest(_) => 400,
             ApiError::Expired(_) | ApiError::Gone(_) => 410,
@@ -242,7 +248,7 @@ impl ApiError {
         match self {
             ApiError::NotFound { .. } | ApiError::NotFoundPath(_) => "NotFound",
             ApiError::AlreadyExists { .. } => "AlreadyExists",
-            ApiError::Conflict { .. } => "Conflict",
+            ApiError::Conflict { .. } | ApiError::ApplyConflict { .. } => "Conflict",
             ApiError::Invalid { .. } | ApiError::UnprocessableEntity(_) => "Invalid",
             ApiError::BadRequest(_) => "BadRequest",
             ApiError::Expired(_) => "Expired",
@@ -304,6 +310,19 @@ impl ApiError {
                     ..StatusDetails::default()
                 })
             }
+            ApiError::ApplyConflict { causes, .. } => Some(StatusDetails {
+                causes: Some(
+                    causes
+                        .iter()
+                        .map(|(field, message)| StatusCause {
+                            field: Some(field.clone()),
+                            message: Some(message.clone()),
+                            reason: Some("FieldManagerConflict".to_owned()),
+                        })
+                        .collect(),
+                ),
+                ..StatusDetails::default()
+            }),
             ApiError::TooManyRequests { retry_after_seconds, causes, .. } => Some(StatusDetails {
                 causes: Some(
                     causes

@@ -469,8 +469,19 @@ impl Handlers {
     pub async fn create(
         &self,
         request: &ResourceRequest,
+        object: Value,
+        dry_run: bool,
+    ) -> Result<Reply, ApiError> {
+        self.create_with(request, object, dry_run, true).await
+    }
+
+    /// A create; `track` records it in managedFields (an apply that creates has recorded itself).
+    pub(crate) async fn create_with(
+        &self,
+        request: &ResourceRequest,
         mut object: Value,
         dry_run: bool,
+        track: bool,
     ) -> Result<Reply, ApiError> {
         let resource = request.resource;
         let namespace = request.namespace.as_deref();
@@ -483,6 +494,9 @@ impl Handlers {
         let name = objects::prepare_create(&mut object, resource, namespace, &uid.to_string(), random, &now)?;
         // Upstream's order: defaulting, mutating admission, then the strategy's PrepareForCreate.
         keel_api::defaults::apply(resource, &mut object);
+        if track {
+            crate::field_manager::track(request, None, &mut object);
+        }
         self.admit_create(resource, namespace, &mut object).await?;
         strategy::prepare_for_create(resource, &mut object);
         let mut object = crate::validation::typed(resource, &object)?;

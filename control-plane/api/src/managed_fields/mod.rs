@@ -293,7 +293,7 @@ impl<'s> Context<'s> {
         let mut ignored = Set::new();
         let field = |name: &str| PathElement::Field(name.to_owned());
         match subresource {
-            "" if has_status => ignored.insert(&[field("status")]),
+            "" | "scale" if has_status => ignored.insert(&[field("status")]),
             "status" => ignored.insert(&[field("spec")]),
             _ => {}
         }
