@@ -476,6 +476,7 @@ pub fn apply(
     if applied.pointer("/metadata/managedFields").is_some_and(|m| !m.is_null()) {
         return Err(ApplyError::BadRequest("metadata.managedFields must be nil".into()));
     }
+    let client_side = has_last_applied(live);
     let live = without_managed_fields(live).into_owned();
     // What the object held before its first apply gets an owner first.
     if managed.sets.is_empty() {
@@ -514,7 +515,35 @@ pub fn apply(
     };
     managed.times.retain(|id, _| managed.sets.contains_key(id));
     managed.write_to(&mut object);
+    // kubectl's server-side apply keeps a client-side apply annotation it finds up to date, so a
+    // later client-side apply starts from it (upstream's lastAppliedUpdater).
+    if manager == "kubectl" && client_side {
+        let mut last = applied.clone();
+        if let Some(annotations) = last.pointer_mut("/metadata/annotations").and_then(Value::as_object_mut) {
+            annotations.remove(LAST_APPLIED);
+            if annotations.is_empty() {
+                last["metadata"].as_object_mut().map(|m| m.remove("annotations"));
+            }
+        }
+        if let Some(metadata) = object.get_mut("metadata").and_then(Value::as_object_mut) {
+            let annotations = metadata.entry("annotations").or_insert_with(|| json!({}));
+            if let Some(annotations) = annotations.as_object_mut() {
+                annotations.insert(LAST_APPLIED.into(), last.to_string().into());
+            }
+        }
+    }
     Ok(object)
+}
+
+/// kubectl's client-side apply annotation.
+pub const LAST_APPLIED: &str = "kubectl.kubernetes.io/last-applied-configuration";
+
+fn has_last_applied(object: &Value) -> bool {
+    object
+        .pointer("/metadata/annotations")
+        .and_then(|a| a.get(LAST_APPLIED))
+        .and_then(Value::as_str)
+        .is_some_and(|a| !a.is_empty())
 }
 
 fn object_name(object: &Value) -> String {

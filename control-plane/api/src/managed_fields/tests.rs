@@ -304,3 +304,21 @@ fn custom_objects_are_deduced() {
         "deduced maps are granular (each key a member), lists atomic"
     );
 }
+
+#[test]
+fn kubectl_keeps_the_client_side_annotation_up_to_date() {
+    let ctx = ctx("v1", "ConfigMap");
+    let live = json!({"apiVersion": "v1", "kind": "ConfigMap",
+        "metadata": {"name": "c", "uid": "u", "annotations": {LAST_APPLIED: "{\"old\":true}"}}, "data": {"a": "1"}});
+    let applied =
+        json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "c"}, "data": {"a": "2"}});
+    let object = apply(&ctx, &live, &applied, "kubectl", true).unwrap();
+    let last: Value =
+        serde_json::from_str(object["metadata"]["annotations"][LAST_APPLIED].as_str().unwrap()).unwrap();
+    assert_eq!(last, applied);
+    let other = apply(&ctx, &live, &applied, "other", true).unwrap();
+    assert_eq!(
+        other["metadata"]["annotations"][LAST_APPLIED], "{\"old\":true}",
+        "only kubectl's applies update it"
+    );
+}
