@@ -197,7 +197,14 @@ impl Handlers {
                         strategy::prepare_for_update(resource, existing, &mut object);
                         crate::writes::check_update(resource, existing, &mut object)?;
                     }
-                    Ok((object, None))
+                    // A resourceVersion the configuration names is a precondition, as upstream's
+                    // update of the merged object makes it.
+                    let precondition =
+                        match applied.pointer("/metadata/resourceVersion").and_then(Value::as_str) {
+                            Some(rv) if !rv.is_empty() => Some(crate::handlers::parse_revision(rv)?),
+                            _ => None,
+                        };
+                    Ok((object, precondition))
                 })
                 .await;
             match updated {

@@ -369,6 +369,16 @@ async fn kube_rs_apply(etcd: bool) -> Result<()> {
         "{text}"
     );
 
+    // A stale resourceVersion in the configuration is a precondition that fails.
+    let mut stale = deployment("busybox:2", 1);
+    stale["metadata"]["resourceVersion"] = json!("1");
+    let err = deployments
+        .patch("rs", &PatchParams::apply("second"), &Patch::Apply(stale))
+        .await
+        .expect_err("stale");
+    let kube::Error::Api(status) = err else { anyhow::bail!("{err}") };
+    ensure!(status.code == 409 && status.message.contains("the object has been modified"), "{status:?}");
+
     // Config maps applied by two managers keep both managers' keys; one manager dropping its key removes it.
     let maps: Api<ConfigMap> = Api::namespaced(client, "default");
     let cm = |data: Value| json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "m"}, "data": data});

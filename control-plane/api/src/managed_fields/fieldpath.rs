@@ -8,19 +8,21 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
+use std::sync::Arc;
 
 use serde_json::{Map, Value};
 
 /// One step of a field path. Values (of keys and set items) are kept as their JSON text, which
 /// gives them the equality and order a set needs (serde_json's `Value` has neither `Ord` nor `Hash`).
+/// Text is shared (`Arc`): sets copy elements often, and a copy should not allocate.
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum PathElement {
     /// A field of a struct or a key of a map.
-    Field(String),
+    Field(Arc<str>),
     /// An item of an associative list: its key fields, by name, with their values as JSON.
-    Key(Vec<(String, String)>),
+    Key(Arc<[(String, String)]>),
     /// An item of a set list: its value as JSON.
-    Value(String),
+    Value(Arc<str>),
     /// A list index.
     Index(usize),
 }
@@ -47,10 +49,10 @@ impl PathElement {
         let (kind, rest) =
             text.split_at_checked(2).ok_or_else(|| format!("key must be 2 characters long: {text}"))?;
         match kind {
-            "f:" => Ok(PathElement::Field(rest.to_owned())),
+            "f:" => Ok(PathElement::Field(rest.into())),
             "v:" => {
                 let value: Value = serde_json::from_str(rest).map_err(|e| format!("{text}: {e}"))?;
-                Ok(PathElement::Value(value.to_string()))
+                Ok(PathElement::Value(value.to_string().into()))
             }
             "k:" => {
                 let value: Map<String, Value> =
@@ -58,7 +60,7 @@ impl PathElement {
                 let mut fields: Vec<(String, String)> =
                     value.into_iter().map(|(name, value)| (name, value.to_string())).collect();
                 fields.sort();
-                Ok(PathElement::Key(fields))
+                Ok(PathElement::Key(fields.into()))
             }
             "i:" => rest.parse().map(PathElement::Index).map_err(|e| format!("{text}: {e}")),
             _ => Err(format!("unknown path element type: {text}")),
@@ -130,10 +132,7 @@ impl Set {
             std::collections::btree_map::Entry::Vacant(vacant) => {
                 vacant.insert(child);
             }
-            std::collections::btree_map::Entry::Occupied(mut occupied) => {
-                let merged = occupied.get().union(&child);
-                occupied.insert(merged);
-            }
+            std::collections::btree_map::Entry::Occupied(mut occupied) => occupied.get_mut().merge(child),
         }
     }
 
@@ -166,6 +165,33 @@ impl Set {
                 }
             }
         }
+    }
+
+    /// Adds every path of `other`, taking its subtrees.
+    pub fn merge(&mut self, other: Set) {
+        self.members.extend(other.members);
+        for (element, child) in other.children {
+            match self.children.entry(element) {
+                std::collections::btree_map::Entry::Vacant(vacant) => {
+                    vacant.insert(child);
+                }
+                std::collections::btree_map::Entry::Occupied(mut occupied) => occupied.get_mut().merge(child),
+            }
+        }
+    }
+
+    /// Removes the paths of `other` (exact paths, as [`Set::difference`]) in place.
+    pub fn remove_all(&mut self, other: &Set) {
+        if other.is_empty() {
+            return;
+        }
+        self.members.retain(|m| !other.members.contains(m));
+        self.children.retain(|element, child| {
+            if let Some(theirs) = other.children.get(element) {
+                child.remove_all(theirs);
+            }
+            !child.is_empty()
+        });
     }
 
     pub fn intersection(&self, other: &Set) -> Set {
@@ -314,7 +340,7 @@ mod tests {
         let set = Set::from_fields_v1(&text).unwrap();
         assert!(set.has(&[field("metadata"), field("labels")]));
         assert!(set.has(&[field("metadata"), field("labels"), field("app")]));
-        let key = PathElement::Key(vec![("name".into(), "\"a\"".into())]);
+        let key = PathElement::Key(vec![("name".into(), "\"a\"".into())].into());
         assert!(set.has(&[field("spec"), field("containers"), key.clone()]));
         assert!(!set.has(&[field("spec"), field("containers")]));
         assert_eq!(set.to_fields_v1(), text);

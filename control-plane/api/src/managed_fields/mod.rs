@@ -241,7 +241,7 @@ fn is_reset(object: &Value) -> bool {
 fn strip_set() -> &'static Set {
     static SET: std::sync::LazyLock<Set> = std::sync::LazyLock::new(|| {
         let mut set = Set::new();
-        let field = |name: &str| PathElement::Field(name.to_owned());
+        let field = |name: &str| PathElement::Field(name.into());
         set.insert(&[field("apiVersion")]);
         set.insert(&[field("kind")]);
         set.insert(&[field("metadata")]);
@@ -291,7 +291,7 @@ impl<'s> Context<'s> {
         now: String,
     ) -> Context<'static> {
         let mut ignored = Set::new();
-        let field = |name: &str| PathElement::Field(name.to_owned());
+        let field = |name: &str| PathElement::Field(name.into());
         match subresource {
             "" | "scale" if has_status => ignored.insert(&[field("status")]),
             "status" => ignored.insert(&[field("spec")]),
@@ -343,12 +343,12 @@ impl<'s> Context<'s> {
         };
         self.updater().update(live, new, &self.api_version, &mut managed.sets, &current)?;
         if let Some(mut changed) = managed.sets.remove(&current) {
-            changed.set = changed.set.difference(strip_set());
+            changed.set.remove_all(strip_set());
             if changed.set.is_empty() {
                 return Ok(());
             }
-            if let Some(previous) = managed.sets.get(manager) {
-                changed.set.union_with(&previous.set);
+            if let Some(previous) = managed.sets.remove(manager) {
+                changed.set.merge(previous.set);
             }
             managed.sets.insert(manager.clone(), changed);
             managed.times.insert(manager.clone(), self.now.clone());
@@ -501,7 +501,7 @@ pub fn apply(
             )),
         })?;
     if let Some(owned) = managed.sets.get_mut(&id) {
-        owned.set = owned.set.difference(strip_set());
+        owned.set.remove_all(strip_set());
         if owned.set.is_empty() {
             managed.sets.remove(&id);
         }

@@ -94,9 +94,9 @@ fn item_element(list: &ListType, item: &Value) -> Result<PathElement, TypedError
                 }
             }
             key.sort();
-            Ok(PathElement::Key(key))
+            Ok(PathElement::Key(key.into()))
         }
-        ListType::Set | ListType::Atomic => Ok(PathElement::Value(item.to_string())),
+        ListType::Set | ListType::Atomic => Ok(PathElement::Value(item.to_string().into())),
     }
 }
 
@@ -153,7 +153,7 @@ impl<'s> Typed<'s> {
             Shape::Struct(def) => {
                 let mut set = Set::new();
                 for (key, child) in value.as_object().unwrap_or(empty_object()) {
-                    let element = PathElement::Field(key.clone());
+                    let element = PathElement::Field(key.as_str().into());
                     let (below, leaf) = at(&element, self.field_set(Schema::field(def, key), child))?;
                     if leaf || child.is_null() || child.as_object().is_some_and(Map::is_empty) {
                         set.members.insert(element.clone());
@@ -165,7 +165,7 @@ impl<'s> Typed<'s> {
             Shape::Map(values) => {
                 let mut set = Set::new();
                 for (key, child) in value.as_object().unwrap_or(empty_object()) {
-                    let element = PathElement::Field(key.clone());
+                    let element = PathElement::Field(key.as_str().into());
                     let (below, _) = at(&element, self.field_set(values, child))?;
                     set.members.insert(element.clone());
                     set.insert_child(element, below);
@@ -236,11 +236,11 @@ impl<'s> Typed<'s> {
                     l.keys().chain(r.keys().filter(|k| !l.contains_key(*k))).collect();
                 keys.sort();
                 for key in keys {
-                    let element = PathElement::Field(key.clone());
+                    let element = PathElement::Field(key.as_str().into());
                     let mut below = Comparison::default();
                     let mark =
                         at(&element, self.compare_node(child_type(key), l.get(key), r.get(key), &mut below))?;
-                    fold(out, element, mark, below);
+                    fold(out, &element, mark, below);
                 }
                 Ok(node)
             }
@@ -291,7 +291,7 @@ impl<'s> Typed<'s> {
                             Mark::Added
                         }
                     };
-                    fold(out, element.clone(), mark, below);
+                    fold(out, element, mark, below);
                 }
                 Ok(node)
             }
@@ -327,7 +327,7 @@ impl<'s> Typed<'s> {
                         Shape::Map(values) => values,
                         _ => unreachable!("a map shape"),
                     };
-                    let element = PathElement::Field(key.clone());
+                    let element = PathElement::Field(key.as_str().into());
                     if let Some(merged) = at(&element, self.merge_node(child, l.get(key), r.get(key)))? {
                         out.insert(key.clone(), merged);
                     }
@@ -423,7 +423,7 @@ impl<'s> Typed<'s> {
                 let map = value.as_object()?;
                 let mut out = Map::new();
                 for (key, child) in map {
-                    let element = PathElement::Field(key.clone());
+                    let element = PathElement::Field(key.as_str().into());
                     if set.members.contains(&element) {
                         continue;
                     }
@@ -473,7 +473,7 @@ impl<'s> Typed<'s> {
         let mut out = Set { members: set.members.clone(), children: BTreeMap::new() };
         for (element, child) in &set.children {
             let field = match element {
-                PathElement::Field(name) => Some(name.as_str()),
+                PathElement::Field(name) => Some(&**name),
                 _ => None,
             };
             if structure.is_some() && field.is_some() {
@@ -499,14 +499,20 @@ fn group(indexed: Vec<(PathElement, &Value)>) -> Vec<(PathElement, Vec<&Value>)>
 }
 
 /// Adds a child's comparison (and its own mark) under `element`.
-fn fold(out: &mut Comparison, element: PathElement, mark: Mark, below: Comparison) {
+fn fold(out: &mut Comparison, element: &PathElement, mark: Mark, below: Comparison) {
     match mark {
         Mark::Added => out.added.members.insert(element.clone()),
         Mark::Removed => out.removed.members.insert(element.clone()),
         Mark::Modified => out.modified.members.insert(element.clone()),
         Mark::None => false,
     };
-    out.added.insert_child(element.clone(), below.added);
-    out.modified.insert_child(element.clone(), below.modified);
-    out.removed.insert_child(element, below.removed);
+    for (set, child) in [
+        (&mut out.added, below.added),
+        (&mut out.modified, below.modified),
+        (&mut out.removed, below.removed),
+    ] {
+        if !child.is_empty() {
+            set.insert_child(element.clone(), child);
+        }
+    }
 }

@@ -67,6 +67,9 @@ impl Updater<'_> {
     ) -> Result<Comparison, UpdateError> {
         let mut compare = self.typed.compare(self.root, live, new)?;
         compare.exclude(self.ignored);
+        if managers.keys().all(|manager| manager == workflow) {
+            return Ok(compare);
+        }
         let changed = compare.modified.union(&compare.added);
         let mut conflicts = Vec::new();
         for (manager, owned) in managers.iter() {
@@ -84,7 +87,8 @@ impl Updater<'_> {
             if manager == workflow {
                 continue;
             }
-            owned.set = owned.set.difference(&changed).difference(&compare.removed);
+            owned.set.remove_all(&changed);
+            owned.set.remove_all(&compare.removed);
         }
         managers.retain(|_, owned| !owned.set.is_empty());
         Ok(compare)
@@ -100,12 +104,13 @@ impl Updater<'_> {
         manager: &ManagerId,
     ) -> Result<(), UpdateError> {
         let compare = self.update_others(live, new, managers, manager, true)?;
-        let previous = managers.remove(manager).map(|owned| owned.set).unwrap_or_default();
-        let set = previous
-            .difference(&compare.removed)
-            .union(&compare.modified)
-            .union(&compare.added)
-            .recursive_difference(self.ignored);
+        let mut set = managers.remove(manager).map(|owned| owned.set).unwrap_or_default();
+        set.remove_all(&compare.removed);
+        set.merge(compare.modified);
+        set.merge(compare.added);
+        if !self.ignored.is_empty() {
+            set = set.recursive_difference(self.ignored);
+        }
         if !set.is_empty() {
             managers.insert(
                 manager.clone(),
