@@ -44,14 +44,15 @@ pub async fn scope<F: Future>(user_agent: Option<&str>, query: Option<&str>, fut
     WRITER.scope(writer, future).await
 }
 
-/// upstream's managerOrUserAgent: the fieldManager, else the user agent's part before the first `/`.
+/// upstream's managerOrUserAgent: the fieldManager, else the user agent's part before the first `/`;
+/// outside a request (objects the server makes at start), `kube-apiserver`.
 fn manager() -> String {
     WRITER
         .try_with(|writer| match &writer.field_manager {
             Some(manager) if !manager.is_empty() => manager.clone(),
             _ => writer.user_agent.split('/').next().unwrap_or_default().to_owned(),
         })
-        .unwrap_or_default()
+        .unwrap_or_else(|_| "kube-apiserver".to_owned())
 }
 
 fn now() -> String {

@@ -694,7 +694,9 @@ impl Handlers {
             subresource: None,
             verb: crate::request::Verb::Create,
         };
-        match Box::pin(self.create(&request, json!({"metadata": {"name": "default"}}), false)).await {
+        // Upstream's serviceaccount controller makes it: its manager, not the namespace's creator.
+        let create = self.create(&request, json!({"metadata": {"name": "default"}}), false);
+        match Box::pin(crate::field_manager::scope(Some("kube-controller-manager"), None, create)).await {
             Ok(_) | Err(ApiError::AlreadyExists { .. }) => Ok(()),
             Err(error) => Err(error),
         }

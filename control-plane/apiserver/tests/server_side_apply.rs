@@ -280,18 +280,21 @@ async fn updates_are_tracked() -> Result<()> {
     let file = manifest.to_str().context("path")?;
     ok(&kubectl, k, &["apply", "--validate=false", "-f", file]).await?;
     let created = get(&kubectl, k, "configmap/c").await?;
-    let entry =
+    let client_side =
         entry(&created, "kubectl-client-side-apply", "Update").context("no client-side apply entry")?;
     ensure!(
-        entry["apiVersion"] == "v1" && entry["time"].as_str().is_some_and(|t| t.ends_with('Z')),
-        "{entry}"
+        client_side["apiVersion"] == "v1" && client_side["time"].as_str().is_some_and(|t| t.ends_with('Z')),
+        "{client_side}"
     );
-    ensure!(entry["fieldsV1"]["f:data"] == json!({".": {}, "f:a": {}}), "{entry}");
+    ensure!(client_side["fieldsV1"]["f:data"] == json!({".": {}, "f:a": {}}), "{client_side}");
     ensure!(
-        entry["fieldsV1"]["f:metadata"]["f:annotations"]["f:kubectl.kubernetes.io/last-applied-configuration"]
+        client_side["fieldsV1"]["f:metadata"]["f:annotations"]["f:kubectl.kubernetes.io/last-applied-configuration"]
             == json!({}),
-        "{entry}"
+        "{client_side}"
     );
+    // What the server makes is the server's.
+    let class = get(&kubectl, k, "priorityclass/system-node-critical").await?;
+    ensure!(entry(&class, "kube-apiserver", "Update").is_some(), "{:?}", entries(&class));
     // A server-side apply now conflicts with the client-side applier's value.
     std::fs::write(&manifest, "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: c}\ndata: {a: '2'}\n")?;
     let (success, _, err) =
@@ -343,6 +346,28 @@ async fn kube_rs_apply(etcd: bool) -> Result<()> {
         forced.spec.as_ref().and_then(|s| s.template.spec.as_ref()).map(|s| s.containers[0].image.clone())
             == Some(Some("busybox:2".into()))
     );
+    // The status subresource applies status alone and records its own entry.
+    let status_config = json!({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "rs"},
+        "spec": {"replicas": 9}, "status": {"observedGeneration": 1, "replicas": 3}});
+    let with_status = deployments
+        .patch_status("rs", &PatchParams::apply("status-mgr"), &Patch::Apply(status_config))
+        .await?;
+    ensure!(with_status.status.as_ref().and_then(|s| s.replicas) == Some(3));
+    ensure!(with_status.spec.as_ref().and_then(|s| s.replicas) == Some(1), "spec untouched through status");
+    let entry = with_status
+        .metadata
+        .managed_fields
+        .unwrap_or_default()
+        .into_iter()
+        .find(|e| e.manager.as_deref() == Some("status-mgr"))
+        .context("no status entry")?;
+    ensure!(entry.subresource.as_deref() == Some("status"), "{entry:?}");
+    ensure!(
+        entry.fields_v1.map(|f| f.0)
+            == Some(json!({"f:status": {"f:observedGeneration": {}, "f:replicas": {}}})),
+        "status fields only"
+    );
+
     // A dry run writes nothing.
     let dry = PatchParams { dry_run: true, ..PatchParams::apply("mgr").force() };
     let preview = deployments.patch("rs", &dry, &Patch::Apply(deployment("busybox:1", 7))).await?;
