@@ -131,16 +131,16 @@ impl Updater<'_> {
         force: bool,
     ) -> Result<Option<Value>, UpdateError> {
         let merged = self.typed.merge(self.root, live, config)?;
-        let last = managers.get(manager).map(|owned| owned.set.clone());
+        let last = managers.remove(manager).map(|owned| owned.set).unwrap_or_default();
         let set = self.typed.to_field_set(self.root, config)?.recursive_difference(self.ignored);
+        // Nothing to prune when every field applied last time is applied again (each one, and the
+        // structs above it, stays owned).
+        let pruning = !last.difference(&set).is_empty();
         managers.insert(
             manager.clone(),
             VersionedSet { set, api_version: api_version.to_owned(), applied: true },
         );
-        let new = match last {
-            Some(last) if !last.is_empty() => self.prune(&merged, managers, &last)?,
-            _ => merged,
-        };
+        let new = if pruning { self.prune(&merged, managers, &last)? } else { merged };
         self.update_others(live, &new, managers, manager, force)?;
         managers.retain(|_, owned| !owned.set.is_empty());
         Ok((new != *live).then_some(new))
