@@ -284,13 +284,16 @@ impl Set {
         if include_self {
             out.insert(".".into(), Value::Object(Map::new()));
         }
-        for member in &self.members {
-            if !self.children.contains_key(member) {
-                out.insert(member.to_fields_v1(), Value::Object(Map::new()));
-            }
-        }
-        for (element, child) in &self.children {
-            let contents = child.fields_v1_contents(self.members.contains(element));
+        // In element order, members and children interleaved, as upstream writes them (whatever
+        // order the JSON map keeps).
+        let mut elements: Vec<&PathElement> = self.members.iter().chain(self.children.keys()).collect();
+        elements.sort();
+        elements.dedup();
+        for element in elements {
+            let contents = match self.children.get(element) {
+                Some(child) => child.fields_v1_contents(self.members.contains(element)),
+                None => Map::new(),
+            };
             out.insert(element.to_fields_v1(), Value::Object(contents));
         }
         out
