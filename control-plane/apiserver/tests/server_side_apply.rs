@@ -404,6 +404,19 @@ async fn kube_rs_apply(etcd: bool) -> Result<()> {
     let kube::Error::Api(status) = err else { anyhow::bail!("{err}") };
     ensure!(status.code == 409 && status.message.contains("the object has been modified"), "{status:?}");
 
+    // managedFields a client writes: undecodable ones are replaced by the live object's, `[{}]` clears them.
+    let bogus = json!({"metadata": {"managedFields": [{"manager": "x", "operation": "Bogus"}]}});
+    let kept = deployments.patch("rs", &PatchParams::default(), &Patch::Merge(bogus)).await?;
+    let managers: Vec<Option<String>> =
+        kept.metadata.managed_fields.unwrap_or_default().into_iter().map(|e| e.manager).collect();
+    ensure!(
+        managers.contains(&Some("second".into())) && !managers.contains(&Some("x".into())),
+        "{managers:?}"
+    );
+    let reset = json!({"metadata": {"managedFields": [{}]}});
+    let cleared = deployments.patch("rs", &PatchParams::default(), &Patch::Merge(reset)).await?;
+    ensure!(cleared.metadata.managed_fields.is_none(), "{:?}", cleared.metadata.managed_fields);
+
     // Config maps applied by two managers keep both managers' keys; one manager dropping its key removes it.
     let maps: Api<ConfigMap> = Api::namespaced(client, "default");
     let cm = |data: Value| json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "m"}, "data": data});
