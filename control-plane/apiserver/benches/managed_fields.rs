@@ -8,11 +8,14 @@
 //! - apply_changed: a re-apply changing the image (merge, prune, conflicts, ownership);
 //! - apply_noop: a re-apply changing nothing.
 //!
-//! `-- ROUNDS` (default 2000).
+//! `-- ROUNDS` (default 2000). The bench allocates with mimalloc, as the server binary does.
 
 use keel_api::managed_fields::{self, Context};
 use keel_testbed::bench::{Report, interleaved};
 use serde_json::{Value, json};
+
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 fn pod(image: &str) -> Value {
     json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "web-0", "namespace": "default",
