@@ -134,7 +134,8 @@ fn patch_meta(definitions: &Map<String, Value>) -> Result<Value> {
     let atomic: Vec<&String> = definitions
         .iter()
         .filter(|(name, definition)| {
-            seen.contains(*name) && definition.get("x-kubernetes-map-type").and_then(Value::as_str) == Some("atomic")
+            seen.contains(*name)
+                && definition.get("x-kubernetes-map-type").and_then(Value::as_str) == Some("atomic")
         })
         .map(|(name, _)| name)
         .collect();
