@@ -171,6 +171,10 @@ pub enum ApiError {
     Forbidden { resource: GroupResource, name: String, detail: String },
     #[error("Internal error occurred: {0}")]
     Internal(String),
+    /// A 500 without a reason, as upstream answers an error that is not a Status (its
+    /// ErrorToAPIStatus fallback), e.g. an applied configuration that does not fit its schema.
+    #[error("{0}")]
+    Unclassified(String),
     #[error("{0}")]
     ServiceUnavailable(String),
     #[error("Timeout: {0}")]
@@ -236,7 +240,7 @@ impl ApiError {
             ApiError::MethodNotAllowed => 405,
             ApiError::Unauthorized => 401,
             ApiError::Forbidden { .. } => 403,
-            ApiError::Internal(_) => 500,
+            ApiError::Internal(_) | ApiError::Unclassified(_) => 500,
             ApiError::ServiceUnavailable(_) => 503,
             ApiError::Timeout(_) => 504,
             ApiError::TooManyRequests { .. } => 429,
@@ -260,6 +264,7 @@ impl ApiError {
             ApiError::Unauthorized => "Unauthorized",
             ApiError::Forbidden { .. } => "Forbidden",
             ApiError::Internal(_) => "InternalError",
+            ApiError::Unclassified(_) => "",
             ApiError::ServiceUnavailable(_) => "ServiceUnavailable",
             ApiError::Timeout(_) => "Timeout",
             ApiError::TooManyRequests { .. } => "TooManyRequests",
@@ -345,7 +350,7 @@ impl ApiError {
             details,
             message: Some(self.to_string()),
             metadata: ListMeta::default(),
-            reason: Some(self.reason().to_owned()),
+            reason: Some(self.reason().to_owned()).filter(|reason| !reason.is_empty()),
             status: Some("Failure".to_owned()),
         }
     }

@@ -120,8 +120,31 @@ fn apply_error(error: ApplyError) -> ApiError {
             message: ApplyError::conflict_message(&conflicts),
             causes: ApplyError::conflict_causes(&conflicts),
         },
-        ApplyError::Internal(message) => ApiError::Internal(message),
+        ApplyError::Internal(message) => ApiError::Unclassified(message),
     }
+}
+
+/// Fields of the merged object its type does not have come from the applied configuration:
+/// upstream's typed conversion of the configuration refuses them (`field not declared in schema`,
+/// a 500 without a reason, naming the configuration's namespace and name).
+fn check_declared(resource: &Resource, merged: &Value, applied: &Value) -> Result<(), ApiError> {
+    let Ok(typed) = keel_api::typed::round_trip(resource, merged) else { return Ok(()) };
+    let unknown = keel_api::typed::unknown_fields(merged, &typed);
+    if unknown.is_empty() {
+        return Ok(());
+    }
+    let text = |p: &str| applied.pointer(p).and_then(Value::as_str).unwrap_or_default().to_owned();
+    let api_version = resource.api_version();
+    let (group, version) = api_version.rsplit_once('/').unwrap_or(("", &api_version));
+    let errors: Vec<String> =
+        unknown.iter().map(|path| format!(".{path}: field not declared in schema")).collect();
+    Err(ApiError::Unclassified(format!(
+        "failed to create typed patch object ({}/{}; {group}/{version}, Kind={}): {}",
+        text("/metadata/namespace"),
+        text("/metadata/name"),
+        resource.kind,
+        errors.join("\n")
+    )))
 }
 
 /// upstream's checkName: the applied object names the URL's object.
@@ -173,6 +196,7 @@ impl Handlers {
                 let ctx = context(resource, subresource);
                 let object = managed_fields::apply(&ctx, &json!({}), &applied, &manager, force)
                     .map_err(apply_error)?;
+                check_declared(resource, &object, &applied)?;
                 check_name(&object, name)?;
                 match self.create_with(request, object, dry_run, false).await {
                     Err(ApiError::AlreadyExists { .. }) => continue,
@@ -184,6 +208,7 @@ impl Handlers {
                     let ctx = context(resource, subresource);
                     let mut object = managed_fields::apply(&ctx, existing, &applied, &manager, force)
                         .map_err(apply_error)?;
+                    check_declared(resource, &object, &applied)?;
                     check_name(&object, name)?;
                     if subresource == Some("status") {
                         let entries = object.pointer("/metadata/managedFields").cloned();
