@@ -6,7 +6,9 @@
 //! - `kinds`: `group/version/Kind` (`v1/Pod` for core) → the definition of that kind;
 //! - `types`: for every definition reachable from a kind, its properties that lead to another
 //!   definition (`ref`, list `items`, map `values`) or carry patch metadata (`strategy`, `key`,
-//!   `listType`, `mapKeys`).
+//!   `listType`, `mapKeys`, `mapType`);
+//! - `atomic`: the definitions marked `x-kubernetes-map-type: atomic` (a LabelSelector, an
+//!   ObjectReference...), which server-side apply owns as a whole.
 //!
 //! `control-plane/api/src/generated/openapi_schemas.json`, the OpenAPI schemas the server serves
 //! ([`openapi`]), and `control-plane/api/src/generated/protobuf.json`, the protobuf codec's table
@@ -123,6 +125,7 @@ fn patch_meta(definitions: &Map<String, Value>) -> Result<Value> {
                 ("x-kubernetes-patch-merge-key", "key"),
                 ("x-kubernetes-list-type", "listType"),
                 ("x-kubernetes-list-map-keys", "mapKeys"),
+                ("x-kubernetes-map-type", "mapType"),
             ] {
                 if let Some(value) = schema.get(extension) {
                     entry.insert(short.into(), value.clone());
@@ -143,5 +146,13 @@ fn patch_meta(definitions: &Map<String, Value>) -> Result<Value> {
             types.insert(name, Value::Object(fields));
         }
     }
-    Ok(json!({"source": format!("{PACKAGE} {SCHEMA}"), "kinds": kinds, "types": types}))
+    let atomic: Vec<&String> = definitions
+        .iter()
+        .filter(|(name, definition)| {
+            seen.contains(*name)
+                && definition.get("x-kubernetes-map-type").and_then(Value::as_str) == Some("atomic")
+        })
+        .map(|(name, _)| name)
+        .collect();
+    Ok(json!({"source": format!("{PACKAGE} {SCHEMA}"), "kinds": kinds, "types": types, "atomic": atomic}))
 }

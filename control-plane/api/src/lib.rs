@@ -12,6 +12,7 @@ pub mod defaults;
 pub mod discovery;
 pub mod fields;
 pub mod labels;
+pub mod managed_fields;
 pub mod openapi;
 pub mod protobuf;
 pub mod resources;

@@ -148,6 +148,10 @@ pub enum ApiError {
     Invalid { group: String, kind: String, name: String, causes: Vec<FieldError> },
     #[error("{0}")]
     BadRequest(String),
+    /// 409 of a server-side apply: the fields other managers own, as (field, message) causes of
+    /// type FieldManagerConflict (upstream's NewApplyConflict).
+    #[error("{message}")]
+    ApplyConflict { message: String, causes: Vec<(String, String)> },
     /// 422 without field causes (a patch that cannot be applied), reason Invalid as upstream.
     #[error("{0}")]
     UnprocessableEntity(String),
@@ -170,6 +174,10 @@ pub enum ApiError {
     Forbidden { resource: GroupResource, name: String, detail: String },
     #[error("Internal error occurred: {0}")]
     Internal(String),
+    /// A 500 without a reason, as upstream answers an error that is not a Status (its
+    /// ErrorToAPIStatus fallback), e.g. an applied configuration that does not fit its schema.
+    #[error("{0}")]
+    Unclassified(String),
     #[error("{0}")]
     ServiceUnavailable(String),
     #[error("Timeout: {0}")]
@@ -223,7 +231,9 @@ impl ApiError {
     pub fn code(&self) -> u16 {
         match self {
             ApiError::NotFound { .. } | ApiError::NotFoundPath(_) => 404,
-            ApiError::AlreadyExists { .. } | ApiError::Conflict { .. } => 409,
+            ApiError::AlreadyExists { .. } | ApiError::Conflict { .. } | ApiError::ApplyConflict { .. } => {
+                409
+            }
             ApiError::Invalid { .. } | ApiError::UnprocessableEntity(_) => 422,
             ApiError::BadRequest(_) => 400,
             ApiError::Expired(_) | ApiError::Gone(_) => 410,
@@ -233,7 +243,7 @@ impl ApiError {
             ApiError::MethodNotAllowed => 405,
             ApiError::Unauthorized => 401,
             ApiError::Forbidden { .. } => 403,
-            ApiError::Internal(_) => 500,
+            ApiError::Internal(_) | ApiError::Unclassified(_) => 500,
             ApiError::ServiceUnavailable(_) => 503,
             ApiError::Timeout(_) => 504,
             ApiError::TooManyRequests { .. } => 429,
@@ -245,7 +255,7 @@ impl ApiError {
         match self {
             ApiError::NotFound { .. } | ApiError::NotFoundPath(_) => "NotFound",
             ApiError::AlreadyExists { .. } => "AlreadyExists",
-            ApiError::Conflict { .. } => "Conflict",
+            ApiError::Conflict { .. } | ApiError::ApplyConflict { .. } => "Conflict",
             ApiError::Invalid { .. } | ApiError::UnprocessableEntity(_) => "Invalid",
             ApiError::BadRequest(_) => "BadRequest",
             ApiError::Expired(_) => "Expired",
@@ -257,6 +267,7 @@ impl ApiError {
             ApiError::Unauthorized => "Unauthorized",
             ApiError::Forbidden { .. } => "Forbidden",
             ApiError::Internal(_) => "InternalError",
+            ApiError::Unclassified(_) => "",
             ApiError::ServiceUnavailable(_) => "ServiceUnavailable",
             ApiError::Timeout(_) => "Timeout",
             ApiError::TooManyRequests { .. } => "TooManyRequests",
@@ -307,6 +318,19 @@ impl ApiError {
                     ..StatusDetails::default()
                 })
             }
+            ApiError::ApplyConflict { causes, .. } => Some(StatusDetails {
+                causes: Some(
+                    causes
+                        .iter()
+                        .map(|(field, message)| StatusCause {
+                            field: Some(field.clone()),
+                            message: Some(message.clone()),
+                            reason: Some("FieldManagerConflict".to_owned()),
+                        })
+                        .collect(),
+                ),
+                ..StatusDetails::default()
+            }),
             ApiError::TooManyRequests { retry_after_seconds, causes, .. } => Some(StatusDetails {
                 causes: Some(
                     causes
@@ -329,7 +353,7 @@ impl ApiError {
             details,
             message: Some(self.to_string()),
             metadata: ListMeta::default(),
-            reason: Some(self.reason().to_owned()),
+            reason: Some(self.reason().to_owned()).filter(|reason| !reason.is_empty()),
             status: Some("Failure".to_owned()),
         }
     }

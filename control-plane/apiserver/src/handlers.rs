@@ -470,8 +470,19 @@ impl Handlers {
     pub async fn create(
         &self,
         request: &ResourceRequest,
+        object: Value,
+        dry_run: bool,
+    ) -> Result<Reply, ApiError> {
+        self.create_with(request, object, dry_run, true).await
+    }
+
+    /// A create; `track` records it in managedFields (an apply that creates has recorded itself).
+    pub(crate) async fn create_with(
+        &self,
+        request: &ResourceRequest,
         mut object: Value,
         dry_run: bool,
+        track: bool,
     ) -> Result<Reply, ApiError> {
         let resource = request.resource;
         let namespace = request.namespace.as_deref();
@@ -485,6 +496,9 @@ impl Handlers {
         let name = objects::prepare_create(&mut object, resource, namespace, &uid.to_string(), random, &now)?;
         // Upstream's order: defaulting, mutating admission, then the strategy's PrepareForCreate.
         keel_api::defaults::apply(resource, &mut object);
+        if track {
+            crate::field_manager::track(request, None, &mut object);
+        }
         self.admit_create(resource, namespace, &mut object).await?;
         strategy::prepare_for_create(resource, &mut object);
         let mut object = crate::validation::typed(resource, &object)?;
@@ -682,7 +696,9 @@ impl Handlers {
             subresource: None,
             verb: crate::request::Verb::Create,
         };
-        match Box::pin(self.create(&request, json!({"metadata": {"name": "default"}}), false)).await {
+        // Upstream's serviceaccount controller makes it: its manager, not the namespace's creator.
+        let create = self.create(&request, json!({"metadata": {"name": "default"}}), false);
+        match Box::pin(crate::field_manager::scope(Some("kube-controller-manager"), None, create)).await {
             Ok(_) | Err(ApiError::AlreadyExists { .. }) => Ok(()),
             Err(error) => Err(error),
         }

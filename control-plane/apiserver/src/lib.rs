@@ -12,6 +12,7 @@ pub mod auth;
 pub mod cache;
 pub mod crd;
 pub mod eviction;
+pub mod field_manager;
 pub mod filter;
 pub mod handlers;
 pub mod negotiate;
@@ -284,8 +285,12 @@ impl ApiServer {
         };
         let (result, warnings) = validation::WARNINGS
             .scope(std::cell::RefCell::new(Vec::new()), async {
-                let routed =
-                    self.route(&parts.method, &path, query.as_deref(), content_type.as_deref(), body);
+                let user_agent = parts.headers.get(header::USER_AGENT).and_then(|v| v.to_str().ok());
+                let routed = field_manager::scope(
+                    user_agent,
+                    query.as_deref(),
+                    self.route(&parts.method, &path, query.as_deref(), content_type.as_deref(), body),
+                );
                 let result = if long_running {
                     routed.await
                 } else {
@@ -402,6 +407,7 @@ impl ApiServer {
             Target::Resource(request) => request,
         };
         let fields = validation::FieldValidation::parse(query_param(query, "fieldValidation").as_deref())?;
+        let raw_query = query;
         let query = Query::parse(query)?;
         let name = request.name.clone().unwrap_or_default();
         if request.subresource.is_some() {
@@ -413,7 +419,12 @@ impl ApiServer {
                 Verb::Update => {
                     SubresourceBody::Replace(read_checked(body, content_type, &request, fields).await?.1)
                 }
+                Verb::Patch if field_manager::is_apply(content_type) => {
+                    let bytes = read_bytes(body).await?;
+                    return self.handlers.apply(&request, &name, &bytes, raw_query, query.dry_run).await;
+                }
                 Verb::Patch => {
+                    field_manager::check_patch_options(raw_query, false)?;
                     let bytes = read_bytes(body).await?;
                     SubresourceBody::Patch(handlers::PatchBody::parse(&bytes, content_type)?)
                 }
@@ -441,7 +452,12 @@ impl ApiServer {
                 let (_, object) = read_checked(body, content_type, &request, fields).await?;
                 self.handlers.update(&request, &name, object, query.dry_run).await
             }
+            Verb::Patch if field_manager::is_apply(content_type) => {
+                let bytes = read_bytes(body).await?;
+                self.handlers.apply(&request, &name, &bytes, raw_query, query.dry_run).await
+            }
             Verb::Patch => {
+                field_manager::check_patch_options(raw_query, false)?;
                 let bytes = read_bytes(body).await?;
                 let patch = handlers::PatchBody::parse(&bytes, content_type)?;
                 validation::PATCH_FIELDS
@@ -562,7 +578,7 @@ fn too_many_requests() -> Response<Body> {
 }
 
 /// One query parameter's (percent-decoded) value.
-fn query_param(query: Option<&str>, name: &str) -> Option<String> {
+pub(crate) fn query_param(query: Option<&str>, name: &str) -> Option<String> {
     query?.split('&').find_map(|pair| {
         let (key, value) = pair.split_once('=').unwrap_or((pair, ""));
         (key == name).then(|| handlers::percent_decode(value))

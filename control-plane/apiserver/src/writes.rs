@@ -247,6 +247,7 @@ impl Handlers {
                 let mut new = object.clone();
                 strategy::prepare_for_update(resource, existing, &mut new);
                 check_update(resource, existing, &mut new)?;
+                crate::field_manager::track(request, Some(existing), &mut new);
                 Ok((new, precondition))
             })
             .await?;
@@ -273,6 +274,7 @@ impl Handlers {
                 let precondition = changed_revision(existing, &new)?;
                 strategy::prepare_for_update(resource, existing, &mut new);
                 check_update(resource, existing, &mut new)?;
+                crate::field_manager::track(request, Some(existing), &mut new);
                 Ok((new, precondition))
             })
             .await?;
@@ -306,7 +308,9 @@ impl Handlers {
                 let updated = self
                     .guarded_update(request, name, dry_run, |existing| {
                         let new = crate::validation::typed(resource, &body.resolve(existing)?)?;
-                        Ok((strategy::status_update(existing, &new), changed_revision(existing, &new)?))
+                        let mut updated = strategy::status_update(existing, &new);
+                        crate::field_manager::track(request, Some(existing), &mut updated);
+                        Ok((updated, changed_revision(existing, &new)?))
                     })
                     .await?;
                 Ok(Reply::Json(200, updated))
@@ -318,6 +322,7 @@ impl Handlers {
                         let mut merged = existing.clone();
                         merged["spec"]["finalizers"] =
                             new.pointer("/spec/finalizers").cloned().unwrap_or(json!([]));
+                        crate::field_manager::track(request, Some(existing), &mut merged);
                         Ok((merged, changed_revision(existing, &new)?))
                     })
                     .await?;
@@ -337,6 +342,7 @@ impl Handlers {
                                 "Scale.autoscaling {name:?} is invalid: {cause}"
                             ))
                         })?;
+                        crate::field_manager::track(request, Some(existing), &mut new);
                         Ok((new, changed_revision(&scale, &new_scale)?))
                     })
                     .await?;
@@ -565,7 +571,7 @@ impl Handlers {
 /// upstream defaults every body it decodes (a Service's type-dependent defaults then follow a type
 /// change); a Service keeps what was allocated for it, drops what its new type does not use, and
 /// keeps its ClusterIP.
-fn check_update(resource: &Resource, old: &Value, new: &mut Value) -> Result<(), ApiError> {
+pub(crate) fn check_update(resource: &Resource, old: &Value, new: &mut Value) -> Result<(), ApiError> {
     keel_api::defaults::apply(resource, new);
     if crate::services::is_services(resource) {
         crate::services::prepare_for_update(old, new);
