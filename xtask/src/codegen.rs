@@ -7,6 +7,13 @@
 //! - `types`: for every definition reachable from a kind, its properties that lead to another
 //!   definition (`ref`, list `items`, map `values`) or carry patch metadata (`strategy`, `key`,
 //!   `listType`, `mapKeys`).
+//!
+//! `control-plane/api/src/generated/openapi_schemas.json`, the OpenAPI schemas the server serves
+//! ([`openapi`]), and `control-plane/api/src/generated/protobuf.json`, the protobuf codec's table
+//! ([`protobuf`]).
+
+mod openapi;
+mod protobuf;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -25,10 +32,18 @@ pub struct Args {}
 pub fn run(_args: &Args) -> Result<()> {
     let root = crate::util::workspace_root();
     let definitions = definitions(&root)?;
-    let generated = patch_meta(&definitions)?;
-    let out = root.join("control-plane/api/src/generated/patch_meta.json");
+    let source = format!("{PACKAGE} {SCHEMA}");
+    write(&root, "patch_meta.json", &patch_meta(&definitions)?)?;
+    write(&root, "openapi_schemas.json", &openapi::schemas(&definitions, &source)?)?;
+    write(&root, "protobuf.json", &protobuf::table(&definitions, &source)?)?;
+    Ok(())
+}
+
+/// Writes `value` as compact JSON to `control-plane/api/src/generated/<name>`.
+fn write(root: &Path, name: &str, value: &Value) -> Result<()> {
+    let out = root.join("control-plane/api/src/generated").join(name);
     std::fs::create_dir_all(out.parent().context("no parent")?)?;
-    let mut text = serde_json::to_string(&generated)?;
+    let mut text = serde_json::to_string(value)?;
     text.push('\n');
     std::fs::write(&out, text).with_context(|| format!("writing {}", out.display()))?;
     println!("wrote {} ({PACKAGE}, {SCHEMA})", out.display());

@@ -1,6 +1,7 @@
 //! keel-api: the Kubernetes API machinery Keel's apiserver is made of, with no IO — which resources
 //! exist and how they are named ([`resources`]), errors as Kubernetes `Status` objects ([`status`]),
-//! label and field selectors ([`labels`], [`fields`]) and the discovery documents ([`discovery`]).
+//! label and field selectors ([`labels`], [`fields`]), the discovery documents ([`discovery`]) and
+//! the OpenAPI documents ([`openapi`]).
 //! Kubernetes 1.34 (k8s-openapi's `v1_34`).
 
 pub mod convert;
@@ -8,6 +9,8 @@ pub mod defaults;
 pub mod discovery;
 pub mod fields;
 pub mod labels;
+pub mod openapi;
+pub mod protobuf;
 pub mod resources;
 pub mod status;
 pub mod strategic;

@@ -1,9 +1,11 @@
 //! keel-apiserver: the Kubernetes REST API over a keel-store. Requests are read as upstream's
 //! RequestInfoFactory does ([`request`]), authenticated ([`auth`], certificates from [`pki`]),
-//! limited (in-flight and timeouts, [`Limits`]) and negotiated ([`negotiate`]: JSON, YAML, Table);
+//! limited (in-flight and timeouts, [`Limits`]) and negotiated ([`negotiate`]: JSON, YAML, Table,
+//! [`protobuf`]);
 //! reads are served from the watch cache ([`cache`], [`watch`]) or the store ([`handlers`]); writes
 //! are defaulted, admitted ([`admission`]), typed and validated ([`validation`], keel-api's
-//! validation) and stored ([`objects`], [`writes`], [`services`] allocation, [`eviction`]).
+//! validation) and stored ([`objects`], [`writes`], [`services`] allocation, [`eviction`]);
+//! /openapi/v2 and /openapi/v3 are served from documents built at start ([`openapi`]).
 
 pub mod admission;
 pub mod auth;
@@ -13,7 +15,9 @@ pub mod filter;
 pub mod handlers;
 pub mod negotiate;
 pub mod objects;
+pub mod openapi;
 pub mod pki;
+pub mod protobuf;
 pub mod request;
 pub mod services;
 pub mod validation;
@@ -112,6 +116,8 @@ pub struct ApiServer {
     reads: Option<Arc<tokio::sync::Semaphore>>,
     writes: Option<Arc<tokio::sync::Semaphore>>,
     request_timeout: std::time::Duration,
+    /// The /openapi documents (rebuilt when served resources change).
+    openapi: openapi::OpenApi,
 }
 
 impl ApiServer {
@@ -126,11 +132,21 @@ impl ApiServer {
             reads: inflight(config.limits.max_requests_inflight),
             writes: inflight(config.limits.max_mutating_requests_inflight),
             request_timeout: config.limits.request_timeout,
+            openapi: openapi::OpenApi::build(
+                keel_api::resources::RESOURCES,
+                keel_api::openapi::Schemas::builtin(),
+            )
+            .map_err(|e| ApiError::Internal(format!("building the OpenAPI documents: {e}")))?,
         });
         server.handlers.ensure_system_namespaces().await?;
         server.handlers.ensure_default_service_accounts().await?;
         server.handlers.ensure_kubernetes_service(config.address).await?;
         Ok(server)
+    }
+
+    /// The /openapi documents, to rebuild when the served resources change.
+    pub fn openapi(&self) -> &openapi::OpenApi {
+        &self.openapi
     }
 
     /// Serves TLS connections from `listener` (HTTP/2 and HTTP/1.1 by ALPN) until the task is
@@ -208,12 +224,18 @@ impl ApiServer {
             Some(Ok(permit)) => Some(permit),
             None => None,
         };
+        if let Some(response) = self.openapi.serve(&parts.method, &path, query.as_deref(), &parts.headers) {
+            return response.map(|body| BodyExt::boxed_unsync(Full::new(body)));
+        }
         let content_type =
             parts.headers.get(header::CONTENT_TYPE).and_then(|v| v.to_str().ok()).map(str::to_owned);
         let accept = parts.headers.get(header::ACCEPT).and_then(|v| v.to_str().ok()).map(str::to_owned);
         let root = path.trim_end_matches('/');
         let aggregated = parts.method == http::Method::GET && (root == "/api" || root == "/apis");
-        let format = match negotiate::response_format(accept.as_deref(), true, aggregated) {
+        let resource_request =
+            matches!(request::parse(&parts.method, &path, query.as_deref()), Ok(Target::Resource(_)));
+        let offer = negotiate::Offer { table: true, aggregated, protobuf: resource_request };
+        let format = match negotiate::response_format(accept.as_deref(), offer) {
             Ok(format) => format,
             Err(error) => return json_response(error.code(), &error.to_json()),
         };
@@ -241,7 +263,7 @@ impl ApiServer {
             _ => None,
         };
         // So is metadata only (PartialObjectMetadata), for the same reads.
-        let metadata_only = match format {
+        let metadata_only = match format.json_form() {
             Format::Metadata(version) => match request::parse(&parts.method, &path, query.as_deref()) {
                 Ok(Target::Resource(r))
                     if r.subresource.is_none() && matches!(r.verb, Verb::Get | Verb::List | Verb::Watch) =>
@@ -311,6 +333,7 @@ impl ApiServer {
             (result, _) => result,
         };
         let mut response = match result {
+            result if format.is_protobuf() => protobuf::respond(result),
             Ok(Reply::Json(code, value)) if format == Format::Yaml => yaml_response(code, &value),
             Ok(Reply::Json(code, value)) => json_response(code, &value),
             Ok(Reply::Raw(code, bytes)) => Response::builder()
@@ -413,7 +436,9 @@ impl ApiServer {
             Verb::Patch => {
                 let bytes = read_bytes(body).await?;
                 let patch = handlers::PatchBody::parse(&bytes, content_type)?;
-                self.handlers.patch(&request, &name, &patch, query.dry_run).await
+                validation::PATCH_FIELDS
+                    .scope(fields, self.handlers.patch(&request, &name, &patch, query.dry_run))
+                    .await
             }
             Verb::Delete | Verb::DeleteCollection => {
                 let bytes = read_bytes(body).await?;
@@ -449,7 +474,7 @@ async fn read_checked(
     fields: validation::FieldValidation,
 ) -> Result<(Bytes, Value), ApiError> {
     let raw = read_bytes(body).await?;
-    let object = objects::decode(&raw, content_type)?;
+    let object = objects::decode_as(&raw, content_type, Some(request.resource))?;
     // Only JSON bodies are scanned for duplicates (the YAML parser refuses them itself).
     let scanned: &[u8] =
         if negotiate::body_type(content_type)? == negotiate::BodyType::Json { &raw } else { b"" };

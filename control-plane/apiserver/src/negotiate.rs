@@ -1,6 +1,7 @@
 //! Content negotiation as kube-apiserver does it: which media type a request body is in
 //! (Content-Type) and which one the response is wanted in (Accept, in the client's order), including
-//! the Table form `application/json;as=Table;v=v1;g=meta.k8s.io` that `kubectl get` asks for.
+//! the Table form `application/json;as=Table;v=v1;g=meta.k8s.io` that `kubectl get` asks for, and
+//! Kubernetes protobuf (`application/vnd.kubernetes.protobuf`) where the endpoint [`Offer`]s it.
 
 use keel_api::status::ApiError;
 use keel_api::table::TableVersion;
@@ -17,6 +18,39 @@ pub enum Format {
     /// Objects reduced to their metadata (meta.k8s.io `v1` or `v1beta1` PartialObjectMetadata and
     /// PartialObjectMetadataList), what metadata-only informers ask for.
     Metadata(&'static str),
+    /// Kubernetes protobuf (the `k8s\0` envelope, `keel_api::protobuf`).
+    Protobuf,
+    /// [`Format::Metadata`] in protobuf: upstream serves it wherever it serves the metadata form,
+    /// also for resources with no protobuf of their own (custom resources).
+    MetadataProtobuf(&'static str),
+}
+
+impl Format {
+    /// Whether the response is written in protobuf.
+    pub fn is_protobuf(self) -> bool {
+        matches!(self, Format::Protobuf | Format::MetadataProtobuf(_))
+    }
+
+    /// The JSON form of the same content (what the handlers produce before it is encoded).
+    pub fn json_form(self) -> Format {
+        match self {
+            Format::Protobuf => Format::Json,
+            Format::MetadataProtobuf(version) => Format::Metadata(version),
+            other => other,
+        }
+    }
+}
+
+/// What an endpoint can answer in, besides JSON and YAML.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Offer {
+    /// Tables and metadata-only forms (reads of resources; upstream serves no Table for
+    /// single-object subresources or discovery).
+    pub table: bool,
+    /// The aggregated discovery list (`/api` and `/apis`).
+    pub aggregated: bool,
+    /// Protobuf: built-in resources (a custom resource's handler says no).
+    pub protobuf: bool,
 }
 
 /// The media types request bodies may be in.
@@ -24,6 +58,7 @@ pub enum Format {
 pub enum BodyType {
     Json,
     Yaml,
+    Protobuf,
 }
 
 fn media(value: &str) -> (String, Vec<(String, String)>) {
@@ -42,20 +77,18 @@ pub fn body_type(content_type: Option<&str>) -> Result<BodyType, ApiError> {
     match media(content_type).0.as_str() {
         "application/json" | "" | "*/*" => Ok(BodyType::Json),
         "application/yaml" => Ok(BodyType::Yaml),
+        "application/vnd.kubernetes.protobuf" => Ok(BodyType::Protobuf),
         other => Err(ApiError::UnsupportedMediaType(format!(
-            "the body of the request was in an unknown format ({other}) - accepted media types include: application/json, application/yaml"
+            "the body of the request was in an unknown format ({other}) - accepted media types include: application/json, application/yaml, application/vnd.kubernetes.protobuf"
         ))),
     }
 }
 
-/// The response form for `accept`: the first entry (by order, q=0 excluded) the server produces.
-/// `table_allowed` is false where upstream serves no Table (single-object subresources, discovery);
-/// `aggregated_allowed` is true at `/api` and `/apis`, where the aggregated discovery list is.
-pub fn response_format(
-    accept: Option<&str>,
-    table_allowed: bool,
-    aggregated_allowed: bool,
-) -> Result<Format, ApiError> {
+/// The response form for `accept`: the first entry (by order, q=0 excluded) the endpoint
+/// [`Offer`]s. As upstream, a Table is JSON or YAML only (`application/vnd.kubernetes.protobuf;
+/// as=Table` is passed over for the next entry), the metadata-only forms come in protobuf too.
+pub fn response_format(accept: Option<&str>, offer: Offer) -> Result<Format, ApiError> {
+    let (table_allowed, aggregated_allowed) = (offer.table, offer.aggregated);
     let Some(accept) = accept.filter(|a| !a.trim().is_empty()) else { return Ok(Format::Json) };
     for entry in accept.split(',') {
         let (media, params) = media(entry);
@@ -92,6 +125,19 @@ pub fn response_format(
                 Some(_) => None,
             },
             "application/yaml" => Some(Format::Yaml),
+            "application/vnd.kubernetes.protobuf" => match param("as") {
+                None if offer.protobuf => Some(Format::Protobuf),
+                Some("PartialObjectMetadata" | "PartialObjectMetadataList")
+                    if table_allowed && param("g") == Some("meta.k8s.io") =>
+                {
+                    match param("v") {
+                        Some("v1") => Some(Format::MetadataProtobuf("v1")),
+                        Some("v1beta1") => Some(Format::MetadataProtobuf("v1beta1")),
+                        _ => None,
+                    }
+                }
+                _ => None,
+            },
             "*/*" | "application/*" => Some(Format::Json),
             _ => None,
         };
@@ -100,7 +146,7 @@ pub fn response_format(
         }
     }
     Err(ApiError::NotAcceptable(format!(
-        "only the following media types are accepted: application/json, application/yaml (asked for {accept})"
+        "only the following media types are accepted: application/json, application/yaml, application/vnd.kubernetes.protobuf (asked for {accept})"
     )))
 }
 
@@ -108,24 +154,70 @@ pub fn response_format(
 mod tests {
     use super::*;
 
+    fn offer(table: bool, aggregated: bool) -> Offer {
+        Offer { table, aggregated, protobuf: false }
+    }
+
+    #[test]
+    fn protobuf_where_offered() {
+        let resource = Offer { table: true, aggregated: false, protobuf: true };
+        let kubectl = "application/vnd.kubernetes.protobuf, */*";
+        assert_eq!(response_format(Some(kubectl), resource).unwrap(), Format::Protobuf);
+        assert_eq!(
+            response_format(Some(kubectl), Offer { protobuf: false, ..resource }).unwrap(),
+            Format::Json,
+            "a custom resource: the next entry"
+        );
+        assert_eq!(
+            response_format(Some("application/vnd.kubernetes.protobuf"), Offer::default())
+                .unwrap_err()
+                .code(),
+            406
+        );
+        let metadata = "application/vnd.kubernetes.protobuf;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1,application/json";
+        assert_eq!(response_format(Some(metadata), resource).unwrap(), Format::MetadataProtobuf("v1"));
+        assert_eq!(
+            response_format(Some(metadata), Offer { protobuf: false, ..resource }).unwrap(),
+            Format::MetadataProtobuf("v1"),
+            "metadata in protobuf for custom resources too, as upstream"
+        );
+        let table = "application/vnd.kubernetes.protobuf;as=Table;v=v1;g=meta.k8s.io,application/json";
+        assert_eq!(response_format(Some(table), resource).unwrap(), Format::Json, "no Table in protobuf");
+        assert_eq!(
+            response_format(
+                Some("application/vnd.kubernetes.protobuf;as=Table;v=v1;g=meta.k8s.io"),
+                resource
+            )
+            .unwrap_err()
+            .code(),
+            406
+        );
+    }
+
     #[test]
     fn metadata_only() {
         let list = "application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1,application/json";
-        assert_eq!(response_format(Some(list), true, false).unwrap(), Format::Metadata("v1"));
+        assert_eq!(response_format(Some(list), offer(true, false)).unwrap(), Format::Metadata("v1"));
         let one = "application/json;as=PartialObjectMetadata;g=meta.k8s.io;v=v1beta1";
-        assert_eq!(response_format(Some(one), true, false).unwrap(), Format::Metadata("v1beta1"));
-        assert_eq!(response_format(Some(list), false, false).unwrap(), Format::Json);
+        assert_eq!(response_format(Some(one), offer(true, false)).unwrap(), Format::Metadata("v1beta1"));
+        assert_eq!(response_format(Some(list), offer(false, false)).unwrap(), Format::Json);
     }
 
     #[test]
     fn discovery_is_aggregated_where_asked_and_served() {
         let client_go = "application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList,application/json;g=apidiscovery.k8s.io;v=v2beta1;as=APIGroupDiscoveryList,application/json";
-        assert_eq!(response_format(Some(client_go), false, true).unwrap(), Format::AggregatedDiscovery("v2"));
+        assert_eq!(
+            response_format(Some(client_go), offer(false, true)).unwrap(),
+            Format::AggregatedDiscovery("v2")
+        );
         let beta =
             "application/json;g=apidiscovery.k8s.io;v=v2beta1;as=APIGroupDiscoveryList,application/json";
-        assert_eq!(response_format(Some(beta), false, true).unwrap(), Format::AggregatedDiscovery("v2beta1"));
         assert_eq!(
-            response_format(Some(client_go), false, false).unwrap(),
+            response_format(Some(beta), offer(false, true)).unwrap(),
+            Format::AggregatedDiscovery("v2beta1")
+        );
+        assert_eq!(
+            response_format(Some(client_go), offer(false, false)).unwrap(),
             Format::Json,
             "elsewhere: the next type"
         );
@@ -134,22 +226,31 @@ mod tests {
     #[test]
     fn kubectl_get_asks_for_a_table_first() {
         let accept = "application/json;as=Table;v=v1;g=meta.k8s.io,application/json;as=Table;v=v1beta1;g=meta.k8s.io,application/json";
-        assert_eq!(response_format(Some(accept), true, false).unwrap(), Format::Table(TableVersion::V1));
-        let beta = "application/json;as=Table;v=v1beta1;g=meta.k8s.io";
-        assert_eq!(response_format(Some(beta), true, false).unwrap(), Format::Table(TableVersion::V1Beta1));
-        assert_eq!(response_format(Some(accept), false, false).unwrap(), Format::Json);
-        assert_eq!(response_format(None, true, false).unwrap(), Format::Json);
-        assert_eq!(response_format(Some("application/yaml"), true, false).unwrap(), Format::Yaml);
-        assert_eq!(response_format(Some("text/html, */*;q=0.8"), true, false).unwrap(), Format::Json);
         assert_eq!(
-            response_format(Some("application/yaml;q=0, application/json"), true, false).unwrap(),
+            response_format(Some(accept), offer(true, false)).unwrap(),
+            Format::Table(TableVersion::V1)
+        );
+        let beta = "application/json;as=Table;v=v1beta1;g=meta.k8s.io";
+        assert_eq!(
+            response_format(Some(beta), offer(true, false)).unwrap(),
+            Format::Table(TableVersion::V1Beta1)
+        );
+        assert_eq!(response_format(Some(accept), offer(false, false)).unwrap(), Format::Json);
+        assert_eq!(response_format(None, offer(true, false)).unwrap(), Format::Json);
+        assert_eq!(response_format(Some("application/yaml"), offer(true, false)).unwrap(), Format::Yaml);
+        assert_eq!(response_format(Some("text/html, */*;q=0.8"), offer(true, false)).unwrap(), Format::Json);
+        assert_eq!(
+            response_format(Some("application/yaml;q=0, application/json"), offer(true, false)).unwrap(),
             Format::Json
         );
-        assert_eq!(response_format(Some("text/html"), true, false).unwrap_err().code(), 406);
-        // Protobuf (issue 5) is skipped for the next acceptable entry, as kubectl 1.32+ lists it first.
+        assert_eq!(response_format(Some("text/html"), offer(true, false)).unwrap_err().code(), 406);
+        // Protobuf where not offered: the next acceptable entry.
         assert_eq!(
-            response_format(Some("application/vnd.kubernetes.protobuf, application/json"), true, false)
-                .unwrap(),
+            response_format(
+                Some("application/vnd.kubernetes.protobuf, application/json"),
+                offer(true, false)
+            )
+            .unwrap(),
             Format::Json
         );
     }
@@ -158,6 +259,7 @@ mod tests {
     fn bodies() {
         assert_eq!(body_type(None).unwrap(), BodyType::Json);
         assert_eq!(body_type(Some("application/yaml; charset=utf-8")).unwrap(), BodyType::Yaml);
-        assert_eq!(body_type(Some("application/vnd.kubernetes.protobuf")).unwrap_err().code(), 415);
+        assert_eq!(body_type(Some("application/vnd.kubernetes.protobuf")).unwrap(), BodyType::Protobuf);
+        assert_eq!(body_type(Some("text/plain")).unwrap_err().code(), 415);
     }
 }

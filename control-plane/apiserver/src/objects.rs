@@ -11,9 +11,20 @@ use crate::negotiate::{self, BodyType};
 /// The largest request body accepted (kube-apiserver's 3 MiB); more is 413.
 pub const MAX_BODY_BYTES: usize = 3 * 1024 * 1024;
 
-/// Parses a request body (JSON or YAML); no Content-Type means JSON (the Python client sends none).
+/// Parses a request body (JSON, YAML or protobuf); no Content-Type means JSON (the Python client
+/// sends none).
 pub fn decode(body: &[u8], content_type: Option<&str>) -> Result<Value, ApiError> {
+    decode_as(body, content_type, None)
+}
+
+/// [`decode`] for a body meant to be a `resource` (named in protobuf's refusals).
+pub fn decode_as(
+    body: &[u8],
+    content_type: Option<&str>,
+    resource: Option<&Resource>,
+) -> Result<Value, ApiError> {
     let value: Value = match negotiate::body_type(content_type)? {
+        BodyType::Protobuf => crate::protobuf::decode_body(body, resource)?,
         BodyType::Json => serde_json::from_slice(body).map_err(|e| {
             ApiError::BadRequest(format!("the object provided is unrecognized: json parse error: {e}"))
         })?,

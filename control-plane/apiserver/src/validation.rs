@@ -15,9 +15,29 @@ tokio::task_local! {
     pub static WARNINGS: RefCell<Vec<String>>;
 }
 
-/// Adds a warning to the current request's response (nothing outside a request).
+tokio::task_local! {
+    /// What a patch request asked for unknown fields (its `fieldValidation`); read where the
+    /// patched object is typed, so retries on conflict see it too.
+    pub static PATCH_FIELDS: FieldValidation;
+}
+
+/// A patched object as its type holds it, its unknown fields handled as the patch request asked
+/// (upstream checks the patched object, so unknown fields the patch brings are found; duplicate
+/// keys are the patch body's and not looked for here).
+pub fn check_patched(resource: &Resource, patched: &Value) -> Result<Value, ApiError> {
+    let mode = PATCH_FIELDS.try_with(|mode| *mode).unwrap_or_default();
+    check(resource, b"", patched, mode)
+}
+
+/// Adds a warning to the current request's response (nothing outside a request), once.
 pub fn warn(message: String) {
-    let _outside_a_request = WARNINGS.try_with(|warnings| warnings.borrow_mut().push(message));
+    // Once per text, as upstream's warning recorder (a patch retried on conflict checks again).
+    let _outside_a_request = WARNINGS.try_with(|warnings| {
+        let mut warnings = warnings.borrow_mut();
+        if !warnings.contains(&message) {
+            warnings.push(message);
+        }
+    });
 }
 
 /// What the client asked for unknown and duplicate fields.

@@ -267,7 +267,7 @@ impl Handlers {
                 let mut new = existing.clone();
                 patch.apply(&mut new)?;
                 objects::check_type(&new, resource)?;
-                let mut new = crate::validation::typed(resource, &new)?;
+                let mut new = crate::validation::check_patched(resource, &new)?;
                 let precondition = changed_revision(existing, &new)?;
                 strategy::prepare_for_update(resource, existing, &mut new);
                 check_update(resource, existing, &mut new)?;

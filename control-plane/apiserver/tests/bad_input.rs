@@ -48,12 +48,13 @@ async fn bad_requests_get_kubernetes_answers_and_change_nothing() -> Result<()> 
             "BadRequest",
         ),
         (
-            "protobuf (issue 5)",
+            "an empty protobuf envelope (tests/protobuf.rs has the rest)",
             &[("Content-Type", "application/vnd.kubernetes.protobuf")],
             b"k8s\0",
-            415,
-            "UnsupportedMediaType",
+            400,
+            "BadRequest",
         ),
+        ("a media type not served", &[("Content-Type", "text/plain")], b"a", 415, "UnsupportedMediaType"),
         ("malformed YAML", &[("Content-Type", "application/yaml")], b"metadata: [", 400, "BadRequest"),
     ];
     for (what, headers, body, code, expected) in cases {

@@ -1,6 +1,6 @@
 //! kube-rs, the client Keel's own components use, against the keel-apiserver binary: typed CRUD, and
 //! watcher-fed reflectors over pods (list-then-watch, and streaming lists) that go on through an
-//! apiserver restart.
+//! apiserver restart, on the embedded store and on etcd.
 
 use std::process::Command;
 use std::time::Duration;
@@ -37,10 +37,24 @@ async fn wait_for(store: &reflector::Store<Pod>, names: &[&str]) -> Result<()> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn reflector_over_pods_survives_an_apiserver_restart() -> Result<()> {
+    reflectors(None).await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reflector_over_pods_survives_an_apiserver_restart_on_etcd() -> Result<()> {
+    let etcd = keel_testbed::etcd::EtcdCluster::start(1)?;
+    reflectors(Some(&etcd)).await
+}
+
+/// The apiserver binary on the embedded store, or on `etcd` (its data dir then holds only the PKI).
+async fn reflectors(etcd: Option<&keel_testbed::etcd::EtcdCluster>) -> Result<()> {
     let dir = tempfile::tempdir()?;
     let data = dir.path().join("data");
     let port = free_port()?;
     let mut command = Command::new(env!("CARGO_BIN_EXE_keel-apiserver"));
+    if let Some(etcd) = etcd {
+        command.arg("--etcd-servers").arg(etcd.client_urls().join(","));
+    }
     command.arg("--data-dir").arg(&data).args([
         "--bind-address",
         "127.0.0.1",

@@ -284,10 +284,9 @@ async fn kubectl_watch_sees_create_replace_delete() -> Result<()> {
     let file = cluster._dir.path().join("w.json");
     std::fs::write(&file, object.to_string())?;
     let file = file.to_str().context("path")?;
-    // OpenAPI, which kubectl validates against, is issue 5's: --validate=false until then.
-    ok(&kubectl, k, &["replace", "--validate=false", "-f", file]).await?;
+    ok(&kubectl, k, &["replace", "-f", file]).await?;
     // The same resourceVersion again is stale: Kubernetes' conflict.
-    let (success, _, err) = run(&kubectl, k, &["replace", "--validate=false", "-f", file]).await?;
+    let (success, _, err) = run(&kubectl, k, &["replace", "-f", file]).await?;
     ensure!(!success && err.contains("the object has been modified"), "{err}");
     ok(&kubectl, k, &["delete", "configmap", "w"]).await?;
 

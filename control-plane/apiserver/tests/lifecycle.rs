@@ -285,12 +285,12 @@ async fn strategic_merge_patches_from_kubectl() -> Result<()> {
         "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: applied\n  labels: {a: '1', b: '2'}\ndata: {k: v}\n",
     )?;
     let file = manifest.to_str().unwrap_or_default();
-    ok(&k, &kc, &["apply", "--validate=false", "-f", file])?;
+    ok(&k, &kc, &["apply", "-f", file])?;
     std::fs::write(
         &manifest,
         "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: applied\n  labels: {a: '1'}\ndata: {k: w}\n",
     )?;
-    ok(&k, &kc, &["apply", "--validate=false", "-f", file])?;
+    ok(&k, &kc, &["apply", "-f", file])?;
     let applied = get(&k, &kc, &["get", "configmap", "applied"])?;
     ensure!(applied["data"]["k"] == "w" && applied["metadata"]["labels"] == json!({"a": "1"}), "{applied}");
     Ok(())
