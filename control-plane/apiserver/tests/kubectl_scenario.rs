@@ -1,5 +1,5 @@
 //! Issue 5's acceptance scenario, run by every installed kubectl (1.27 … 1.33) on both store backends:
-//! create (protobuf bodies on 1.32+), apply of a multi-document manifest and again changed (strategic
+//! create (protobuf bodies from 1.32's generators), apply of a multi-document manifest and again changed (strategic
 //! merge with the last-applied annotation), server-side apply with a conflict then --force-conflicts,
 //! explain, get as a Table, describe, api-resources, edit through KUBE_EDITOR, and a CRD whose custom
 //! resources are created, listed with their printer columns and deleted.
@@ -79,14 +79,23 @@ async fn scenario(minor: u32, etcd: bool) -> Result<()> {
     let s = Scenario::start(minor, etcd).await?;
     s.ok(&["create", "namespace", "scenario"]).await?;
 
-    // create: kubectl 1.32+ sends the Pod as protobuf (-v=8 shows the request's Content-Type).
-    let (success, _, log) = s.run(&["create", "-f", &manifest("pod.yaml"), "-v=8"]).await?;
-    ensure!(success, "create failed: {log}");
-    if minor >= 32 {
-        ensure!(log.contains("application/vnd.kubernetes.protobuf"), "no protobuf body sent:\n{log}");
-    }
+    // create: `create -f` sends JSON; kubectl's typed generators send protobuf on 1.32+ (-v=8 shows
+    // the request's Content-Type).
+    s.ok(&["create", "-f", &manifest("pod.yaml")]).await?;
     let pod = s.json(&["get", "pod", "solo", "-n", "scenario"]).await?;
     ensure!(pod["spec"]["containers"][0]["ports"][0]["name"] == "http", "{pod}");
+    let (success, _, log) =
+        s.run(&["create", "configmap", "generated", "-n", "scenario", "--from-literal=k=v", "-v=8"]).await?;
+    ensure!(success, "create configmap failed: {log}");
+    if minor >= 32 {
+        ensure!(
+            log.contains("Content-Type: application/vnd.kubernetes.protobuf"),
+            "no protobuf body:\n{log}"
+        );
+    }
+    let value =
+        s.ok(&["get", "configmap", "generated", "-n", "scenario", "-o", "jsonpath={.data.k}"]).await?;
+    ensure!(value == "v", "{value}");
 
     // apply -f a multi-document manifest, then the same manifest changed (strategic merge patches
     // computed from the last-applied annotation).
