@@ -50,6 +50,8 @@ pub struct CustomVersion {
     /// The version objects are stored in (conversion None: only apiVersion differs).
     pub storage_version: String,
     pub schema: Schema,
+    /// The schema as server-side apply reads it (list types, map types), converted once.
+    pub apply_type: crate::managed_fields::schema::TypeDef,
     /// The version's `openAPIV3Schema` as the CRD has it, for the OpenAPI documents (/openapi/v2
     /// and /openapi/v3 publish custom resources' schemas from it; [`generation`] tells when they
     /// changed).
@@ -226,6 +228,7 @@ pub fn serve(crd: &str, versions: Vec<Definition>) {
             list_kind: d.list_kind,
             storage_version: d.storage_version,
             openapi_schema: d.openapi_schema,
+            apply_type: crate::managed_fields::schema::TypeDef::from_structural(&d.schema),
             schema: d.schema,
             columns: d.columns,
             status: d.status,

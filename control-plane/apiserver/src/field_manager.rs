@@ -4,6 +4,7 @@
 //! managerOrUserAgent), PatchOptions checked as upstream's ValidatePatchOptions, and the apply
 //! handler — which creates the object when it is absent, as upstream's apply patches do.
 
+use keel_api::custom::CustomVersion;
 use keel_api::managed_fields::{self, ApplyError, Context};
 use keel_api::resources::Resource;
 use keel_api::status::{ApiError, FieldError, FieldErrorKind};
@@ -59,19 +60,27 @@ fn now() -> String {
     jiff::Timestamp::now().strftime("%Y-%m-%dT%H:%M:%SZ").to_string()
 }
 
-fn context(resource: &Resource, subresource: Option<&str>) -> Context<'static> {
-    Context::builtin(
-        &resource.api_version(),
-        resource.kind,
-        subresource.unwrap_or_default(),
-        strategy::has_status(resource),
-        now(),
-    )
+/// The context of a write to `resource`: a built-in kind's type, or a custom resource's from the
+/// served version (`custom`, which the context borrows).
+fn context<'v>(
+    resource: &Resource,
+    custom: Option<&'v CustomVersion>,
+    subresource: Option<&str>,
+) -> Context<'v> {
+    let (api_version, subresource) = (resource.api_version(), subresource.unwrap_or_default());
+    let has_status = strategy::has_status(resource);
+    match custom {
+        Some(version) => {
+            Context::custom(&version.apply_type, &api_version, resource.kind, subresource, has_status, now())
+        }
+        None => Context::builtin(&api_version, resource.kind, subresource, has_status, now()),
+    }
 }
 
 /// Records a create (`live` `None`), update, patch or subresource write in `new`'s managedFields.
 pub(crate) fn track(request: &ResourceRequest, live: Option<&Value>, new: &mut Value) {
-    let ctx = context(request.resource, request.subresource.as_deref());
+    let custom = keel_api::custom::version_of(request.resource);
+    let ctx = context(request.resource, custom.as_deref(), request.subresource.as_deref());
     managed_fields::update(&ctx, live, new, &manager());
 }
 
@@ -191,9 +200,10 @@ impl Handlers {
             )));
         }
         let key = objects::key(resource, request.namespace.as_deref(), name);
+        let custom = keel_api::custom::version_of(resource);
         for _attempt in 0..RETRIES {
             if self.store.get(&key).await.map_err(store_error)?.is_none() && subresource.is_none() {
-                let ctx = context(resource, subresource);
+                let ctx = context(resource, custom.as_deref(), subresource);
                 let object = managed_fields::apply(&ctx, &json!({}), &applied, &manager, force)
                     .map_err(apply_error)?;
                 check_declared(resource, &object, &applied)?;
@@ -205,7 +215,7 @@ impl Handlers {
             }
             let updated = self
                 .guarded_update(request, name, dry_run, |existing| {
-                    let ctx = context(resource, subresource);
+                    let ctx = context(resource, custom.as_deref(), subresource);
                     let mut object = managed_fields::apply(&ctx, existing, &applied, &manager, force)
                         .map_err(apply_error)?;
                     check_declared(resource, &object, &applied)?;

@@ -139,7 +139,7 @@ async fn kubectl_scenario(minor: u32, etcd: bool) -> Result<()> {
     std::fs::write(&manifest, MANIFEST)?;
 
     // Create through apply.
-    let out = ok(&kubectl, k, &["apply", "--server-side", "--validate=false", "-f", file]).await?;
+    let out = ok(&kubectl, k, &["apply", "--server-side", "-f", file]).await?;
     ensure!(out.contains("deployment.apps/web serverside-applied"), "{out}");
     ensure!(out.contains("configmap/settings serverside-applied"), "{out}");
     let web = get(&kubectl, k, "deployment/web").await?;
@@ -168,7 +168,7 @@ async fn kubectl_scenario(minor: u32, etcd: bool) -> Result<()> {
     let changed = MANIFEST.replace("busybox:1", "busybox:2").replace("        - {name: B, value: b}\n", "");
     let changed = changed.replace("  b: '2'\n", "");
     std::fs::write(&manifest, &changed)?;
-    ok(&kubectl, k, &["apply", "--server-side", "--validate=false", "-f", file]).await?;
+    ok(&kubectl, k, &["apply", "--server-side", "-f", file]).await?;
     let web = get(&kubectl, k, "deployment/web").await?;
     let main = &web["spec"]["template"]["spec"]["containers"][0];
     ensure!(main["image"] == "busybox:2", "{main}");
@@ -193,8 +193,7 @@ async fn kubectl_scenario(minor: u32, etcd: bool) -> Result<()> {
     ensure!(scaler_name.starts_with("kubectl"), "the user agent's program: {scaler_name}");
 
     // Applying replicas: 2 again conflicts.
-    let (success, _, err) =
-        run(&kubectl, k, &["apply", "--server-side", "--validate=false", "-f", file]).await?;
+    let (success, _, err) = run(&kubectl, k, &["apply", "--server-side", "-f", file]).await?;
     ensure!(!success, "the apply should conflict");
     let expected = format!(
         "Apply failed with 1 conflict: conflict with \"{scaler_name}\" with subresource \"scale\" using apps/v1: .spec.replicas"
@@ -203,7 +202,7 @@ async fn kubectl_scenario(minor: u32, etcd: bool) -> Result<()> {
     ensure!(get(&kubectl, k, "deployment/web").await?["spec"]["replicas"] == 5, "nothing written");
 
     // --force-conflicts wins; the scaler, left with nothing, goes.
-    ok(&kubectl, k, &["apply", "--server-side", "--force-conflicts", "--validate=false", "-f", file]).await?;
+    ok(&kubectl, k, &["apply", "--server-side", "--force-conflicts", "-f", file]).await?;
     let web = get(&kubectl, k, "deployment/web").await?;
     ensure!(web["spec"]["replicas"] == 2, "{web}");
     ensure!(!entries(&web).iter().any(|(_, _, sub)| sub == "scale"), "{:?}", entries(&web));
@@ -215,22 +214,14 @@ async fn kubectl_scenario(minor: u32, etcd: bool) -> Result<()> {
         "apiVersion: apps/v1\nkind: Deployment\nmetadata: {name: web}\nspec:\n  template:\n    spec:\n      containers:\n      - {name: main, image: busybox:3}\n",
     )?;
     let other = other.to_str().context("path")?;
-    let args = ["apply", "--server-side", "--field-manager=other", "--validate=false", "-f", other];
+    let args = ["apply", "--server-side", "--field-manager=other", "-f", other];
     let (success, _, err) = run(&kubectl, k, &args).await?;
     ensure!(!success, "should conflict");
     ensure!(
         err.contains("conflict with \"kubectl\": .spec.template.spec.containers[name=\"main\"].image"),
         "{err}"
     );
-    let forced = [
-        "apply",
-        "--server-side",
-        "--field-manager=other",
-        "--force-conflicts",
-        "--validate=false",
-        "-f",
-        other,
-    ];
+    let forced = ["apply", "--server-side", "--field-manager=other", "--force-conflicts", "-f", other];
     ok(&kubectl, k, &forced).await?;
     let web = get(&kubectl, k, "deployment/web").await?;
     ensure!(web["spec"]["template"]["spec"]["containers"][0]["image"] == "busybox:3", "{web}");
@@ -268,6 +259,107 @@ async fn kubectl_1_30_server_side_apply_on_etcd() -> Result<()> {
     kubectl_scenario(30, true).await
 }
 
+const GATEWAY_CRD: &str = "apiVersion: apiextensions.k8s.io/v1
+kind: CustomResourceDefinition
+metadata:
+  name: gateways.example.com
+spec:
+  group: example.com
+  scope: Namespaced
+  names: {plural: gateways, singular: gateway, kind: Gateway}
+  versions:
+  - name: v1
+    served: true
+    storage: true
+    schema:
+      openAPIV3Schema:
+        type: object
+        properties:
+          spec:
+            type: object
+            properties:
+              listeners:
+                type: array
+                x-kubernetes-list-type: map
+                x-kubernetes-list-map-keys: [name]
+                items:
+                  type: object
+                  required: [name]
+                  properties:
+                    name: {type: string}
+                    port: {type: integer}
+              hosts:
+                type: array
+                x-kubernetes-list-type: set
+                items: {type: string}
+              tags:
+                type: array
+                items: {type: string}
+";
+
+fn gateway(listener: &str, port: u16, host: &str, tag: &str) -> String {
+    format!(
+        "apiVersion: example.com/v1\nkind: Gateway\nmetadata: {{name: gw}}\nspec:\n  listeners:\n  - {{name: {listener}, port: {port}}}\n  hosts: [{host}]\n  tags: [{tag}]\n"
+    )
+}
+
+/// Server-side apply on a custom resource reads its CRD's list types: two managers' listeners
+/// (`x-kubernetes-list-type: map`) and hosts (`set`) merge item by item, while an untyped list is
+/// atomic and conflicts; a manager dropping its listener removes only its own.
+async fn custom_resource_lists(etcd: bool) -> Result<()> {
+    let kubectl = kubectl::minor(33)?;
+    let cluster = start(etcd).await?;
+    let k = cluster.kubeconfig.as_path();
+    let dir = tempfile::tempdir()?;
+    let write = |name: &str, text: &str| -> Result<String> {
+        let path = dir.path().join(name);
+        std::fs::write(&path, text)?;
+        Ok(path.to_str().context("path")?.to_owned())
+    };
+    ok(&kubectl, k, &["apply", "--server-side", "-f", &write("crd.yaml", GATEWAY_CRD)?]).await?;
+    ok(&kubectl, k, &["wait", "--for=condition=Established", "crd/gateways.example.com"]).await?;
+    let a = write("a.yaml", &gateway("http", 80, "a.example", "t"))?;
+    ok(&kubectl, k, &["apply", "--server-side", "--field-manager=a", "-f", &a]).await?;
+    // b's listener and host join a's; its tags (an atomic list) conflict with a's.
+    let b = write("b.yaml", &gateway("https", 443, "b.example", "u"))?;
+    let (success, _, err) =
+        run(&kubectl, k, &["apply", "--server-side", "--field-manager=b", "-f", &b]).await?;
+    ensure!(!success && err.contains(r#"conflict with "a""#) && err.contains(".spec.tags"), "{err}");
+    ensure!(!err.contains(".spec.listeners") && !err.contains(".spec.hosts"), "{err}");
+    let same_tag = write("b2.yaml", &gateway("https", 443, "b.example", "t"))?;
+    ok(&kubectl, k, &["apply", "--server-side", "--field-manager=b", "-f", &same_tag]).await?;
+    let gw = get(&kubectl, k, "gateway/gw").await?;
+    ensure!(
+        gw["spec"]["listeners"] == json!([{"name": "http", "port": 80}, {"name": "https", "port": 443}]),
+        "{gw}"
+    );
+    ensure!(gw["spec"]["hosts"] == json!(["a.example", "b.example"]), "{gw}");
+    let owned = &entry(&gw, "b", "Apply").context("no entry of b")?["fieldsV1"]["f:spec"];
+    ensure!(owned["f:listeners"].get(r#"k:{"name":"https"}"#).is_some(), "{owned}");
+    ensure!(owned["f:hosts"].get(r#"v:"b.example""#).is_some(), "{owned}");
+    // a stops applying its listener and host: they go, b's stay.
+    let a_only_tags = write(
+        "a2.yaml",
+        "apiVersion: example.com/v1\nkind: Gateway\nmetadata: {name: gw}\nspec:\n  tags: [t]\n",
+    )?;
+    ok(&kubectl, k, &["apply", "--server-side", "--field-manager=a", "-f", &a_only_tags]).await?;
+    let gw = get(&kubectl, k, "gateway/gw").await?;
+    ensure!(gw["spec"]["listeners"] == json!([{"name": "https", "port": 443}]), "{gw}");
+    ensure!(gw["spec"]["hosts"] == json!(["b.example"]), "{gw}");
+    ensure!(gw["spec"]["tags"] == json!(["t"]), "{gw}");
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn custom_resource_lists_merge_by_their_crd_list_types() -> Result<()> {
+    custom_resource_lists(false).await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn custom_resource_lists_merge_by_their_crd_list_types_on_etcd() -> Result<()> {
+    custom_resource_lists(true).await
+}
+
 /// Creates and updates by kubectl (client-side apply, edit-like replace) record Update entries.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn updates_are_tracked() -> Result<()> {
@@ -278,7 +370,7 @@ async fn updates_are_tracked() -> Result<()> {
     let manifest = dir.path().join("cm.yaml");
     std::fs::write(&manifest, "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: c}\ndata: {a: '1'}\n")?;
     let file = manifest.to_str().context("path")?;
-    ok(&kubectl, k, &["apply", "--validate=false", "-f", file]).await?;
+    ok(&kubectl, k, &["apply", "-f", file]).await?;
     let created = get(&kubectl, k, "configmap/c").await?;
     let client_side =
         entry(&created, "kubectl-client-side-apply", "Update").context("no client-side apply entry")?;
@@ -297,8 +389,7 @@ async fn updates_are_tracked() -> Result<()> {
     ensure!(entry(&class, "kube-apiserver", "Update").is_some(), "{:?}", entries(&class));
     // A server-side apply now conflicts with the client-side applier's value.
     std::fs::write(&manifest, "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: c}\ndata: {a: '2'}\n")?;
-    let (success, _, err) =
-        run(&kubectl, k, &["apply", "--server-side", "--validate=false", "-f", file]).await?;
+    let (success, _, err) = run(&kubectl, k, &["apply", "--server-side", "-f", file]).await?;
     ensure!(!success);
     ensure!(
         err.contains(

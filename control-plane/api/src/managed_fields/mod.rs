@@ -268,7 +268,9 @@ fn strip_set() -> &'static Set {
 #[derive(Debug)]
 pub struct Context<'s> {
     pub schema: &'s Schema,
-    pub root: TypeDef,
+    /// The type of the objects: a built-in kind's, or a custom resource's from its CRD (borrowed
+    /// from the served version, converted once per CRD change).
+    pub root: std::borrow::Cow<'s, TypeDef>,
     /// `apps/v1`
     pub api_version: String,
     pub kind: String,
@@ -299,12 +301,27 @@ impl<'s> Context<'s> {
         }
         Context {
             schema: Schema::builtin(),
-            root: Schema::builtin_root(api_version, kind),
+            root: std::borrow::Cow::Owned(Schema::builtin_root(api_version, kind)),
             api_version: api_version.to_owned(),
             kind: kind.to_owned(),
             subresource: subresource.to_owned(),
             ignored,
             now,
+        }
+    }
+
+    /// A custom resource of type `root` (its served version's [`TypeDef::from_structural`]).
+    pub fn custom(
+        root: &'s TypeDef,
+        api_version: &str,
+        kind: &str,
+        subresource: &str,
+        has_status: bool,
+        now: String,
+    ) -> Context<'s> {
+        Context {
+            root: std::borrow::Cow::Borrowed(root),
+            ..Context::builtin(api_version, kind, subresource, has_status, now)
         }
     }
 

@@ -248,9 +248,124 @@ fn keyed(keys: Vec<String>, items: Option<&str>) -> ListType {
     ListType::Map { keys, defaults }
 }
 
+/// ObjectMeta's definition, the type of a custom resource's (and an embedded resource's) metadata.
+const OBJECT_META: &str = "io.k8s.apimachinery.pkg.apis.meta.v1.ObjectMeta";
+
+impl TypeDef {
+    /// The type of a custom resource from its CRD version's structural schema, as
+    /// apiextensions-apiserver converts it for structured-merge-diff: `x-kubernetes-list-type`
+    /// `map` (with `x-kubernetes-list-map-keys`, their defaults from the item schema), `set` or
+    /// `atomic` (the default for lists), `x-kubernetes-map-type: atomic` objects owned whole,
+    /// `additionalProperties` maps, preserve-unknown-fields objects deduced beyond their declared
+    /// properties; `metadata` is ObjectMeta, at the root and in embedded resources.
+    pub fn from_structural(schema: &crate::crd::schema::Schema) -> TypeDef {
+        let mut root = Self::structural(schema, 0);
+        if let TypeDef::Struct(def) = &mut root {
+            Self::resource_fields(def);
+        }
+        root
+    }
+
+    fn resource_fields(def: &mut StructType) {
+        def.fields.insert("metadata".to_owned(), TypeDef::Named(OBJECT_META.to_owned()));
+        def.fields.entry("apiVersion".to_owned()).or_insert(TypeDef::Scalar);
+        def.fields.entry("kind".to_owned()).or_insert(TypeDef::Scalar);
+    }
+
+    /// `depth` bounds the walk: CRD schemas are finite trees, but a hostile one may be deep.
+    fn structural(schema: &crate::crd::schema::Schema, depth: usize) -> TypeDef {
+        use crate::crd::schema::Additional;
+        if depth > 64 || schema.int_or_string {
+            return if depth > 64 { TypeDef::Deduced } else { TypeDef::Scalar };
+        }
+        let atomic = schema.map_type.as_deref() == Some("atomic");
+        match schema.kind.as_str() {
+            "array" => {
+                let items = schema.items.as_deref();
+                let list = match schema.list_type.as_deref() {
+                    Some("map") => ListType::Map {
+                        keys: schema.list_map_keys.clone(),
+                        defaults: schema
+                            .list_map_keys
+                            .iter()
+                            .filter_map(|key| {
+                                let default = items?.properties.get(key)?.default.clone()?;
+                                Some((key.clone(), default))
+                            })
+                            .collect(),
+                    },
+                    Some("set") => ListType::Set,
+                    _ => ListType::Atomic,
+                };
+                let items = items.map_or(TypeDef::Deduced, |items| Self::structural(items, depth + 1));
+                TypeDef::List { items: Box::new(items), list }
+            }
+            "object" | "" if !schema.properties.is_empty() || schema.embedded_resource => {
+                let fields = schema
+                    .properties
+                    .iter()
+                    .map(|(name, property)| (name.clone(), Self::structural(property, depth + 1)))
+                    .collect();
+                let mut def = StructType { fields, atomic };
+                if schema.embedded_resource {
+                    Self::resource_fields(&mut def);
+                }
+                TypeDef::Struct(def)
+            }
+            "object" => match &schema.additional_properties {
+                Some(Additional::Schema(values)) => {
+                    TypeDef::Map { values: Box::new(Self::structural(values, depth + 1)), atomic }
+                }
+                _ if atomic => TypeDef::Map { values: Box::new(TypeDef::Deduced), atomic },
+                _ => TypeDef::Deduced,
+            },
+            "" => TypeDef::Deduced,
+            _ => TypeDef::Scalar,
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn custom_resources_from_their_structural_schema() {
+        let schema = crate::crd::schema::Schema::parse(
+            &serde_json::json!({
+                "type": "object",
+                "properties": {"spec": {"type": "object", "properties": {
+                    "ports": {"type": "array", "x-kubernetes-list-type": "map",
+                        "x-kubernetes-list-map-keys": ["name", "protocol"],
+                        "items": {"type": "object", "properties": {
+                            "name": {"type": "string"},
+                            "protocol": {"type": "string", "default": "TCP"}}}},
+                    "hosts": {"type": "array", "x-kubernetes-list-type": "set", "items": {"type": "string"}},
+                    "args": {"type": "array", "items": {"type": "string"}},
+                    "labels": {"type": "object", "additionalProperties": {"type": "string"}},
+                    "selector": {"type": "object", "x-kubernetes-map-type": "atomic",
+                        "properties": {"app": {"type": "string"}}},
+                    "anything": {"type": "object", "x-kubernetes-preserve-unknown-fields": true},
+                    "port": {"x-kubernetes-int-or-string": true}}}}
+            }),
+            "openAPIV3Schema",
+        )
+        .unwrap();
+        let TypeDef::Struct(root) = TypeDef::from_structural(&schema) else { panic!("a struct") };
+        assert_eq!(root.fields["metadata"], TypeDef::Named(OBJECT_META.to_owned()));
+        let TypeDef::Struct(spec) = &root.fields["spec"] else { panic!("spec is a struct") };
+        let TypeDef::List { list: ListType::Map { keys, defaults }, .. } = &spec.fields["ports"] else {
+            panic!("ports is keyed: {:?}", spec.fields["ports"])
+        };
+        assert_eq!(keys, &["name", "protocol"]);
+        assert_eq!(defaults.get("protocol"), Some(&Value::String("TCP".into())));
+        assert!(matches!(&spec.fields["hosts"], TypeDef::List { list: ListType::Set, .. }));
+        assert!(matches!(&spec.fields["args"], TypeDef::List { list: ListType::Atomic, .. }));
+        assert!(matches!(&spec.fields["labels"], TypeDef::Map { atomic: false, .. }));
+        assert!(matches!(&spec.fields["selector"], TypeDef::Struct(StructType { atomic: true, .. })));
+        assert_eq!(spec.fields["anything"], TypeDef::Deduced);
+        assert_eq!(spec.fields["port"], TypeDef::Scalar);
+    }
 
     #[test]
     fn builtin_types() {

@@ -96,6 +96,7 @@ mod tests {
             storage_version: String::new(),
             openapi_schema: Value::Null,
             schema: Schema::default(),
+            apply_type: crate::managed_fields::schema::TypeDef::Deduced,
             columns: vec![
                 column("Size", "integer", ".spec.size"),
                 column("Color", "string", ".spec.color"),
