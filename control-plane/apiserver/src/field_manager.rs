@@ -60,13 +60,15 @@ fn now() -> String {
 }
 
 fn context(resource: &Resource, subresource: Option<&str>) -> Context<'static> {
-    Context::builtin(
-        &resource.api_version(),
-        resource.kind,
-        subresource.unwrap_or_default(),
-        strategy::has_status(resource),
-        now(),
-    )
+    let (api_version, subresource) = (resource.api_version(), subresource.unwrap_or_default());
+    let has_status = strategy::has_status(resource);
+    match keel_api::custom::version_of(resource) {
+        Some(custom) => {
+            let root = keel_api::managed_fields::schema::TypeDef::from_structural(&custom.schema);
+            Context::custom(&api_version, resource.kind, subresource, has_status, now(), root)
+        }
+        None => Context::builtin(&api_version, resource.kind, subresource, has_status, now()),
+    }
 }
 
 /// Records a create (`live` `None`), update, patch or subresource write in `new`'s managedFields.

@@ -308,6 +308,19 @@ impl<'s> Context<'s> {
         }
     }
 
+    /// A custom resource: a built-in type's context whose root is `root`, the type its
+    /// CustomResourceDefinition's schema gives ([`TypeDef::from_structural`]).
+    pub fn custom(
+        api_version: &str,
+        kind: &str,
+        subresource: &str,
+        has_status: bool,
+        now: String,
+        root: TypeDef,
+    ) -> Context<'static> {
+        Context { root, ..Context::builtin(api_version, kind, subresource, has_status, now) }
+    }
+
     fn updater(&self) -> Updater<'_> {
         Updater { typed: Typed::new(self.schema), root: &self.root, ignored: &self.ignored }
     }

@@ -153,6 +153,67 @@ impl Schema {
     }
 }
 
+/// The ObjectMeta every object's `metadata` is, whatever a CRD's schema says of it.
+const OBJECT_META: &str = "io.k8s.apimachinery.pkg.apis.meta.v1.ObjectMeta";
+
+impl TypeDef {
+    /// The type of a custom resource from its CustomResourceDefinition's structural schema, as
+    /// upstream's schema conversion reads one: `x-kubernetes-list-type` (`map` keyed by
+    /// `x-kubernetes-list-map-keys`, whose `default`s fill keys left out; `set`; atomic when not
+    /// given) and `x-kubernetes-map-type`; `metadata` is ObjectMeta (resolved in
+    /// [`Schema::builtin`]). Fields the schema does not declare (preserved unknown fields) are
+    /// deduced.
+    pub fn from_structural(root: &crate::crd::schema::Schema) -> TypeDef {
+        let mut ty = structural(root);
+        if let TypeDef::Struct(def) = &mut ty {
+            def.fields.insert("metadata".into(), TypeDef::Named(OBJECT_META.into()));
+            def.fields.insert("apiVersion".into(), TypeDef::Scalar);
+            def.fields.insert("kind".into(), TypeDef::Scalar);
+        }
+        ty
+    }
+}
+
+/// One node of a structural schema as a [`TypeDef`] (depth bounded by the CRD's JSON, which the
+/// decoder's nesting limit bounds).
+fn structural(s: &crate::crd::schema::Schema) -> TypeDef {
+    use crate::crd::schema::Additional;
+    if s.int_or_string {
+        return TypeDef::Scalar;
+    }
+    match s.kind.as_str() {
+        // An untyped node (preserving unknown fields) with properties is read as an object.
+        "object" | "" => {
+            let atomic = s.map_type.as_deref() == Some("atomic");
+            if let Some(Additional::Schema(values)) = &s.additional_properties {
+                return TypeDef::Map { values: Box::new(structural(values)), atomic };
+            }
+            let fields = s.properties.iter().map(|(name, p)| (name.clone(), structural(p))).collect();
+            TypeDef::Struct(StructType { fields, atomic })
+        }
+        "array" => {
+            let items = s.items.as_deref();
+            let list = match s.list_type.as_deref() {
+                Some("map") => {
+                    let defaults = s
+                        .list_map_keys
+                        .iter()
+                        .filter_map(|k| {
+                            let default = items?.properties.get(k)?.default.clone()?;
+                            Some((k.clone(), default))
+                        })
+                        .collect();
+                    ListType::Map { keys: s.list_map_keys.clone(), defaults }
+                }
+                Some("set") => ListType::Set,
+                _ => ListType::Atomic,
+            };
+            TypeDef::List { items: Box::new(items.map_or(TypeDef::Deduced, structural)), list }
+        }
+        _ => TypeDef::Scalar,
+    }
+}
+
 static DEDUCED_STRUCT: TypeDef = TypeDef::Struct(StructType { fields: BTreeMap::new(), atomic: false });
 
 /// The generated patch metadata, as far as apply reads it.
