@@ -50,8 +50,14 @@ impl CrdControllers {
 }
 
 impl Drop for CrdControllers {
+    /// Stops the loop and what it served: the registry is process-wide, and a server's custom
+    /// resources must not outlive it (a server started after it, as after a restart, serves what
+    /// its own controllers find).
     fn drop(&mut self) {
         self.task.abort();
+        for served in custom::served_definitions() {
+            custom::stop(&served);
+        }
     }
 }
 

@@ -717,6 +717,17 @@ async fn crds_served_after_a_restart_on_etcd() -> Result<()> {
     let widget = json!({"apiVersion": "test.keel.dev/v1", "kind": "Widget", "metadata": {"name": "kept"}, "spec": {"size": 2}});
     ensure!(json_request(&first, "POST", WIDGETS, "application/json", &widget).await?.0 == 201, "created");
     drop(first);
+    // The registry is process-wide: a stopped server's custom resources leave it (its connections
+    // close first), so the second server serves what its own controllers find, as after a restart.
+    let mut gone = false;
+    for _ in 0..200 {
+        if keel_api::custom::find("test.keel.dev", "v1", "widgets").is_none() {
+            gone = true;
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    ensure!(gone, "a stopped server's custom resources are not served any more");
 
     let second = common::Server::start_on(connect().await?, tempfile::tempdir()?).await?;
     let (status, kept) = get(&second, &format!("{WIDGETS}/kept")).await?;
