@@ -50,8 +50,14 @@ impl CrdControllers {
 }
 
 impl Drop for CrdControllers {
+    /// Stops the loop and what it served: the registry is process-wide, and a server's custom
+    /// resources must not outlive it (a server started after it, as after a restart, serves what
+    /// its own controllers find).
     fn drop(&mut self) {
         self.task.abort();
+        for served in custom::served_definitions() {
+            custom::stop(&served);
+        }
     }
 }
 
@@ -265,6 +271,15 @@ async fn finalize(handlers: &Handlers, crd: &Value) -> Result<bool, ApiError> {
     if !holds {
         return Ok(true);
     }
+    // A terminating CRD is still served (reads, updates and deletes of its objects; creates are
+    // refused), as upstream's: after a restart it is served again, so its objects are deleted
+    // through it and their own finalizers are waited for.
+    if crd::condition_true(crd, "Established") && custom::resource_of(&name).is_none() {
+        custom::serve(&name, crd::definitions(crd));
+        if let Some(resource) = custom::resource_of(&name) {
+            handlers.cache.start_custom(resource);
+        }
+    }
     if !crd::condition_true(crd, "Terminating") {
         let mut wanted = crd.clone();
         let old: Vec<Value> =
@@ -290,7 +305,7 @@ async fn finalize(handlers: &Handlers, crd: &Value) -> Result<bool, ApiError> {
         let served = custom::resource_of(&name);
         for kv in listed.kvs {
             let Some(resource) = served else {
-                // Not served (a restart mid-way): the objects go as they are.
+                // Never established, so never served: the objects go as they are.
                 handlers.store.delete(&kv.key, Some(kv.mod_revision)).await.map_err(store_error)?;
                 continue;
             };

@@ -700,25 +700,41 @@ async fn crds_on_etcd() -> Result<()> {
     scenario(common::Server::start_on(store, tempfile::tempdir()?).await?, 31).await
 }
 
+/// A server on `etcd`.
+async fn on_etcd(etcd: &keel_testbed::etcd::EtcdCluster) -> Result<common::Server> {
+    let options = keel_store::etcd::EtcdOptions::new(etcd.client_urls()).prefix("/keel");
+    let store = std::sync::Arc::new(keel_store::etcd::EtcdStore::connect(options).await?);
+    common::Server::start_on(store, tempfile::tempdir()?).await
+}
+
+/// Stops `server` as a restart would. The registry is process-wide: a stopped server's custom
+/// resources leave it (once its connections close), so a server started next serves what its own
+/// controllers find.
+async fn stop(server: common::Server) -> Result<()> {
+    drop(server);
+    for _ in 0..200 {
+        if keel_api::custom::find("test.keel.dev", "v1", "widgets").is_none() {
+            return Ok(());
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    anyhow::bail!("a stopped server's custom resources are still served")
+}
+
 /// A second apiserver on the same etcd (as after a restart) serves the custom resources of the
 /// CRDs it finds from its first request on: its controllers make their first pass before it serves,
 /// and its own watch cache of the resource starts.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn crds_served_after_a_restart_on_etcd() -> Result<()> {
     let etcd = keel_testbed::etcd::EtcdCluster::start(1)?;
-    let connect = || async {
-        let options = keel_store::etcd::EtcdOptions::new(etcd.client_urls()).prefix("/keel");
-        anyhow::Ok(std::sync::Arc::new(keel_store::etcd::EtcdStore::connect(options).await?))
-    };
-    let first = common::Server::start_on(connect().await?, tempfile::tempdir()?).await?;
+    let first = on_etcd(&etcd).await?;
     let (status, body) = json_request(&first, "POST", CRD_PATH, "application/json", &crd_json()?).await?;
     ensure!(status == 201, "{body}");
     eventually(&first, WIDGETS, |status, _| status == 200).await?;
     let widget = json!({"apiVersion": "test.keel.dev/v1", "kind": "Widget", "metadata": {"name": "kept"}, "spec": {"size": 2}});
     ensure!(json_request(&first, "POST", WIDGETS, "application/json", &widget).await?.0 == 201, "created");
-    drop(first);
-
-    let second = common::Server::start_on(connect().await?, tempfile::tempdir()?).await?;
+    stop(first).await?;
+    let second = on_etcd(&etcd).await?;
     let (status, kept) = get(&second, &format!("{WIDGETS}/kept")).await?;
     ensure!(status == 200 && kept["spec"]["color"] == "red", "{kept}");
     let listed = get(&second, &format!("{WIDGETS}?resourceVersion=0")).await?.1;
@@ -728,5 +744,46 @@ async fn crds_served_after_a_restart_on_etcd() -> Result<()> {
         .await?;
     let table: Value = serde_json::from_str(&table)?;
     ensure!(status == 200 && table["rows"][0]["cells"][1] == 2, "{table}");
+    Ok(())
+}
+
+/// A CRD deleted while one of its objects is held by a finalizer stays Terminating across a
+/// restart: the new server serves it again (the object can be read and released) instead of
+/// dropping the object from the store past its finalizer; once released, the CRD goes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn terminating_crd_after_a_restart_on_etcd() -> Result<()> {
+    let etcd = keel_testbed::etcd::EtcdCluster::start(1)?;
+    let first = on_etcd(&etcd).await?;
+    let (status, body) = json_request(&first, "POST", CRD_PATH, "application/json", &crd_json()?).await?;
+    ensure!(status == 201, "{body}");
+    eventually(&first, WIDGETS, |status, _| status == 200).await?;
+    let widget = json!({"apiVersion": "test.keel.dev/v1", "kind": "Widget",
+        "metadata": {"name": "held", "finalizers": ["test.keel.dev/hold"]}, "spec": {"size": 2}});
+    ensure!(json_request(&first, "POST", WIDGETS, "application/json", &widget).await?.0 == 201, "created");
+    let crd_path = format!("{CRD_PATH}/widgets.test.keel.dev");
+    ensure!(first.request("DELETE", &crd_path, &[], b"").await?.0 == 200, "CRD deleted");
+    eventually(&first, &format!("{WIDGETS}/held"), |status, w| {
+        status == 200 && w.pointer("/metadata/deletionTimestamp").is_some()
+    })
+    .await?;
+    stop(first).await?;
+    let second = on_etcd(&etcd).await?;
+    let (status, held) = get(&second, &format!("{WIDGETS}/held")).await?;
+    ensure!(status == 200 && held.pointer("/metadata/deletionTimestamp").is_some(), "{status} {held}");
+    let (status, created) = json_request(
+        &second,
+        "POST",
+        WIDGETS,
+        "application/json",
+        &json!({"apiVersion": "test.keel.dev/v1", "kind": "Widget", "metadata": {"name": "new"}, "spec": {"size": 1}}),
+    )
+    .await?;
+    ensure!(status == 405, "no creates while terminating: {status} {created}");
+    let release = json!({"metadata": {"finalizers": null}});
+    let (status, body) =
+        json_request(&second, "PATCH", &format!("{WIDGETS}/held"), "application/merge-patch+json", &release)
+            .await?;
+    ensure!(status == 200, "{body}");
+    eventually(&second, &crd_path, |status, _| status == 404).await?;
     Ok(())
 }

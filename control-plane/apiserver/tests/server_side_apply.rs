@@ -529,6 +529,91 @@ async fn kube_rs_patch_apply_on_etcd() -> Result<()> {
     kube_rs_apply(true).await
 }
 
+/// Custom resources are applied under their CRD's schema: entries of an `x-kubernetes-list-type:
+/// map` list and of a `set` are owned one by one (two managers' entries merged), lists without a
+/// list type are atomic (another manager's value conflicts as a whole).
+async fn custom_resources_on(etcd: bool) -> Result<()> {
+    use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+    use kube::api::{ApiResource, DynamicObject, GroupVersionKind};
+    let cluster = start(etcd).await?;
+    let client = cluster.client().await?;
+    let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
+    let crd: CustomResourceDefinition = serde_json::from_value(json!({
+        "apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+        "metadata": {"name": "gateways.ssa.keel.dev"},
+        "spec": {"group": "ssa.keel.dev", "scope": "Namespaced",
+                 "names": {"plural": "gateways", "singular": "gateway", "kind": "Gateway"},
+                 "versions": [{"name": "v1", "served": true, "storage": true, "schema": {"openAPIV3Schema": {
+                     "type": "object", "properties": {"spec": {"type": "object", "properties": {
+                         "listeners": {"type": "array", "x-kubernetes-list-type": "map",
+                                       "x-kubernetes-list-map-keys": ["name"],
+                                       "items": {"type": "object", "required": ["name"], "properties": {
+                                           "name": {"type": "string"}, "port": {"type": "integer"}}}},
+                         "hosts": {"type": "array", "x-kubernetes-list-type": "set", "items": {"type": "string"}},
+                         "notes": {"type": "array", "items": {"type": "string"}}}}}}}}]}}))?;
+    crds.patch("gateways.ssa.keel.dev", &PatchParams::apply("test"), &Patch::Apply(&crd)).await?;
+    let mut established = false;
+    for _ in 0..200 {
+        let crd = crds.get("gateways.ssa.keel.dev").await?;
+        let conditions = crd.status.and_then(|s| s.conditions).unwrap_or_default();
+        if conditions.iter().any(|c| c.type_ == "Established" && c.status == "True") {
+            established = true;
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    ensure!(established, "the CRD was never Established");
+    let resource = ApiResource::from_gvk_with_plural(
+        &GroupVersionKind::gvk("ssa.keel.dev", "v1", "Gateway"),
+        "gateways",
+    );
+    let gateways: Api<DynamicObject> = Api::namespaced_with(client, "default", &resource);
+    let gateway = |spec: Value| json!({"apiVersion": "ssa.keel.dev/v1", "kind": "Gateway", "metadata": {"name": "g"}, "spec": spec});
+    gateways
+        .patch(
+            "g",
+            &PatchParams::apply("one"),
+            &Patch::Apply(gateway(
+                json!({"listeners": [{"name": "a", "port": 1}], "hosts": ["x"], "notes": ["n"]}),
+            )),
+        )
+        .await?;
+    let merged = gateways
+        .patch(
+            "g",
+            &PatchParams::apply("two"),
+            &Patch::Apply(gateway(json!({"listeners": [{"name": "b", "port": 2}], "hosts": ["y"]}))),
+        )
+        .await?;
+    ensure!(
+        merged.data["spec"]["listeners"] == json!([{"name": "a", "port": 1}, {"name": "b", "port": 2}]),
+        "{}",
+        merged.data
+    );
+    ensure!(merged.data["spec"]["hosts"] == json!(["x", "y"]), "{}", merged.data);
+    let err = gateways
+        .patch("g", &PatchParams::apply("two"), &Patch::Apply(gateway(json!({"notes": ["m"]}))))
+        .await
+        .expect_err("conflict");
+    let kube::Error::Api(status) = err else { anyhow::bail!("{err}") };
+    ensure!(
+        status.code == 409
+            && status.message == "Apply failed with 1 conflict: conflict with \"one\": .spec.notes",
+        "{status:?}"
+    );
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn custom_resources_follow_their_schema() -> Result<()> {
+    custom_resources_on(false).await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn custom_resources_follow_their_schema_on_etcd() -> Result<()> {
+    custom_resources_on(true).await
+}
+
 async fn bad_input_on(etcd: bool) -> Result<()> {
     let cluster = start(etcd).await?;
     let server = &cluster.server;

@@ -306,6 +306,58 @@ fn custom_objects_are_deduced() {
 }
 
 #[test]
+fn custom_objects_follow_their_crd_schema() {
+    let structural = crate::crd::schema::Schema::parse(
+        &json!({"type": "object", "properties": {"spec": {"type": "object", "properties": {
+            "ports": {"type": "array", "x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["name", "protocol"],
+                      "items": {"type": "object", "required": ["name"], "properties": {
+                          "name": {"type": "string"}, "protocol": {"type": "string", "default": "TCP"},
+                          "port": {"type": "integer"}}}},
+            "tags": {"type": "array", "x-kubernetes-list-type": "set", "items": {"type": "string"}},
+            "plain": {"type": "array", "items": {"type": "string"}},
+            "selector": {"type": "object", "x-kubernetes-map-type": "atomic", "additionalProperties": {"type": "string"}}}}}}),
+        "openAPIV3Schema",
+    )
+    .unwrap();
+    let root = schema::TypeDef::from_structural(&structural);
+    let ctx = Context::custom(&root, "example.com/v1", "Widget", "", false, NOW.into());
+    let widget = |spec: Value| json!({"apiVersion": "example.com/v1", "kind": "Widget", "metadata": {"name": "w", "labels": {"a": "b"}}, "spec": spec});
+    let live = apply(
+        &ctx,
+        &json!({}),
+        &widget(json!({"ports": [{"name": "a", "port": 1}], "tags": ["x"], "plain": ["p"], "selector": {"k": "v"}})),
+        "one",
+        false,
+    )
+    .unwrap();
+    assert_eq!(
+        entry(&live, "one").unwrap()["fieldsV1"],
+        json!({"f:metadata": {"f:labels": {"f:a": {}}},
+               "f:spec": {"f:plain": {}, "f:ports": {"k:{\"name\":\"a\",\"protocol\":\"TCP\"}": {".": {}, "f:name": {}, "f:port": {}}},
+                          "f:selector": {}, "f:tags": {"v:\"x\"": {}}}})
+    );
+    // Another manager adds its own entry of the keyed list and of the set: no conflict, both kept.
+    let merged = apply(
+        &ctx,
+        &live,
+        &widget(json!({"ports": [{"name": "b", "port": 2}], "tags": ["y"]})),
+        "two",
+        false,
+    )
+    .unwrap();
+    assert_eq!(merged["spec"]["ports"], json!([{"name": "a", "port": 1}, {"name": "b", "port": 2}]));
+    assert_eq!(merged["spec"]["tags"], json!(["x", "y"]));
+    // The atomic list still conflicts as a whole.
+    let ApplyError::Conflicts(conflicts) =
+        apply(&ctx, &merged, &widget(json!({"plain": ["q"]})), "two", false).unwrap_err()
+    else {
+        panic!()
+    };
+    assert_eq!(conflicts.len(), 1);
+    assert_eq!(conflicts[0].path.to_string(), ".spec.plain");
+}
+
+#[test]
 fn kubectl_keeps_the_client_side_annotation_up_to_date() {
     let ctx = ctx("v1", "ConfigMap");
     let live = json!({"apiVersion": "v1", "kind": "ConfigMap",

@@ -22,6 +22,13 @@ pub struct Server {
     _serving: tokio::task::JoinHandle<std::io::Result<()>>,
 }
 
+/// A dropped server stops (dropping a JoinHandle alone would leave the task serving).
+impl Drop for Server {
+    fn drop(&mut self) {
+        self._serving.abort();
+    }
+}
+
 impl Server {
     pub async fn start() -> Result<Server> {
         let dir = tempfile::tempdir()?;
