@@ -10,7 +10,13 @@ use super::{Label, MAX_DEPTH, Message, MessageType, ProtobufError, Special, TABL
 /// The JSON form of `bytes`, the wire form of message `message` (without an envelope). Fields the
 /// table does not know are skipped, as Go's generated code does.
 pub fn decode(bytes: &[u8], message: MessageType) -> Result<Value, ProtobufError> {
-    Ok(message_value(bytes, message.0, 0)?.unwrap_or_else(|| Value::Object(Map::new())))
+    decode_at(bytes, message, 0)
+}
+
+/// [`decode`] of a message nested `depth` deep (an envelope inside a RawExtension counts on from
+/// the message holding it, so envelopes nested in each other cannot exhaust the stack).
+pub(super) fn decode_at(bytes: &[u8], message: MessageType, depth: usize) -> Result<Value, ProtobufError> {
+    Ok(message_value(bytes, message.0, depth)?.unwrap_or_else(|| Value::Object(Map::new())))
 }
 
 /// A message's JSON value; `None` where upstream's JSON is null (an empty Time, RawExtension).
@@ -233,7 +239,7 @@ fn special_value(
             return Ok(None);
         }
         if raw.starts_with(envelope::MAGIC) {
-            return envelope::decode_object(raw).map(Some);
+            return envelope::decode_object_at(raw, depth + 1).map(Some);
         }
         serde_json::from_slice(raw)
             .map(Some)

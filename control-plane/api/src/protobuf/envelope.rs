@@ -139,6 +139,11 @@ pub fn unwrap(bytes: &[u8]) -> Result<(TypeMeta, &[u8]), DecodeError> {
 
 /// The JSON form of an envelope's object, with its apiVersion and kind.
 pub fn decode_object_typed(bytes: &[u8]) -> Result<Value, DecodeError> {
+    decode_object_typed_at(bytes, 0)
+}
+
+/// [`decode_object_typed`] of an envelope nested `depth` deep.
+fn decode_object_typed_at(bytes: &[u8], depth: usize) -> Result<Value, DecodeError> {
     let (type_meta, raw) = unwrap(bytes)?;
     let Some(message) = MessageType::of_kind(&type_meta.api_version, &type_meta.kind) else {
         let (group_version, kind) = (&type_meta.api_version, &type_meta.kind);
@@ -149,7 +154,7 @@ pub fn decode_object_typed(bytes: &[u8]) -> Result<Value, DecodeError> {
             type_meta: Some(type_meta.clone()),
         });
     };
-    let mut object = match decode(raw, message) {
+    let mut object = match decode::decode_at(raw, message, depth) {
         Ok(object) => object,
         Err(error) => return Err(DecodeError { type_meta: Some(type_meta), error }),
     };
@@ -162,7 +167,12 @@ pub fn decode_object_typed(bytes: &[u8]) -> Result<Value, DecodeError> {
 
 /// [`decode_object_typed`] for nested objects (a RawExtension holding an envelope).
 pub fn decode_object(bytes: &[u8]) -> Result<Value, ProtobufError> {
-    decode_object_typed(bytes).map_err(|e| e.error)
+    decode_object_at(bytes, 0)
+}
+
+/// [`decode_object`] of an envelope nested `depth` deep (inside a RawExtension).
+pub(super) fn decode_object_at(bytes: &[u8], depth: usize) -> Result<Value, ProtobufError> {
+    decode_object_typed_at(bytes, depth).map_err(|e| e.error)
 }
 
 fn length_delimited<'a>(wire: WireType, buf: &mut &'a [u8]) -> Result<&'a [u8], ProtobufError> {

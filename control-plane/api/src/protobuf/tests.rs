@@ -309,6 +309,35 @@ fn broken_envelopes_are_errors_not_panics() {
         nested = outer;
     }
     assert!(decode(&nested, props).is_err());
+    // Envelopes nested in RawExtensions (a ControllerRevision's data holding a ControllerRevision's
+    // envelope, and so on) count as nesting too: an error, not a stack overflow.
+    let mut revision = Vec::new();
+    for _ in 0..20_000 {
+        let inner = envelope::wrap("apps/v1", "ControllerRevision", &revision);
+        let mut data = Vec::new();
+        prost::encoding::encode_key(1, prost::encoding::WireType::LengthDelimited, &mut data);
+        prost::encoding::encode_varint(inner.len() as u64, &mut data);
+        data.extend_from_slice(&inner);
+        // field `data` (a RawExtension whose `raw` is the inner envelope)
+        revision.clear();
+        prost::encoding::encode_key(2, prost::encoding::WireType::LengthDelimited, &mut revision);
+        prost::encoding::encode_varint(data.len() as u64, &mut revision);
+        revision.extend_from_slice(&data);
+    }
+    let deep = envelope::decode_object_typed(&envelope::wrap("apps/v1", "ControllerRevision", &revision));
+    assert_eq!(deep.unwrap_err().error.0, "object nested too deeply");
+    // A few levels are fine.
+    let shallow = envelope::wrap("apps/v1", "ControllerRevision", b"");
+    let mut data = Vec::new();
+    prost::encoding::encode_key(1, prost::encoding::WireType::LengthDelimited, &mut data);
+    prost::encoding::encode_varint(shallow.len() as u64, &mut data);
+    data.extend_from_slice(&shallow);
+    let mut outer = Vec::new();
+    prost::encoding::encode_key(2, prost::encoding::WireType::LengthDelimited, &mut outer);
+    prost::encoding::encode_varint(data.len() as u64, &mut outer);
+    outer.extend_from_slice(&data);
+    let object = envelope::decode_object(&envelope::wrap("apps/v1", "ControllerRevision", &outer)).unwrap();
+    assert_eq!(object["data"]["kind"], "ControllerRevision");
 }
 
 #[test]
