@@ -10,7 +10,36 @@ use super::{Label, MAX_DEPTH, Message, MessageType, ProtobufError, Special, TABL
 /// The JSON form of `bytes`, the wire form of message `message` (without an envelope). Fields the
 /// table does not know are skipped, as Go's generated code does.
 pub fn decode(bytes: &[u8], message: MessageType) -> Result<Value, ProtobufError> {
-    decode_at(bytes, message, 0)
+    readable(decode_at(bytes, message, 0)?)
+}
+
+/// How many arrays and objects serde_json reads nested in each other (its recursion limit is 128).
+const MAX_JSON_DEPTH: usize = 127;
+
+/// `value` if its JSON text can be read back, which the server does with every object it stores;
+/// an error if it nests deeper than serde_json reads. Messages alone stay within that (a map or
+/// list adds a level to its message's), but JSON carried in a message (a CRD's `default`, a
+/// RawExtension) is parsed on its own and adds its depth to the field's.
+pub(super) fn readable(value: Value) -> Result<Value, ProtobufError> {
+    let mut deepest = 0;
+    let mut pending = vec![(&value, 1)];
+    while let Some((value, depth)) = pending.pop() {
+        match value {
+            Value::Object(map) => {
+                deepest = deepest.max(depth);
+                pending.extend(map.values().map(|v| (v, depth + 1)));
+            }
+            Value::Array(items) => {
+                deepest = deepest.max(depth);
+                pending.extend(items.iter().map(|v| (v, depth + 1)));
+            }
+            _ => {}
+        }
+    }
+    if deepest > MAX_JSON_DEPTH {
+        return Err(ProtobufError("object nested too deeply".into()));
+    }
+    Ok(value)
 }
 
 /// [`decode`] of a message nested `depth` deep (an envelope inside a RawExtension counts on from

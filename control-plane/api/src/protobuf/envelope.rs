@@ -142,6 +142,16 @@ pub fn decode_object_typed(bytes: &[u8]) -> Result<Value, DecodeError> {
     decode_object_typed_at(bytes, 0)
 }
 
+/// An object whose JSON nests too deeply to be read back is refused ([`decode::readable`]).
+fn readable(object: Value) -> Result<Value, DecodeError> {
+    let type_meta = |object: &Value| TypeMeta {
+        api_version: object["apiVersion"].as_str().unwrap_or_default().to_owned(),
+        kind: object["kind"].as_str().unwrap_or_default().to_owned(),
+    };
+    let described = type_meta(&object);
+    decode::readable(object).map_err(|error| DecodeError { type_meta: Some(described), error })
+}
+
 /// [`decode_object_typed`] of an envelope nested `depth` deep.
 fn decode_object_typed_at(bytes: &[u8], depth: usize) -> Result<Value, DecodeError> {
     let (type_meta, raw) = unwrap(bytes)?;
@@ -162,7 +172,7 @@ fn decode_object_typed_at(bytes: &[u8], depth: usize) -> Result<Value, DecodeErr
         map.insert("apiVersion".into(), type_meta.api_version.into());
         map.insert("kind".into(), type_meta.kind.into());
     }
-    Ok(object)
+    if depth == 0 { readable(object) } else { Ok(object) }
 }
 
 /// [`decode_object_typed`] for nested objects (a RawExtension holding an envelope).

@@ -341,6 +341,35 @@ fn broken_envelopes_are_errors_not_panics() {
 }
 
 #[test]
+fn decoded_objects_read_back_as_json() {
+    // A CRD's default (JSON carried in protobuf) nested deep enough that, inside the CRD, the
+    // object's JSON is deeper than serde_json reads: refused, not stored unreadable.
+    let crd = |depth: usize| {
+        let mut default = json!(1);
+        for _ in 0..depth {
+            default = Value::Array(vec![default]);
+        }
+        json!({"apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+               "metadata": {"name": "a.example.com"},
+               "spec": {"versions": [{"name": "v1", "schema": {"openAPIV3Schema": {"type": "object",
+                   "properties": {"x": {"default": default}}}}}]}})
+    };
+    let deep = envelope::encode_object(&crd(120)).unwrap();
+    let refused = envelope::decode_object_typed(&deep).unwrap_err();
+    assert_eq!(refused.error.0, "object nested too deeply");
+    assert_eq!(refused.type_meta.map(|t| t.kind).as_deref(), Some("CustomResourceDefinition"));
+    let message = MessageType::of_kind("apiextensions.k8s.io/v1", "CustomResourceDefinition").unwrap();
+    assert!(decode(envelope::unwrap(&deep).unwrap().1, message).is_err());
+    // Within the limit: decoded, and its JSON text parses again.
+    let shallow = envelope::decode_object_typed(&envelope::encode_object(&crd(100)).unwrap()).unwrap();
+    let default = |crd: &Value| {
+        crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["x"]["default"].clone()
+    };
+    assert_eq!(default(&shallow), default(&crd(100)));
+    serde_json::from_slice::<Value>(&serde_json::to_vec(&shallow).unwrap()).unwrap();
+}
+
+#[test]
 fn json_bytes_transcode_as_values_encode() {
     let crd = {
         json!({"apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
