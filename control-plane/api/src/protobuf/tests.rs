@@ -240,6 +240,11 @@ fn times_and_durations_as_upstream_writes_them() {
     assert_eq!(forms::format_time(0, 999, false).unwrap(), "1970-01-01T00:00:00Z");
     assert_eq!(forms::format_time(1_796_032_800, 5_000, true).unwrap(), "2026-11-30T10:00:00.000005Z");
     assert_eq!(forms::parse_time("2026-11-30T11:00:00+01:00", false).unwrap(), (1_796_032_800, 0));
+    // Before 1970 a fraction does not move the second (Go's Unix() counts down).
+    assert_eq!(forms::parse_time("1969-12-31T23:59:59.5Z", false).unwrap(), (-1, 0));
+    assert_eq!(forms::parse_time("1969-12-31T23:59:59.5Z", true).unwrap(), (-1, 500_000_000));
+    assert_eq!(forms::format_time(-1, 500_000_000, true).unwrap(), "1969-12-31T23:59:59.500000Z");
+    assert_eq!(forms::format_time(-1, 0, false).unwrap(), "1969-12-31T23:59:59Z");
     assert_eq!(
         forms::parse_time("2026-11-30T10:00:00.123456789Z", true).unwrap(),
         (1_796_032_800, 123_456_000)
