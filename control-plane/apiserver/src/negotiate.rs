@@ -85,13 +85,13 @@ pub fn body_type(content_type: Option<&str>) -> Result<BodyType, ApiError> {
 }
 
 /// An Accept header entry: its q, media type and parameters.
-type Entry = (f32, String, Vec<(String, String)>);
+pub(crate) type Entry = (f32, String, Vec<(String, String)>);
 
 /// The Accept header's entries in the order upstream tries them (goautoneg's `ParseAccept`):
 /// by descending q (1 when not given), a concrete type or subtype before a wildcard, otherwise
 /// as written. Sorted as Go's `sort.Sort` sorts so short a list (an insertion sort, which keeps
 /// equal entries in order) with goautoneg's comparison, so ties break as upstream's do.
-fn accept_entries(accept: &str) -> Vec<Entry> {
+pub(crate) fn accept_entries(accept: &str) -> Vec<Entry> {
     let mut entries: Vec<Entry> = accept
         .split(',')
         .map(|entry| {
