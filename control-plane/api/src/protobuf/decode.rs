@@ -82,7 +82,7 @@ fn message_value(bytes: &[u8], message: usize, depth: usize) -> Result<Option<Va
 }
 
 /// The payload of a length-delimited field.
-fn length_delimited<'a>(wire: WireType, buf: &mut &'a [u8]) -> Result<&'a [u8], ProtobufError> {
+pub(super) fn length_delimited<'a>(wire: WireType, buf: &mut &'a [u8]) -> Result<&'a [u8], ProtobufError> {
     check_wire_type(WireType::LengthDelimited, wire)?;
     let len = decode_varint(buf)?;
     let len = usize::try_from(len)

@@ -4,9 +4,10 @@
 //! (upstream's stream serializer is the raw one) whose `object.raw` holds the object's envelope.
 
 use prost::bytes::Buf;
-use prost::encoding::{DecodeContext, WireType, check_wire_type, decode_key, decode_varint, skip_field};
+use prost::encoding::{DecodeContext, decode_key, skip_field};
 use serde_json::Value;
 
+use super::decode::length_delimited;
 use super::encode::{bytes_field, delimited};
 use super::{MessageType, ProtobufError, decode, encode};
 
@@ -183,18 +184,6 @@ pub fn decode_object(bytes: &[u8]) -> Result<Value, ProtobufError> {
 /// [`decode_object`] of an envelope nested `depth` deep (inside a RawExtension).
 pub(super) fn decode_object_at(bytes: &[u8], depth: usize) -> Result<Value, ProtobufError> {
     decode_object_typed_at(bytes, depth).map_err(|e| e.error)
-}
-
-fn length_delimited<'a>(wire: WireType, buf: &mut &'a [u8]) -> Result<&'a [u8], ProtobufError> {
-    check_wire_type(WireType::LengthDelimited, wire)?;
-    let len = decode_varint(buf)?;
-    let len = usize::try_from(len)
-        .ok()
-        .filter(|&len| len <= buf.len())
-        .ok_or_else(|| ProtobufError("unexpected EOF".into()))?;
-    let (payload, rest) = buf.split_at(len);
-    *buf = rest;
-    Ok(payload)
 }
 
 /// One watch frame: the length, then WatchEvent{type, object: RawExtension{raw: `object`}} where
