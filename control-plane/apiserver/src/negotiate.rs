@@ -84,16 +84,50 @@ pub fn body_type(content_type: Option<&str>) -> Result<BodyType, ApiError> {
     }
 }
 
-/// The response form for `accept`: the first entry (by order, q=0 excluded) the endpoint
-/// [`Offer`]s. As upstream, a Table is JSON or YAML only (`application/vnd.kubernetes.protobuf;
-/// as=Table` is passed over for the next entry), the metadata-only forms come in protobuf too.
+/// An Accept header entry: its q, media type and parameters.
+pub(crate) type Entry = (f32, String, Vec<(String, String)>);
+
+/// The Accept header's entries in the order upstream tries them (goautoneg's `ParseAccept`):
+/// by descending q (1 when not given), a concrete type or subtype before a wildcard, otherwise
+/// as written. Sorted as Go's `sort.Sort` sorts so short a list (an insertion sort, which keeps
+/// equal entries in order) with goautoneg's comparison, so ties break as upstream's do.
+pub(crate) fn accept_entries(accept: &str) -> Vec<Entry> {
+    let mut entries: Vec<Entry> = accept
+        .split(',')
+        .map(|entry| {
+            let (media, params) = media(entry);
+            let q = params.iter().find(|(k, _)| k == "q").map_or(1.0, |(_, q)| q.parse().unwrap_or(0.0));
+            (q, media, params)
+        })
+        .collect();
+    let wildcard = |media: &str| {
+        let (kind, subtype) = media.split_once('/').unwrap_or((media, "*"));
+        (kind == "*", subtype == "*")
+    };
+    let less = |a: &Entry, b: &Entry| {
+        let ((a_any_type, a_any_subtype), (b_any_type, b_any_subtype)) = (wildcard(&a.1), wildcard(&b.1));
+        a.0 > b.0 || (!a_any_type && b_any_type) || (!a_any_subtype && b_any_subtype)
+    };
+    for i in 1..entries.len() {
+        let mut j = i;
+        while j > 0 && less(&entries[j], &entries[j - 1]) {
+            entries.swap(j, j - 1);
+            j -= 1;
+        }
+    }
+    entries
+}
+
+/// The response form for `accept`: the first entry (in upstream's order, [`accept_entries`]; q=0
+/// excluded) the endpoint [`Offer`]s. As upstream, a Table is JSON or YAML only
+/// (`application/vnd.kubernetes.protobuf; as=Table` is passed over for the next entry), the
+/// metadata-only forms come in protobuf too.
 pub fn response_format(accept: Option<&str>, offer: Offer) -> Result<Format, ApiError> {
     let (table_allowed, aggregated_allowed) = (offer.table, offer.aggregated);
     let Some(accept) = accept.filter(|a| !a.trim().is_empty()) else { return Ok(Format::Json) };
-    for entry in accept.split(',') {
-        let (media, params) = media(entry);
+    for (q, media, params) in accept_entries(accept) {
         let param = |name: &str| params.iter().find(|(k, _)| k == name).map(|(_, v)| v.as_str());
-        if param("q").is_some_and(|q| q.parse::<f32>().is_ok_and(|q| q <= 0.0)) {
+        if q <= 0.0 {
             continue;
         }
         let format = match media.as_str() {
@@ -251,6 +285,34 @@ mod tests {
                 offer(true, false)
             )
             .unwrap(),
+            Format::Json
+        );
+    }
+
+    #[test]
+    fn entries_by_quality_then_order() {
+        let resource = Offer { table: true, aggregated: false, protobuf: true };
+        // A preferred type later in the list wins, as goautoneg sorts by q.
+        assert_eq!(
+            response_format(Some("application/json;q=0.5, application/vnd.kubernetes.protobuf"), resource)
+                .unwrap(),
+            Format::Protobuf
+        );
+        assert_eq!(
+            response_format(Some("application/yaml;q=0.9, application/json;q=0.95"), resource).unwrap(),
+            Format::Json
+        );
+        let table = "application/json;q=0.8, application/json;as=Table;v=v1;g=meta.k8s.io";
+        assert_eq!(response_format(Some(table), resource).unwrap(), Format::Table(TableVersion::V1));
+        // Equal q: as written; a concrete type before a wildcard.
+        assert_eq!(
+            response_format(Some("application/yaml, application/json"), resource).unwrap(),
+            Format::Yaml
+        );
+        assert_eq!(response_format(Some("*/*, application/yaml"), resource).unwrap(), Format::Yaml);
+        // An unreadable q is 0, as Go's ParseFloat error leaves it.
+        assert_eq!(
+            response_format(Some("application/yaml;q=high, application/json"), resource).unwrap(),
             Format::Json
         );
     }

@@ -139,28 +139,18 @@ fn build(resources: &[Resource], schemas: &dyn SchemaSource) -> Result<Documents
 }
 
 /// The index (into `offered`, application/<subtype>) of the first subtype the Accept header takes,
-/// clauses by descending q (stable), wildcards matching anything; `None` if none is acceptable.
+/// its entries in upstream's order ([`crate::negotiate::accept_entries`]), wildcards matching
+/// anything; `None` if none is acceptable.
 fn negotiate(accept: &str, offered: &[&str]) -> Option<usize> {
-    let mut clauses: Vec<(f32, String, String)> = accept
-        .split(',')
-        .filter_map(|clause| {
-            let mut parts = clause.split(';');
-            let media = parts.next()?.trim().to_ascii_lowercase();
-            let q = parts
-                .filter_map(|p| p.trim().strip_prefix("q="))
-                .find_map(|q| q.parse::<f32>().ok())
-                .unwrap_or(1.0);
+    crate::negotiate::accept_entries(accept).into_iter().filter(|(q, _, _)| *q > 0.0).find_map(
+        |(_, media, _)| {
             let (kind, subtype) = media.split_once('/').unwrap_or((media.as_str(), ""));
-            (q > 0.0).then(|| (q, kind.to_owned(), subtype.to_owned()))
-        })
-        .collect();
-    clauses.sort_by(|a, b| b.0.total_cmp(&a.0));
-    clauses.iter().find_map(|(_, kind, subtype)| {
-        if kind != "application" && kind != "*" {
-            return None;
-        }
-        offered.iter().position(|offer| subtype == "*" || subtype.eq_ignore_ascii_case(offer))
-    })
+            if kind != "application" && kind != "*" {
+                return None;
+            }
+            offered.iter().position(|offer| subtype == "*" || subtype.eq_ignore_ascii_case(offer))
+        },
+    )
 }
 
 fn query_param<'a>(query: Option<&'a str>, name: &str) -> Option<&'a str> {
@@ -218,5 +208,7 @@ mod tests {
             ),
             Some(1)
         );
+        // Equal q: a concrete type before a wildcard, as goautoneg sorts them.
+        assert_eq!(negotiate(&format!("*/*, {client_go}"), &offered), Some(2));
     }
 }

@@ -318,6 +318,13 @@ fn read_file(module: &[String], file: &syn::File, messages: &mut Messages) -> Re
                     "btree_map" | "map" | "hash_map" => {
                         let spec = meta.value()?.parse::<syn::LitStr>()?.value();
                         label = "map";
+                        // The codec keeps map keys as JSON object keys, read and written as strings.
+                        let key = spec.split(',').next().unwrap_or_default().trim();
+                        if key != "string" {
+                            return Err(
+                                meta.error(format!("a map with {key} keys (only string keys are read)"))
+                            );
+                        }
                         let value = spec.split(',').nth(1).unwrap_or_default().trim().to_owned();
                         kind = Some(value);
                     }
@@ -373,4 +380,29 @@ fn message_type(module: &[String], ty: &syn::Type) -> Option<String> {
     let message = names.pop()?;
     base.extend(names);
     Some(format!("{}.{message}", package(&base)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn maps_are_read_with_string_keys_only() {
+        let source = |key: &str| {
+            syn::parse_str::<syn::File>(&format!(
+                "#[derive(Clone, PartialEq, ::prost::Message)]
+                 pub struct Thing {{
+                     #[prost(btree_map = \"{key}, string\", tag = \"1\")]
+                     pub labels: ::std::collections::BTreeMap<{rust}, ::prost::alloc::string::String>,
+                 }}",
+                rust = if key == "string" { "String" } else { "i32" },
+            ))
+            .unwrap()
+        };
+        let mut messages = Messages::default();
+        read_file(&["api".into(), "core".into(), "v1".into()], &source("string"), &mut messages).unwrap();
+        assert_eq!(messages["k8s.io.api.core.v1.Thing"][0].label, "map");
+        let error = read_file(&["api".into()], &source("int32"), &mut Messages::default()).unwrap_err();
+        assert!(format!("{error:#}").contains("int32 keys"), "{error:#}");
+    }
 }

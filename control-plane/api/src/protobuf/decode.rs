@@ -10,7 +10,42 @@ use super::{Label, MAX_DEPTH, Message, MessageType, ProtobufError, Special, TABL
 /// The JSON form of `bytes`, the wire form of message `message` (without an envelope). Fields the
 /// table does not know are skipped, as Go's generated code does.
 pub fn decode(bytes: &[u8], message: MessageType) -> Result<Value, ProtobufError> {
-    Ok(message_value(bytes, message.0, 0)?.unwrap_or_else(|| Value::Object(Map::new())))
+    readable(decode_at(bytes, message, 0)?)
+}
+
+/// How many arrays and objects serde_json reads nested in each other (its recursion limit is 128).
+const MAX_JSON_DEPTH: usize = 127;
+
+/// `value` if its JSON text can be read back, which the server does with every object it stores;
+/// an error if it nests deeper than serde_json reads. Messages alone stay within that (a map or
+/// list adds a level to its message's), but JSON carried in a message (a CRD's `default`, a
+/// RawExtension) is parsed on its own and adds its depth to the field's.
+pub(super) fn readable(value: Value) -> Result<Value, ProtobufError> {
+    let mut deepest = 0;
+    let mut pending = vec![(&value, 1)];
+    while let Some((value, depth)) = pending.pop() {
+        match value {
+            Value::Object(map) => {
+                deepest = deepest.max(depth);
+                pending.extend(map.values().map(|v| (v, depth + 1)));
+            }
+            Value::Array(items) => {
+                deepest = deepest.max(depth);
+                pending.extend(items.iter().map(|v| (v, depth + 1)));
+            }
+            _ => {}
+        }
+    }
+    if deepest > MAX_JSON_DEPTH {
+        return Err(ProtobufError("object nested too deeply".into()));
+    }
+    Ok(value)
+}
+
+/// [`decode`] of a message nested `depth` deep (an envelope inside a RawExtension counts on from
+/// the message holding it, so envelopes nested in each other cannot exhaust the stack).
+pub(super) fn decode_at(bytes: &[u8], message: MessageType, depth: usize) -> Result<Value, ProtobufError> {
+    Ok(message_value(bytes, message.0, depth)?.unwrap_or_else(|| Value::Object(Map::new())))
 }
 
 /// A message's JSON value; `None` where upstream's JSON is null (an empty Time, RawExtension).
@@ -47,7 +82,7 @@ fn message_value(bytes: &[u8], message: usize, depth: usize) -> Result<Option<Va
 }
 
 /// The payload of a length-delimited field.
-fn length_delimited<'a>(wire: WireType, buf: &mut &'a [u8]) -> Result<&'a [u8], ProtobufError> {
+pub(super) fn length_delimited<'a>(wire: WireType, buf: &mut &'a [u8]) -> Result<&'a [u8], ProtobufError> {
     check_wire_type(WireType::LengthDelimited, wire)?;
     let len = decode_varint(buf)?;
     let len = usize::try_from(len)
@@ -233,7 +268,7 @@ fn special_value(
             return Ok(None);
         }
         if raw.starts_with(envelope::MAGIC) {
-            return envelope::decode_object(raw).map(Some);
+            return envelope::decode_object_at(raw, depth + 1).map(Some);
         }
         serde_json::from_slice(raw)
             .map(Some)

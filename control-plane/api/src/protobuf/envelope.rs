@@ -4,9 +4,10 @@
 //! (upstream's stream serializer is the raw one) whose `object.raw` holds the object's envelope.
 
 use prost::bytes::Buf;
-use prost::encoding::{DecodeContext, WireType, check_wire_type, decode_key, decode_varint, skip_field};
+use prost::encoding::{DecodeContext, decode_key, skip_field};
 use serde_json::Value;
 
+use super::decode::length_delimited;
 use super::encode::{bytes_field, delimited};
 use super::{MessageType, ProtobufError, decode, encode};
 
@@ -139,6 +140,21 @@ pub fn unwrap(bytes: &[u8]) -> Result<(TypeMeta, &[u8]), DecodeError> {
 
 /// The JSON form of an envelope's object, with its apiVersion and kind.
 pub fn decode_object_typed(bytes: &[u8]) -> Result<Value, DecodeError> {
+    decode_object_typed_at(bytes, 0)
+}
+
+/// An object whose JSON nests too deeply to be read back is refused ([`decode::readable`]).
+fn readable(object: Value) -> Result<Value, DecodeError> {
+    let type_meta = |object: &Value| TypeMeta {
+        api_version: object["apiVersion"].as_str().unwrap_or_default().to_owned(),
+        kind: object["kind"].as_str().unwrap_or_default().to_owned(),
+    };
+    let described = type_meta(&object);
+    decode::readable(object).map_err(|error| DecodeError { type_meta: Some(described), error })
+}
+
+/// [`decode_object_typed`] of an envelope nested `depth` deep.
+fn decode_object_typed_at(bytes: &[u8], depth: usize) -> Result<Value, DecodeError> {
     let (type_meta, raw) = unwrap(bytes)?;
     let Some(message) = MessageType::of_kind(&type_meta.api_version, &type_meta.kind) else {
         let (group_version, kind) = (&type_meta.api_version, &type_meta.kind);
@@ -149,7 +165,7 @@ pub fn decode_object_typed(bytes: &[u8]) -> Result<Value, DecodeError> {
             type_meta: Some(type_meta.clone()),
         });
     };
-    let mut object = match decode(raw, message) {
+    let mut object = match decode::decode_at(raw, message, depth) {
         Ok(object) => object,
         Err(error) => return Err(DecodeError { type_meta: Some(type_meta), error }),
     };
@@ -157,24 +173,17 @@ pub fn decode_object_typed(bytes: &[u8]) -> Result<Value, DecodeError> {
         map.insert("apiVersion".into(), type_meta.api_version.into());
         map.insert("kind".into(), type_meta.kind.into());
     }
-    Ok(object)
+    if depth == 0 { readable(object) } else { Ok(object) }
 }
 
 /// [`decode_object_typed`] for nested objects (a RawExtension holding an envelope).
 pub fn decode_object(bytes: &[u8]) -> Result<Value, ProtobufError> {
-    decode_object_typed(bytes).map_err(|e| e.error)
+    decode_object_at(bytes, 0)
 }
 
-fn length_delimited<'a>(wire: WireType, buf: &mut &'a [u8]) -> Result<&'a [u8], ProtobufError> {
-    check_wire_type(WireType::LengthDelimited, wire)?;
-    let len = decode_varint(buf)?;
-    let len = usize::try_from(len)
-        .ok()
-        .filter(|&len| len <= buf.len())
-        .ok_or_else(|| ProtobufError("unexpected EOF".into()))?;
-    let (payload, rest) = buf.split_at(len);
-    *buf = rest;
-    Ok(payload)
+/// [`decode_object`] of an envelope nested `depth` deep (inside a RawExtension).
+pub(super) fn decode_object_at(bytes: &[u8], depth: usize) -> Result<Value, ProtobufError> {
+    decode_object_typed_at(bytes, depth).map_err(|e| e.error)
 }
 
 /// One watch frame: the length, then WatchEvent{type, object: RawExtension{raw: `object`}} where

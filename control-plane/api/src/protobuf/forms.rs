@@ -6,8 +6,14 @@ use super::ProtobufError;
 /// Time drops the nanoseconds, as its JSON form has none), MicroTime microseconds.
 pub fn parse_time(text: &str, micro: bool) -> Result<(i64, i32), String> {
     let timestamp: jiff::Timestamp = text.parse().map_err(|e| format!("parsing time {text:?}: {e}"))?;
-    let nanos = if micro { timestamp.subsec_microsecond() * 1000 } else { 0 };
-    Ok((timestamp.as_second(), nanos))
+    // As Go's Timestamp: whole seconds counted down (before 1970 jiff's truncate toward zero), the
+    // nanoseconds never negative.
+    let (mut seconds, mut nanos) = (timestamp.as_second(), timestamp.subsec_nanosecond());
+    if nanos < 0 {
+        seconds -= 1;
+        nanos += 1_000_000_000;
+    }
+    Ok((seconds, if micro { nanos / 1000 * 1000 } else { 0 }))
 }
 
 /// Upstream's JSON of a time: `2006-01-02T15:04:05Z` (Time) or `2006-01-02T15:04:05.000000Z`

@@ -240,6 +240,11 @@ fn times_and_durations_as_upstream_writes_them() {
     assert_eq!(forms::format_time(0, 999, false).unwrap(), "1970-01-01T00:00:00Z");
     assert_eq!(forms::format_time(1_796_032_800, 5_000, true).unwrap(), "2026-11-30T10:00:00.000005Z");
     assert_eq!(forms::parse_time("2026-11-30T11:00:00+01:00", false).unwrap(), (1_796_032_800, 0));
+    // Before 1970 a fraction does not move the second (Go's Unix() counts down).
+    assert_eq!(forms::parse_time("1969-12-31T23:59:59.5Z", false).unwrap(), (-1, 0));
+    assert_eq!(forms::parse_time("1969-12-31T23:59:59.5Z", true).unwrap(), (-1, 500_000_000));
+    assert_eq!(forms::format_time(-1, 500_000_000, true).unwrap(), "1969-12-31T23:59:59.500000Z");
+    assert_eq!(forms::format_time(-1, 0, false).unwrap(), "1969-12-31T23:59:59Z");
     assert_eq!(
         forms::parse_time("2026-11-30T10:00:00.123456789Z", true).unwrap(),
         (1_796_032_800, 123_456_000)
@@ -309,6 +314,64 @@ fn broken_envelopes_are_errors_not_panics() {
         nested = outer;
     }
     assert!(decode(&nested, props).is_err());
+    // Envelopes nested in RawExtensions (a ControllerRevision's data holding a ControllerRevision's
+    // envelope, and so on) count as nesting too: an error, not a stack overflow.
+    let mut revision = Vec::new();
+    for _ in 0..20_000 {
+        let inner = envelope::wrap("apps/v1", "ControllerRevision", &revision);
+        let mut data = Vec::new();
+        prost::encoding::encode_key(1, prost::encoding::WireType::LengthDelimited, &mut data);
+        prost::encoding::encode_varint(inner.len() as u64, &mut data);
+        data.extend_from_slice(&inner);
+        // field `data` (a RawExtension whose `raw` is the inner envelope)
+        revision.clear();
+        prost::encoding::encode_key(2, prost::encoding::WireType::LengthDelimited, &mut revision);
+        prost::encoding::encode_varint(data.len() as u64, &mut revision);
+        revision.extend_from_slice(&data);
+    }
+    let deep = envelope::decode_object_typed(&envelope::wrap("apps/v1", "ControllerRevision", &revision));
+    assert_eq!(deep.unwrap_err().error.0, "object nested too deeply");
+    // A few levels are fine.
+    let shallow = envelope::wrap("apps/v1", "ControllerRevision", b"");
+    let mut data = Vec::new();
+    prost::encoding::encode_key(1, prost::encoding::WireType::LengthDelimited, &mut data);
+    prost::encoding::encode_varint(shallow.len() as u64, &mut data);
+    data.extend_from_slice(&shallow);
+    let mut outer = Vec::new();
+    prost::encoding::encode_key(2, prost::encoding::WireType::LengthDelimited, &mut outer);
+    prost::encoding::encode_varint(data.len() as u64, &mut outer);
+    outer.extend_from_slice(&data);
+    let object = envelope::decode_object(&envelope::wrap("apps/v1", "ControllerRevision", &outer)).unwrap();
+    assert_eq!(object["data"]["kind"], "ControllerRevision");
+}
+
+#[test]
+fn decoded_objects_read_back_as_json() {
+    // A CRD's default (JSON carried in protobuf) nested deep enough that, inside the CRD, the
+    // object's JSON is deeper than serde_json reads: refused, not stored unreadable.
+    let crd = |depth: usize| {
+        let mut default = json!(1);
+        for _ in 0..depth {
+            default = Value::Array(vec![default]);
+        }
+        json!({"apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+               "metadata": {"name": "a.example.com"},
+               "spec": {"versions": [{"name": "v1", "schema": {"openAPIV3Schema": {"type": "object",
+                   "properties": {"x": {"default": default}}}}}]}})
+    };
+    let deep = envelope::encode_object(&crd(120)).unwrap();
+    let refused = envelope::decode_object_typed(&deep).unwrap_err();
+    assert_eq!(refused.error.0, "object nested too deeply");
+    assert_eq!(refused.type_meta.map(|t| t.kind).as_deref(), Some("CustomResourceDefinition"));
+    let message = MessageType::of_kind("apiextensions.k8s.io/v1", "CustomResourceDefinition").unwrap();
+    assert!(decode(envelope::unwrap(&deep).unwrap().1, message).is_err());
+    // Within the limit: decoded, and its JSON text parses again.
+    let shallow = envelope::decode_object_typed(&envelope::encode_object(&crd(100)).unwrap()).unwrap();
+    let default = |crd: &Value| {
+        crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["x"]["default"].clone()
+    };
+    assert_eq!(default(&shallow), default(&crd(100)));
+    serde_json::from_slice::<Value>(&serde_json::to_vec(&shallow).unwrap()).unwrap();
 }
 
 #[test]
