@@ -817,7 +817,12 @@ impl PatchBody {
             |e: serde_json::Error| ApiError::BadRequest(format!("the patch is not valid JSON: {e}"));
         match media.as_deref() {
             Some("application/json-patch+json") => {
-                Ok(PatchBody::Json(serde_json::from_slice(body).map_err(malformed)?))
+                // Not JSON is a 400; JSON that is no list of known operations fails when applied
+                // upstream (evanphx/json-patch decodes any list of objects): a 422.
+                let operations: Value = serde_json::from_slice(body).map_err(malformed)?;
+                Ok(PatchBody::Json(serde_json::from_value(operations).map_err(|e| {
+                    ApiError::UnprocessableEntity(format!("the JSON patch could not be applied: {e}"))
+                })?))
             }
             Some("application/merge-patch+json") => {
                 Ok(PatchBody::Merge(serde_json::from_slice(body).map_err(malformed)?))

@@ -1,5 +1,6 @@
 //! What a client sending something wrong gets: Kubernetes' status code and reason, and nothing kept
-//! in the store. Also YAML bodies and responses, and content negotiation.
+//! in the store — requests and patches that do not apply, on both stores. Also YAML bodies and
+//! responses, and content negotiation.
 
 mod common;
 
@@ -175,4 +176,94 @@ async fn field_validation_strict_warn_ignore() -> Result<()> {
         server.request("POST", &format!("{deployments}?fieldValidation=Loose"), &json, b"{}").await?;
     ensure!(status == 400 && answer.contains("fieldValidation must be one of"), "{status} {answer}");
     Ok(())
+}
+
+/// Patches that do not apply — each kind of patch, malformed or not fitting the object — get
+/// Kubernetes' status and reason, and the object stays as it was (same resourceVersion).
+async fn patches_that_do_not_apply(server: Server) -> Result<()> {
+    let json = [("Content-Type", "application/json")];
+    let deployment = br#"{"apiVersion":"apps/v1","kind":"Deployment","metadata":{"name":"web"},
+        "spec":{"selector":{"matchLabels":{"app":"web"}},"template":{"metadata":{"labels":{"app":"web"}},
+        "spec":{"containers":[{"name":"web","image":"busybox:1"}]}}}}"#;
+    let deployments = "/apis/apps/v1/namespaces/default/deployments";
+    let (status, _, created) = server.request("POST", deployments, &json, deployment).await?;
+    ensure!(status == 201, "{created}");
+    let version = |text: &str| -> Result<Value> {
+        Ok(serde_json::from_str::<Value>(text)?["metadata"]["resourceVersion"].clone())
+    };
+    let before = version(&created)?;
+    const JSON_PATCH: &str = "application/json-patch+json";
+    const MERGE: &str = "application/merge-patch+json";
+    const STRATEGIC: &str = "application/strategic-merge-patch+json";
+    // (what, content type, patch, expected code, expected reason)
+    let cases: &[(&str, &str, &str, u16, &str)] = &[
+        ("a JSON patch that is not JSON", JSON_PATCH, "[{", 400, "BadRequest"),
+        (
+            "a JSON patch whose test fails",
+            JSON_PATCH,
+            r#"[{"op":"test","path":"/spec/replicas","value":7}]"#,
+            422,
+            "Invalid",
+        ),
+        (
+            "a JSON patch removing what is not there",
+            JSON_PATCH,
+            r#"[{"op":"remove","path":"/spec/nothing"}]"#,
+            422,
+            "Invalid",
+        ),
+        (
+            "a JSON patch with an unknown op",
+            JSON_PATCH,
+            r#"[{"op":"frobnicate","path":"/spec"}]"#,
+            422,
+            "Invalid",
+        ),
+        ("a merge patch that is not JSON", MERGE, "{", 400, "BadRequest"),
+        (
+            "a merge patch giving a field the wrong type",
+            MERGE,
+            r#"{"spec":{"replicas":"many"}}"#,
+            400,
+            "BadRequest",
+        ),
+        (
+            "a strategic patch without a container's merge key",
+            STRATEGIC,
+            r#"{"spec":{"template":{"spec":{"containers":[{"image":"busybox:2"}]}}}}"#,
+            422,
+            "Invalid",
+        ),
+        (
+            "a strategic patch with an unknown directive",
+            STRATEGIC,
+            r#"{"spec":{"template":{"spec":{"containers":[{"name":"web","$patch":"explode"}]}}}}"#,
+            422,
+            "Invalid",
+        ),
+        ("a patch making the object invalid", MERGE, r#"{"spec":{"replicas":-1}}"#, 422, "Invalid"),
+        ("a patch of an unsupported type", "application/xml", "<spec/>", 415, "UnsupportedMediaType"),
+    ];
+    let path = format!("{deployments}/web");
+    for (what, content_type, patch, code, expected) in cases {
+        let headers = [("Content-Type", *content_type)];
+        let (status, _, answer) = server.request("PATCH", &path, &headers, patch.as_bytes()).await?;
+        ensure!(status == *code && reason(&answer) == *expected, "{what}: {status} {answer}");
+    }
+    let (status, _, current) = server.request("GET", &path, &[], b"").await?;
+    ensure!(status == 200 && version(&current)? == before, "the deployment changed: {current}");
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn patches_that_do_not_apply_change_nothing() -> Result<()> {
+    patches_that_do_not_apply(Server::start().await?).await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn patches_that_do_not_apply_change_nothing_on_etcd() -> Result<()> {
+    let etcd = keel_testbed::etcd::EtcdCluster::start(1)?;
+    let options = keel_store::etcd::EtcdOptions::new(etcd.client_urls()).prefix("/keel");
+    let store = std::sync::Arc::new(keel_store::etcd::EtcdStore::connect(options).await?);
+    patches_that_do_not_apply(Server::start_on(store, tempfile::tempdir()?).await?).await
 }
