@@ -14,6 +14,7 @@ mod common;
 use std::path::Path;
 
 use anyhow::{Context, Result, ensure};
+use common::{kubectl_ok as ok, kubectl_run};
 use keel_testbed::kubectl::{self, Kubectl};
 use serde_json::{Value, json};
 
@@ -109,23 +110,6 @@ spec:
 /// The CRD as JSON, for raw requests.
 fn crd_json() -> Result<Value> {
     Ok(serde_yaml_ng::from_str(CRD)?)
-}
-
-async fn kubectl_run(kubectl: &Kubectl, kubeconfig: &Path, args: &[&str]) -> Result<(bool, String, String)> {
-    let mut command = tokio::process::Command::from(kubectl.command());
-    command.arg("--kubeconfig").arg(kubeconfig).args(args);
-    let output = command.output().await.with_context(|| format!("kubectl 1.{} {args:?}", kubectl.minor))?;
-    Ok((
-        output.status.success(),
-        String::from_utf8_lossy(&output.stdout).into_owned(),
-        String::from_utf8_lossy(&output.stderr).into_owned(),
-    ))
-}
-
-async fn ok(kubectl: &Kubectl, kubeconfig: &Path, args: &[&str]) -> Result<String> {
-    let (success, out, err) = kubectl_run(kubectl, kubeconfig, args).await?;
-    ensure!(success, "kubectl 1.{} {args:?} failed: {err}", kubectl.minor);
-    Ok(out)
 }
 
 /// Applies `manifest` with kubectl from a file.

@@ -1,16 +1,18 @@
 //! kubectl against keel-apiserver on the embedded store (and on etcd), over HTTPS as the admin, with JSON
 //! bodies: kubectl 1.27 to 1.31 (1.32+ sends protobuf on create, which is issue 5's).
 
-use std::path::Path;
+mod common;
+
 use std::sync::Arc;
 
 use anyhow::{Context, Result, ensure};
+use common::{kubectl_ok as ok, kubectl_run as run};
 use keel_apiserver::ApiServer;
 use keel_store::Store;
 use keel_store::embedded::{EmbeddedStore, Options};
 use keel_store::etcd::{EtcdOptions, EtcdStore};
 use keel_testbed::etcd::EtcdCluster;
-use keel_testbed::kubectl::{self, Kubectl};
+use keel_testbed::kubectl;
 use serde_json::Value;
 
 /// A server on a loopback port with its kubeconfig.
@@ -51,25 +53,6 @@ async fn start_on(backend: Backend) -> Result<Cluster> {
     let kubeconfig = dir.path().join("kubeconfig");
     std::fs::write(&kubeconfig, pki.admin_kubeconfig(&format!("https://{address}")))?;
     Ok(Cluster { kubeconfig, _server: serving, _etcd: etcd, _dir: dir })
-}
-
-/// Runs kubectl; returns (success, stdout, stderr).
-async fn run(kubectl: &Kubectl, kubeconfig: &Path, args: &[&str]) -> Result<(bool, String, String)> {
-    let mut command = tokio::process::Command::from(kubectl.command());
-    command.arg("--kubeconfig").arg(kubeconfig).args(args);
-    let output =
-        command.output().await.with_context(|| format!("running kubectl 1.{} {args:?}", kubectl.minor))?;
-    let (out, err) = (
-        String::from_utf8_lossy(&output.stdout).into_owned(),
-        String::from_utf8_lossy(&output.stderr).into_owned(),
-    );
-    Ok((output.status.success(), out, err))
-}
-
-async fn ok(kubectl: &Kubectl, kubeconfig: &Path, args: &[&str]) -> Result<String> {
-    let (success, out, err) = run(kubectl, kubeconfig, args).await?;
-    ensure!(success, "kubectl 1.{} {args:?} failed: {err}", kubectl.minor);
-    Ok(out)
 }
 
 async fn crud_with(minor: u32, backend: Backend) -> Result<()> {

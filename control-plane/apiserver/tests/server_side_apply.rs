@@ -11,7 +11,7 @@ use std::path::Path;
 use std::sync::Arc;
 
 use anyhow::{Context, Result, ensure};
-use common::Server;
+use common::{Server, kubectl_ok as ok, kubectl_run as run};
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::ConfigMap;
 use keel_store::Store;
@@ -51,25 +51,6 @@ impl Cluster {
         let config = kube::Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default()).await?;
         Ok(kube::Client::try_from(config)?)
     }
-}
-
-/// Runs kubectl; returns (success, stdout, stderr).
-async fn run(kubectl: &Kubectl, kubeconfig: &Path, args: &[&str]) -> Result<(bool, String, String)> {
-    let mut command = tokio::process::Command::from(kubectl.command());
-    command.arg("--kubeconfig").arg(kubeconfig).args(args);
-    let output =
-        command.output().await.with_context(|| format!("running kubectl 1.{} {args:?}", kubectl.minor))?;
-    Ok((
-        output.status.success(),
-        String::from_utf8_lossy(&output.stdout).into_owned(),
-        String::from_utf8_lossy(&output.stderr).into_owned(),
-    ))
-}
-
-async fn ok(kubectl: &Kubectl, kubeconfig: &Path, args: &[&str]) -> Result<String> {
-    let (success, out, err) = run(kubectl, kubeconfig, args).await?;
-    ensure!(success, "kubectl 1.{} {args:?} failed: {err}", kubectl.minor);
-    Ok(out)
 }
 
 const MANIFEST: &str = "apiVersion: apps/v1

@@ -155,3 +155,31 @@ pub fn raw_request(
     let status = head.split(' ').nth(1).and_then(|s| s.parse().ok()).context("no status")?;
     Ok((status, head.to_owned(), body.to_owned()))
 }
+
+/// Runs `kubectl` against `kubeconfig`; returns (success, stdout, stderr).
+pub async fn kubectl_run(
+    kubectl: &keel_testbed::kubectl::Kubectl,
+    kubeconfig: &std::path::Path,
+    args: &[&str],
+) -> Result<(bool, String, String)> {
+    let mut command = tokio::process::Command::from(kubectl.command());
+    command.arg("--kubeconfig").arg(kubeconfig).args(args);
+    let output =
+        command.output().await.with_context(|| format!("running kubectl 1.{} {args:?}", kubectl.minor))?;
+    Ok((
+        output.status.success(),
+        String::from_utf8_lossy(&output.stdout).into_owned(),
+        String::from_utf8_lossy(&output.stderr).into_owned(),
+    ))
+}
+
+/// Runs `kubectl`; its stdout, or an error with its stderr when it fails.
+pub async fn kubectl_ok(
+    kubectl: &keel_testbed::kubectl::Kubectl,
+    kubeconfig: &std::path::Path,
+    args: &[&str],
+) -> Result<String> {
+    let (success, out, err) = kubectl_run(kubectl, kubeconfig, args).await?;
+    anyhow::ensure!(success, "kubectl 1.{} {args:?} failed: {err}", kubectl.minor);
+    Ok(out)
+}
