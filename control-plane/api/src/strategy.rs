@@ -170,7 +170,6 @@ fn at_path<'a>(object: &'a Value, path: &str) -> Option<&'a Value> {
 
 /// A custom resource's Scale, read at its CRD's paths (upstream's scaleFromCustomResource).
 fn custom_scale(paths: &crate::custom::ScalePaths, object: &Value) -> Value {
-    let metadata = &object["metadata"];
     let replicas = |path: &str| at_path(object, path).and_then(Value::as_i64).unwrap_or(0);
     let selector = paths
         .label_selector
@@ -178,6 +177,12 @@ fn custom_scale(paths: &crate::custom::ScalePaths, object: &Value) -> Value {
         .and_then(|path| at_path(object, path))
         .and_then(Value::as_str)
         .unwrap_or_default();
+    scale(object, &json!(replicas(&paths.spec_replicas)), &json!(replicas(&paths.status_replicas)), selector)
+}
+
+/// An autoscaling/v1 Scale naming `object`, with its replicas and selector.
+fn scale(object: &Value, spec_replicas: &Value, status_replicas: &Value, selector: &str) -> Value {
+    let metadata = &object["metadata"];
     json!({
         "kind": "Scale",
         "apiVersion": "autoscaling/v1",
@@ -188,8 +193,8 @@ fn custom_scale(paths: &crate::custom::ScalePaths, object: &Value) -> Value {
             "resourceVersion": metadata["resourceVersion"],
             "creationTimestamp": metadata["creationTimestamp"],
         },
-        "spec": {"replicas": replicas(&paths.spec_replicas)},
-        "status": {"replicas": replicas(&paths.status_replicas), "selector": selector},
+        "spec": {"replicas": spec_replicas},
+        "status": {"replicas": status_replicas, "selector": selector},
     })
 }
 
@@ -199,29 +204,18 @@ pub fn scale_of(resource: &Resource, object: &Value) -> Value {
     if let Some(paths) = crate::custom::version_of(resource).and_then(|v| v.scale.clone()) {
         return custom_scale(&paths, object);
     }
-    let metadata = &object["metadata"];
     let selector = object.pointer("/spec/selector/matchLabels").and_then(Value::as_object).map(|labels| {
         let mut pairs: Vec<String> =
             labels.iter().map(|(k, v)| format!("{k}={}", v.as_str().unwrap_or_default())).collect();
         pairs.sort();
         pairs.join(",")
     });
-    json!({
-        "kind": "Scale",
-        "apiVersion": "autoscaling/v1",
-        "metadata": {
-            "name": metadata["name"],
-            "namespace": metadata["namespace"],
-            "uid": metadata["uid"],
-            "resourceVersion": metadata["resourceVersion"],
-            "creationTimestamp": metadata["creationTimestamp"],
-        },
-        "spec": {"replicas": object.pointer("/spec/replicas").cloned().unwrap_or(json!(default_replicas(resource)))},
-        "status": {
-            "replicas": object.pointer("/status/replicas").cloned().unwrap_or(json!(0)),
-            "selector": selector.unwrap_or_default(),
-        },
-    })
+    scale(
+        object,
+        &object.pointer("/spec/replicas").cloned().unwrap_or(json!(default_replicas(resource))),
+        &object.pointer("/status/replicas").cloned().unwrap_or(json!(0)),
+        &selector.unwrap_or_default(),
+    )
 }
 
 fn default_replicas(_resource: &Resource) -> i64 {
