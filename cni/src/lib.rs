@@ -1,0 +1,14 @@
+//! keel-cni: a CNI 1.1 plugin for Keel's nodes.
+//!
+//! A runtime (keel-shim, containerd, CRI-O) executes the `keel-cni` binary with the CNI environment and
+//! a network configuration on stdin. keel-cni keeps a node bridge, gives each pod a veth pair, an
+//! address from its built-in IPAM (or a delegated IPAM plugin) and routes, and programs masquerade and
+//! hostPorts into nftables, all over netlink: nothing is executed on the ADD and DEL paths.
+//!
+//! - `spec`: the spec's versions, errors, configuration and results (pure).
+//! - `skel`: the exec protocol (environment, dispatch, stdout).
+//! - `plugin`: the bridge plugin's commands over its edges (IPAM, firewall, dataplane).
+
+pub mod plugin;
+pub mod skel;
+pub mod spec;
