@@ -24,11 +24,24 @@ pub struct ContainerdOptions {
     /// The network namespace containerd runs in (a test host's, so CNI wires pods there); the
     /// machine's own when `None`.
     pub netns: Option<NetNsFd>,
+    /// The CRI's `sandbox_image` (the pause image every pod sandbox runs); `localhost/keel/pause:latest`
+    /// when `None`.
+    pub sandbox_image: Option<String>,
+    /// Registries (`HOST:PORT`) pulled from over plain HTTP, such as a testbed [`Registry`] on loopback.
+    ///
+    /// [`Registry`]: crate::registry::Registry
+    pub plain_http_registries: Vec<String>,
 }
 
 impl Default for ContainerdOptions {
     fn default() -> Self {
-        ContainerdOptions { cni_bin_dir: PathBuf::from("/usr/lib/cni"), cni_conf_dir: None, netns: None }
+        ContainerdOptions {
+            cni_bin_dir: PathBuf::from("/usr/lib/cni"),
+            cni_conf_dir: None,
+            netns: None,
+            sandbox_image: None,
+            plain_http_registries: Vec::new(),
+        }
     }
 }
 
@@ -71,7 +84,7 @@ impl Containerd {
             }
         };
         let config = dir.path().join("config.toml");
-        std::fs::write(&config, config_toml(dir.path(), &socket, &opts.cni_bin_dir, &conf_dir))
+        std::fs::write(&config, config_toml(dir.path(), &socket, opts, &conf_dir))
             .with_context(|| format!("writing containerd config {}", config.display()))?;
         let mut cmd = Command::new("containerd");
         cmd.arg("--config").arg(&config);
@@ -138,6 +151,30 @@ impl Containerd {
     }
 }
 
+/// Where [`pause_registry_in`] serves the pause image inside a host: the host's own loopback.
+pub const PAUSE_REGISTRY: &str = "127.0.0.1:5000";
+
+/// Starts a [`Registry`] on the loopback of the network namespace `ns` (at [`PAUSE_REGISTRY`]), pushes
+/// the testbed's pause image to it (through a forwarder, from the machine) and returns the registry
+/// and the image reference a containerd running in `ns` pulls as its `sandbox_image` (list
+/// [`PAUSE_REGISTRY`] in [`ContainerdOptions::plain_http_registries`]).
+///
+/// [`Registry`]: crate::registry::Registry
+pub fn pause_registry_in(ns: &NetNsFd) -> Result<(crate::registry::Registry, String)> {
+    let image = crate::images::pause_image()?;
+    let addr: std::net::SocketAddr = PAUSE_REGISTRY.parse().context("the pause registry's address")?;
+    let registry = crate::registry::Registry::start_in(Some(ns), addr)?;
+    let forwarder = crate::Forwarder::start(ns, addr)?;
+    crate::registry::push_oci_layout_to(
+        &forwarder.local_addr().to_string(),
+        &image.layout,
+        &image.tag,
+        "keel/pause",
+        "latest",
+    )?;
+    Ok((registry, format!("{PAUSE_REGISTRY}/keel/pause:latest")))
+}
+
 /// Parses `ctr plugins ls` (columns TYPE, ID, PLATFORMS, STATUS; PLATFORMS may hold `,`-joined values).
 pub fn parse_plugins(text: &str) -> Vec<Plugin> {
     text.lines()
@@ -155,11 +192,15 @@ pub fn parse_plugins(text: &str) -> Vec<Plugin> {
 }
 
 fn toml_str(path: &Path) -> String {
-    // TOML basic strings share JSON's escapes for everything a path can hold.
-    serde_json::Value::String(path.to_string_lossy().into_owned()).to_string()
+    toml_string(&path.to_string_lossy())
 }
 
-fn config_toml(dir: &Path, socket: &Path, cni_bin_dir: &Path, cni_conf_dir: &Path) -> String {
+fn toml_string(text: &str) -> String {
+    // TOML basic strings share JSON's escapes for everything a path or image name can hold.
+    serde_json::Value::String(text.to_owned()).to_string()
+}
+
+fn config_toml(dir: &Path, socket: &Path, opts: &ContainerdOptions, cni_conf_dir: &Path) -> String {
     let root = toml_str(&dir.join("root"));
     let state = toml_str(&dir.join("state"));
     let opt = toml_str(&dir.join("opt"));
@@ -167,8 +208,19 @@ fn config_toml(dir: &Path, socket: &Path, cni_bin_dir: &Path, cni_conf_dir: &Pat
     let mut ttrpc_path = socket.as_os_str().to_owned();
     ttrpc_path.push(".ttrpc");
     let ttrpc = toml_str(Path::new(&ttrpc_path));
-    let bin_dir = toml_str(cni_bin_dir);
+    let bin_dir = toml_str(&opts.cni_bin_dir);
     let conf_dir = toml_str(cni_conf_dir);
+    let sandbox_image = toml_string(opts.sandbox_image.as_deref().unwrap_or("localhost/keel/pause:latest"));
+    // containerd 1.6's CRI reaches a registry over plain HTTP when a mirror names an http:// endpoint.
+    let mirrors: String = opts
+        .plain_http_registries
+        .iter()
+        .map(|host| {
+            let key = toml_string(host);
+            let endpoint = toml_string(&format!("http://{host}"));
+            format!("  [plugins.\"io.containerd.grpc.v1.cri\".registry.mirrors.{key}]\n    endpoint = [{endpoint}]\n")
+        })
+        .collect();
     format!(
         r#"version = 2
 root = {root}
@@ -196,7 +248,9 @@ disabled_plugins = ["io.containerd.snapshotter.v1.aufs", "io.containerd.snapshot
 [plugins."io.containerd.grpc.v1.cri"]
   disable_cgroup = true
   disable_apparmor = true
-  sandbox_image = "localhost/keel/pause:latest"
+  # The machine's root lacks CAP_SYS_RESOURCE: runc could not lower a sandbox's oom_score_adj to -998.
+  restrict_oom_score_adj = true
+  sandbox_image = {sandbox_image}
   stream_server_address = "127.0.0.1"
   stream_server_port = "0"
   [plugins."io.containerd.grpc.v1.cri".cni]
@@ -209,7 +263,7 @@ disabled_plugins = ["io.containerd.snapshotter.v1.aufs", "io.containerd.snapshot
       runtime_type = "io.containerd.runc.v2"
       [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc.options]
         SystemdCgroup = false
-"#
+{mirrors}"#
     )
 }
 

@@ -115,6 +115,57 @@ pub fn busybox_image_in(cache: &Path) -> Result<OciImage> {
     Ok(image)
 }
 
+/// What the pause image runs: a shell that sleeps forever and exits at once on SIGTERM (a shell as PID 1
+/// gets only the signals it traps; `wait` returns as soon as the trapped signal arrives).
+pub const PAUSE_ENTRYPOINT: &[&str] = &["/bin/sh", "-c", "trap 'exit 0' TERM INT; sleep 2147483647 & wait"];
+
+/// A pause image (the CRI's `sandbox_image`): the busybox image with [`PAUSE_ENTRYPOINT`], tag
+/// `latest`, built once per process and cached across processes like [`busybox_image`].
+pub fn pause_image() -> Result<&'static OciImage> {
+    static IMAGE: Mutex<Option<&'static OciImage>> = Mutex::new(None);
+    let mut slot = IMAGE.lock().unwrap_or_else(PoisonError::into_inner);
+    if let Some(image) = *slot {
+        return Ok(image);
+    }
+    let busybox = busybox_image()?;
+    let image = pause_image_in(&cache_dir(), busybox).context("building the pause OCI image")?;
+    let image: &'static OciImage = Box::leak(Box::new(image));
+    *slot = Some(image);
+    Ok(image)
+}
+
+/// The pause image cached under `cache`, derived from `busybox` (a copy of its layout, reconfigured).
+pub fn pause_image_in(cache: &Path, busybox: &OciImage) -> Result<OciImage> {
+    let name = busybox.layout.file_name().map(|name| name.to_string_lossy().into_owned()).unwrap_or_default();
+    let key = format!("pause-{RECIPE}-from-{name}");
+    let image = OciImage { layout: cache.join(&key), tag: busybox.tag.clone() };
+    if image.manifest_digest().is_ok() {
+        return Ok(image);
+    }
+    let work = tempfile::Builder::new()
+        .prefix(&format!(".{key}-build-"))
+        .tempdir_in(cache)
+        .with_context(|| format!("creating a build dir in {}", cache.display()))?;
+    let layout = work.path().join("layout");
+    crate::process::run_tool("cp", &["-a", &busybox.layout.to_string_lossy(), &layout.to_string_lossy()])?;
+    let reference = format!("{}:{}", layout.display(), busybox.tag);
+    let mut args = vec!["config", "--image", &reference, "--clear=config.cmd"];
+    for part in PAUSE_ENTRYPOINT {
+        args.extend(["--config.entrypoint", part]);
+    }
+    umoci(&args)?;
+    umoci(&["gc", "--layout", &layout.to_string_lossy()])?;
+    if let Err(error) = std::fs::rename(&layout, &image.layout) {
+        // Another process may have renamed its build into place first; its image is as good as ours.
+        if image.manifest_digest().is_err() {
+            return Err(error)
+                .with_context(|| format!("renaming {} to {}", layout.display(), image.layout.display()));
+        }
+    }
+    image.manifest_digest().with_context(|| format!("checking the image at {}", image.layout.display()))?;
+    Ok(image)
+}
+
 /// Builds an OCI layout at `layout` (which must not exist) holding a busybox image tagged `tag`, unpacking
 /// into `bundle` (scratch, must not exist) on the way. Runs umoci as root (no `--rootless`).
 pub fn build_busybox_layout(layout: &Path, tag: &str, bundle: &Path) -> Result<()> {

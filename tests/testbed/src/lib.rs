@@ -8,6 +8,7 @@
 //! - [`process`]: `Daemon`, a long-running process with a readiness probe, its log shown when a test
 //!   fails, stopped and reaped (with whatever it forked) on drop.
 //! - [`etcd`], [`registry`], [`containerd`]: real peers as daemons on loopback or in a host.
+//! - [`cri`]: a CRI v1 client over a runtime's unix socket.
 //! - [`images`]: small OCI images built from busybox-static (OCI layout, archive, pushed to a registry).
 //! - [`kubectl`]: every installed kubectl version, for version-matrix tests.
 //! - [`python`], [`node`]: the official Python and JavaScript Kubernetes clients, installed by
@@ -27,6 +28,7 @@
 
 pub mod bench;
 pub mod containerd;
+pub mod cri;
 pub mod durable_fs;
 pub mod etcd;
 pub mod fabric;
