@@ -151,6 +151,27 @@ impl Containerd {
     }
 }
 
+impl Drop for Containerd {
+    /// Stops containerd, then unmounts what its CRI left mounted under the fixture's directory (the
+    /// network namespaces and /dev/shm of sandboxes a failed test did not remove), so that nothing is
+    /// left on the machine and the directory can be removed.
+    fn drop(&mut self) {
+        let _ = self.daemon.stop();
+        let dir = self._dir.path().to_string_lossy().into_owned();
+        let mountinfo = std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
+        let mut mounts: Vec<&str> = mountinfo
+            .lines()
+            .filter_map(|line| line.split(' ').nth(4))
+            .filter(|point| point.starts_with(&format!("{dir}/")))
+            .collect();
+        // Deepest first.
+        mounts.sort_by_key(|point| std::cmp::Reverse(point.len()));
+        for point in mounts {
+            let _ = nix::mount::umount2(point, nix::mount::MntFlags::MNT_DETACH);
+        }
+    }
+}
+
 /// Where [`pause_registry_in`] serves the pause image inside a host: the host's own loopback.
 pub const PAUSE_REGISTRY: &str = "127.0.0.1:5000";
 
@@ -248,6 +269,8 @@ disabled_plugins = ["io.containerd.snapshotter.v1.aufs", "io.containerd.snapshot
 [plugins."io.containerd.grpc.v1.cri"]
   disable_cgroup = true
   disable_apparmor = true
+  # Sandbox network namespaces under the state dir, not /run/netns: removed with the fixture.
+  netns_mounts_under_state_dir = true
   # The machine's root lacks CAP_SYS_RESOURCE: runc could not lower a sandbox's oom_score_adj to -998.
   restrict_oom_score_adj = true
   sandbox_image = {sandbox_image}
