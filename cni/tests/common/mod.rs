@@ -55,13 +55,18 @@ pub fn plugin_command(node: &NetNsFd, plugin: &Path, call: &Invocation<'_>) -> C
     command
         .env_clear()
         .env("CNI_COMMAND", call.command)
-        .env("CNI_CONTAINERID", call.container_id)
-        .env("CNI_IFNAME", call.ifname)
         .env("CNI_PATH", REFERENCE_DIR)
         .env("PATH", "/usr/sbin:/usr/bin:/sbin:/bin")
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());
+    // Unset when empty, as libcni leaves them for STATUS and GC.
+    if !call.container_id.is_empty() {
+        command.env("CNI_CONTAINERID", call.container_id);
+    }
+    if !call.ifname.is_empty() {
+        command.env("CNI_IFNAME", call.ifname);
+    }
     if let Some(netns) = call.netns {
         command.env("CNI_NETNS", netns);
     }
@@ -75,10 +80,10 @@ pub fn spawn(node: &NetNsFd, plugin: &Path, call: &Invocation<'_>) -> Child {
         .unwrap_or_else(|err| panic!("spawn {}: {err}", plugin.display()))
 }
 
-/// Writes the configuration to a spawned plugin's stdin, closes it and waits for the answer.
+/// Writes the configuration to a spawned plugin's stdin (unless already written and closed), closes it
+/// and waits for the answer.
 pub fn finish(mut child: Child, conf: &Value) -> Answer {
-    {
-        let mut stdin = child.stdin.take().expect("piped stdin");
+    if let Some(mut stdin) = child.stdin.take() {
         stdin.write_all(conf.to_string().as_bytes()).expect("write the configuration");
     }
     let output = child.wait_with_output().expect("wait for the plugin");
