@@ -112,10 +112,21 @@ impl Side {
         })
     }
 
-    /// The DEL's time, and the time until the host veth `veth` is gone from the node.
-    fn del_until_gone(&self, id: &str, pod: &Path, veth: &str) -> (Duration, Duration, Duration) {
-        let (plugin, conf, id, pod, veth) =
-            (self.plugin.clone(), self.conf.to_string(), id.to_owned(), pod.to_owned(), veth.to_owned());
+    /// The host veth's interface index in the node (looked up outside any timed region).
+    fn ifindex(&self, veth: &str) -> u32 {
+        let name = std::ffi::CString::new(veth).expect("a link name");
+        // SAFETY: if_nametoindex reads the NUL-terminated name we own; 0 means no such link.
+        let index = self.thread.call(move || unsafe { libc::if_nametoindex(name.as_ptr()) });
+        assert_ne!(index, 0, "no host veth {veth} in the node");
+        index
+    }
+
+    /// The DEL's time, and the time until the link with index `host_index` (the host veth) is gone
+    /// from the node. By index, not name: a DEL that renames the veth before destroying it is not
+    /// done until the link is.
+    fn del_until_gone(&self, id: &str, pod: &Path, host_index: u32) -> (Duration, Duration, Duration) {
+        let (plugin, conf, id, pod) =
+            (self.plugin.clone(), self.conf.to_string(), id.to_owned(), pod.to_owned());
         self.thread.call(move || {
             let cpu = bench::cpu_time();
             let start = Instant::now();
@@ -123,9 +134,10 @@ impl Side {
             answer(child, &conf, "DEL", &id);
             let del = start.elapsed();
             let cpu = bench::cpu_time() - cpu;
-            let name = std::ffi::CString::new(veth).expect("a link name");
-            // SAFETY: if_nametoindex reads the NUL-terminated name we own; 0 means no such link.
-            while unsafe { libc::if_nametoindex(name.as_ptr()) } != 0 {
+            let mut name = [0 as libc::c_char; libc::IF_NAMESIZE];
+            // SAFETY: if_indextoname writes at most IF_NAMESIZE bytes into the buffer we own; it
+            // returns NULL when no link has that index.
+            while !unsafe { libc::if_indextoname(host_index, name.as_mut_ptr()) }.is_null() {
                 assert!(start.elapsed() < GONE_TIMEOUT, "the host veth of {id} is still there");
                 std::thread::sleep(Duration::from_micros(200));
             }
@@ -199,7 +211,8 @@ fn run_pair(keel: &Side, reference: &Side, rounds: usize) -> (Figures, Figures) 
                 if index == 0 { (keel, &keel_pods[round]) } else { (reference, &reference_pods[round]) };
             let id = format!("bench-{round}");
             let (result, add, add_cpu) = side.invoke("ADD", &id, pod.path());
-            let (del, gone, del_cpu) = side.del_until_gone(&id, pod.path(), &host_veth(&result));
+            let host_index = side.ifindex(&host_veth(&result));
+            let (del, gone, del_cpu) = side.del_until_gone(&id, pod.path(), host_index);
             let f = &mut figures[index];
             f.add.push(add);
             f.del.push(del);

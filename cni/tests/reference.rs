@@ -275,3 +275,39 @@ fn allocations_carry_over_between_host_local_and_keel_cni() {
         assert_eq!(held.len(), plan.len() - i - 1, "{held:?}");
     }
 }
+
+/// keel-cni as the first plugin of a chain: the reference portmap plugin takes its result as
+/// `prevResult`, programs the hostPort for the pod's address and passes the result on unchanged.
+#[test]
+fn the_reference_portmap_plugin_chains_after_keel_cni() {
+    keel_testbed::require_root().unwrap();
+    let prefix = unique_prefix();
+    let node = NetNs::create(&format!("{prefix}-node")).unwrap();
+    let pod = NetNs::create(&format!("{prefix}-pod")).unwrap();
+    let data_dir = tempfile::tempdir().unwrap();
+    let conf = keel_form(&with_data_dir(&cases()[0].conf, data_dir.path()));
+    let keel = Path::new(KEEL_CNI);
+    let portmap = Path::new(common::REFERENCE_DIR).join("portmap");
+    let call = |command, conf| Invocation {
+        command,
+        container_id: CONTAINER_ID,
+        netns: Some(pod.path()),
+        ifname: "eth0",
+        conf,
+    };
+    let result = run(node.fd(), keel, &call("ADD", &conf)).ok("keel-cni ADD");
+    let portmap_conf = json!({
+        "cniVersion": "1.0.0", "name": NETWORK, "type": "portmap", "capabilities": {"portMappings": true},
+        "runtimeConfig": {"portMappings": [{"hostPort": 18080, "containerPort": 80, "protocol": "tcp"}]},
+        "prevResult": result,
+    });
+    let passed_on = run(node.fd(), &portmap, &call("ADD", &portmap_conf)).ok("portmap ADD");
+    assert_eq!(passed_on, result, "portmap passes keel-cni's result on");
+    let address = result["ips"][0]["address"].as_str().unwrap().split('/').next().unwrap().to_owned();
+    let rules = node.command("iptables-save").args(["-t", "nat"]).output().unwrap();
+    let rules = String::from_utf8_lossy(&rules.stdout);
+    assert!(rules.contains(&format!("--to-destination {address}:80")), "no DNAT to {address}:80:\n{rules}");
+    run(node.fd(), &portmap, &call("DEL", &portmap_conf)).ok("portmap DEL");
+    run(node.fd(), keel, &call("DEL", &conf)).ok("keel-cni DEL");
+    assert!(allocations(data_dir.path(), NETWORK).is_empty());
+}
