@@ -1,0 +1,304 @@
+//! A synchronous nftables netlink connection: atomic batches with every message acknowledged, rule
+//! dumps and single-chain lookups, all in keel-cni's `inet` table.
+//!
+//! netlink-packet-netfilter builds and parses the messages; netlink-sys gives the socket. The
+//! request/reply loop is written here because the rust-netlink stack only offers it asynchronously
+//! (netlink-proto on a tokio runtime), which a CNI plugin that lives for one command does not need.
+
+use std::io;
+
+use netlink_packet_core::{
+    NLM_F_ACK, NLM_F_DUMP, NLM_F_REQUEST, NetlinkHeader, NetlinkMessage, NetlinkPayload,
+};
+use netlink_packet_netfilter::nftables::{
+    ChainAttribute, ChainMessage, NfTablesMessage, RuleAttribute, RuleMessage,
+};
+use netlink_packet_netfilter::none::ControlMessage;
+use netlink_packet_netfilter::{
+    NetfilterHeader, NetfilterMessage, NetfilterMessageInner, NetfilterProtoFamily,
+};
+use netlink_sys::{Socket, SocketAddr, protocols::NETLINK_NETFILTER};
+
+/// `NFNL_SUBSYS_NFTABLES`: the subsystem a batch's begin and end messages name (in `res_id`).
+const NFNL_SUBSYS_NFTABLES: u16 = 10;
+/// Large enough for any dump message the kernel sends (it sizes them to at most 32 KiB).
+const RECEIVE_BUFFER: usize = 128 * 1024;
+
+/// What the kernel answered, or why nothing usable came back.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum NetlinkError {
+    /// The kernel refused a request with this errno (positive).
+    #[error("{what}: {}", io::Error::from_raw_os_error(*.errno))]
+    Refused { what: String, errno: i32 },
+    /// The socket failed, or a reply could not be read.
+    #[error("{what}: {source}")]
+    Io { what: String, source: io::Error },
+}
+
+impl NetlinkError {
+    /// The kernel's errno, when the kernel refused.
+    pub(crate) fn errno(&self) -> Option<i32> {
+        match self {
+            NetlinkError::Refused { errno, .. } => Some(*errno),
+            NetlinkError::Io { .. } => None,
+        }
+    }
+}
+
+/// One change of a batch: an nftables message and the flags it needs beyond REQUEST and ACK
+/// (`NLM_F_CREATE`, `NLM_F_EXCL`, `NLM_F_APPEND`).
+#[derive(Debug, Clone)]
+pub(crate) struct Change {
+    pub message: NfTablesMessage,
+    pub flags: u16,
+    /// What the change does, for error messages ("add rule to hostports").
+    pub what: String,
+}
+
+/// A netfilter netlink socket in the network namespace it was opened in.
+#[derive(Debug)]
+pub(crate) struct Connection {
+    socket: Socket,
+    sequence: u32,
+    buffer: Vec<u8>,
+}
+
+impl Connection {
+    pub(crate) fn open() -> Result<Connection, NetlinkError> {
+        let io = |what: &str| {
+            let what = what.to_owned();
+            move |source| NetlinkError::Io { what, source }
+        };
+        let mut socket = Socket::new(NETLINK_NETFILTER).map_err(io("open a netfilter netlink socket"))?;
+        socket.bind_auto().map_err(io("bind the netfilter netlink socket"))?;
+        socket.connect(&SocketAddr::new(0, 0)).map_err(io("connect the netfilter netlink socket"))?;
+        // Errors without a copy of the refused request: smaller replies, nothing we would read.
+        socket.set_cap_ack(true).map_err(io("set NETLINK_CAP_ACK"))?;
+        // A seed unlikely to match a stale reply of an earlier socket that had the same port.
+        let sequence = std::process::id().wrapping_mul(7919);
+        Ok(Connection { socket, sequence, buffer: Vec::with_capacity(RECEIVE_BUFFER) })
+    }
+
+    fn next_sequence(&mut self) -> u32 {
+        self.sequence = self.sequence.wrapping_add(1);
+        self.sequence
+    }
+
+    /// Applies `changes` atomically in one transaction (one `sendmsg`): all of them or none.
+    /// Returns the first refusal, naming the change the kernel refused.
+    pub(crate) fn apply(&mut self, changes: &[Change]) -> Result<(), NetlinkError> {
+        if changes.is_empty() {
+            return Ok(());
+        }
+        let begin_sequence = self.next_sequence();
+        let mut request = Vec::new();
+        emit(&mut request, control(ControlMessage::BatchBegin), NLM_F_REQUEST, begin_sequence);
+        let first = begin_sequence.wrapping_add(1);
+        for change in changes {
+            let sequence = self.next_sequence();
+            emit(
+                &mut request,
+                nftables(change.message.clone()),
+                NLM_F_REQUEST | NLM_F_ACK | change.flags,
+                sequence,
+            );
+        }
+        let end_sequence = self.next_sequence();
+        emit(&mut request, control(ControlMessage::BatchEnd), NLM_F_REQUEST, end_sequence);
+        self.send(&request, "send an nftables batch")?;
+
+        // The kernel handles a batch inside sendmsg: every acknowledgement and error is queued on the
+        // socket when send returns, so the replies are read without waiting (as nft does).
+        let mut acknowledged = 0usize;
+        let mut refused: Option<NetlinkError> = None;
+        loop {
+            self.buffer.clear();
+            match self.socket.recv(&mut self.buffer, libc::MSG_DONTWAIT) {
+                Ok(_) => {}
+                Err(err) if err.kind() == io::ErrorKind::WouldBlock => break,
+                Err(err) if err.kind() == io::ErrorKind::Interrupted => continue,
+                Err(source) => {
+                    return Err(NetlinkError::Io { what: "read the nftables batch replies".into(), source });
+                }
+            }
+            for reply in parse_replies(&self.buffer)? {
+                let (header, payload) = reply.into_parts();
+                let sequence = header.sequence_number;
+                if sequence.wrapping_sub(begin_sequence) > end_sequence.wrapping_sub(begin_sequence) {
+                    continue; // not ours (a late reply of an earlier request)
+                }
+                if let NetlinkPayload::Error(error) = payload {
+                    match error.code {
+                        None => acknowledged += 1,
+                        Some(code) if refused.is_none() => {
+                            let index = sequence.wrapping_sub(first) as usize;
+                            let what = changes
+                                .get(index)
+                                .map_or_else(|| "commit the nftables batch".to_owned(), |c| c.what.clone());
+                            refused = Some(NetlinkError::Refused { what, errno: -code.get() });
+                        }
+                        Some(_) => {}
+                    }
+                }
+            }
+        }
+        if let Some(refused) = refused {
+            return Err(refused);
+        }
+        if acknowledged != changes.len() {
+            return Err(NetlinkError::Io {
+                what: "apply an nftables batch".into(),
+                source: io::Error::other(format!("{acknowledged} of {} changes acknowledged", changes.len())),
+            });
+        }
+        Ok(())
+    }
+
+    /// The rules of `table` (of one chain when `chain` is given), in chain order. A missing table or
+    /// chain is `ENOENT`.
+    pub(crate) fn dump_rules(
+        &mut self,
+        table: &str,
+        chain: Option<&str>,
+    ) -> Result<Vec<RuleMessage>, NetlinkError> {
+        let mut attributes = vec![RuleAttribute::Table(table.to_owned())];
+        if let Some(chain) = chain {
+            attributes.push(RuleAttribute::Chain(chain.to_owned()));
+        }
+        let sequence = self.next_sequence();
+        let mut request = Vec::new();
+        let message = NfTablesMessage::GetRule(RuleMessage { attributes });
+        emit(&mut request, nftables(message), NLM_F_REQUEST | NLM_F_DUMP, sequence);
+        self.send(&request, "dump nftables rules")?;
+        let mut rules = Vec::new();
+        loop {
+            for reply in self.receive(sequence, "dump nftables rules")? {
+                match reply {
+                    NetlinkPayload::Done(_) => return Ok(rules),
+                    NetlinkPayload::Error(error) => {
+                        if let Some(code) = error.code {
+                            return Err(NetlinkError::Refused {
+                                what: "dump nftables rules".into(),
+                                errno: -code.get(),
+                            });
+                        }
+                    }
+                    NetlinkPayload::InnerMessage(NetfilterMessage {
+                        inner: NetfilterMessageInner::NfTables(NfTablesMessage::NewRule(rule)),
+                        ..
+                    }) => rules.push(rule),
+                    _ => {}
+                }
+            }
+        }
+    }
+
+    /// The chain `name` of `table`, or None when the table or the chain does not exist.
+    pub(crate) fn get_chain(
+        &mut self,
+        table: &str,
+        name: &str,
+    ) -> Result<Option<ChainMessage>, NetlinkError> {
+        let what = format!("look up nftables chain {name}");
+        let sequence = self.next_sequence();
+        let mut request = Vec::new();
+        let message = NfTablesMessage::GetChain(ChainMessage {
+            attributes: vec![ChainAttribute::Table(table.to_owned()), ChainAttribute::Name(name.to_owned())],
+        });
+        emit(&mut request, nftables(message), NLM_F_REQUEST, sequence);
+        self.send(&request, &what)?;
+        loop {
+            for reply in self.receive(sequence, &what)? {
+                match reply {
+                    NetlinkPayload::Error(error) => match error.code {
+                        Some(code) if -code.get() == libc::ENOENT => return Ok(None),
+                        Some(code) => return Err(NetlinkError::Refused { what, errno: -code.get() }),
+                        None => {}
+                    },
+                    NetlinkPayload::InnerMessage(NetfilterMessage {
+                        inner: NetfilterMessageInner::NfTables(NfTablesMessage::NewChain(chain)),
+                        ..
+                    }) => return Ok(Some(chain)),
+                    _ => {}
+                }
+            }
+        }
+    }
+
+    fn send(&self, request: &[u8], what: &str) -> Result<(), NetlinkError> {
+        self.socket
+            .send(request, 0)
+            .map(drop)
+            .map_err(|source| NetlinkError::Io { what: what.to_owned(), source })
+    }
+
+    /// Reads one datagram (blocking) and returns the payloads of the replies to `sequence`.
+    fn receive(
+        &mut self,
+        sequence: u32,
+        what: &str,
+    ) -> Result<Vec<NetlinkPayload<NetfilterMessage>>, NetlinkError> {
+        loop {
+            self.buffer.clear();
+            match self.socket.recv(&mut self.buffer, 0) {
+                Ok(_) => {}
+                Err(err) if err.kind() == io::ErrorKind::Interrupted => continue,
+                Err(source) => return Err(NetlinkError::Io { what: what.to_owned(), source }),
+            }
+            let replies = parse_replies(&self.buffer)?
+                .into_iter()
+                .filter(|reply| reply.header.sequence_number == sequence)
+                .map(|reply| reply.payload)
+                .collect();
+            return Ok(replies);
+        }
+    }
+}
+
+fn control(message: ControlMessage) -> NetfilterMessage {
+    NetfilterMessage::new(
+        NetfilterHeader::new(NetfilterProtoFamily::Unspec, 0, NFNL_SUBSYS_NFTABLES),
+        message,
+    )
+}
+
+fn nftables(message: NfTablesMessage) -> NetfilterMessage {
+    NetfilterMessage::new(NetfilterHeader::new(NetfilterProtoFamily::Inet, 0, 0), message)
+}
+
+/// Appends one netlink message to `buffer`.
+pub(crate) fn emit(buffer: &mut Vec<u8>, message: NetfilterMessage, flags: u16, sequence: u32) {
+    let mut header = NetlinkHeader::default();
+    header.flags = flags;
+    header.sequence_number = sequence;
+    let mut message = NetlinkMessage::new(header, NetlinkPayload::InnerMessage(message));
+    message.finalize();
+    let start = buffer.len();
+    buffer.resize(start + message.buffer_len(), 0);
+    message.serialize(&mut buffer[start..]);
+}
+
+/// Splits a datagram into its netlink messages.
+fn parse_replies(datagram: &[u8]) -> Result<Vec<NetlinkMessage<NetfilterMessage>>, NetlinkError> {
+    let mut replies = Vec::new();
+    let mut offset = 0;
+    while offset + 16 <= datagram.len() {
+        let length = u32::from_ne_bytes([
+            datagram[offset],
+            datagram[offset + 1],
+            datagram[offset + 2],
+            datagram[offset + 3],
+        ]) as usize;
+        if length < 16 || offset + length > datagram.len() {
+            break;
+        }
+        let message = NetlinkMessage::<NetfilterMessage>::deserialize(&datagram[offset..offset + length])
+            .map_err(|err| NetlinkError::Io {
+                what: "decode an nftables reply".into(),
+                source: io::Error::new(io::ErrorKind::InvalidData, err.to_string()),
+            })?;
+        replies.push(message);
+        offset += length.next_multiple_of(4);
+    }
+    Ok(replies)
+}
