@@ -95,12 +95,17 @@ impl Firewall for NftFirewall {
                 return Ok(());
             }
             // Set it up, swapping out an earlier configuration of the same bridge.
+            // An update of an existing table or chain leaves kernel work to release after an RCU
+            // grace period, which closing the socket then waits for: create them only when missing.
+            let mut changes = Vec::new();
+            if connection.get_chain(TABLE, POSTROUTING).map_err(to_error)?.is_none() {
+                changes.extend([ruleset::add_table(), ruleset::add_nat_chain(POSTROUTING)]);
+            }
             let present = match connection.dump_rules(TABLE, Some(POSTROUTING)) {
                 Ok(rules) => rules,
                 Err(err) if err.errno() == Some(libc::ENOENT) => Vec::new(),
                 Err(err) => return Err(to_error(err)),
             };
-            let mut changes = vec![ruleset::add_table(), ruleset::add_nat_chain(POSTROUTING)];
             for (rule_chain, handle, tag) in present.iter().filter_map(ruleset::rule_tag) {
                 if let Tag::Masquerade { bridge: old_bridge, chain: old_chain } = tag
                     && old_bridge == bridge
@@ -167,7 +172,8 @@ impl Firewall for NftFirewall {
             Err(err) if err.errno() == Some(libc::ENOENT) => {}
             Err(err) => return Err(to_error(err)),
         }
-        match connection.apply(&ruleset::hostports_setup()) {
+        let have_postrouting = connection.get_chain(TABLE, POSTROUTING).map_err(to_error)?.is_some();
+        match connection.apply(&ruleset::hostports_setup(have_postrouting)) {
             // EEXIST: another process set it up meanwhile, with the same transaction.
             Err(err) if err.errno() != Some(libc::EEXIST) => return Err(to_error(err)),
             _ => {}

@@ -31,7 +31,7 @@ use netlink_packet_netfilter::nftables::{
 };
 
 use super::expr::{self, Field};
-use super::netlink::Change;
+use super::netlink::{Change, DumpedRule};
 use crate::spec::{Attachment, Error, PortMapping};
 
 /// keel-cni's table (family inet: one table for IPv4 and IPv6).
@@ -282,20 +282,10 @@ pub fn userdata_comment(data: &[u8]) -> Option<&str> {
     None
 }
 
-/// A dumped rule's handle and tag (None for rules keel-cni did not tag).
-pub fn rule_tag(rule: &RuleMessage) -> Option<(String, u64, Tag)> {
-    let mut chain = None;
-    let mut handle = None;
-    let mut tag = None;
-    for attribute in &rule.attributes {
-        match attribute {
-            RuleAttribute::Chain(name) => chain = Some(name.clone()),
-            RuleAttribute::Handle(value) => handle = Some(*value),
-            RuleAttribute::UserData(data) => tag = userdata_comment(data).and_then(Tag::parse),
-            _ => {}
-        }
-    }
-    Some((chain?, handle?, tag?))
+/// A dumped rule's chain, handle and tag (None for rules keel-cni did not tag).
+pub fn rule_tag(rule: &DumpedRule) -> Option<(String, u64, Tag)> {
+    let tag = userdata_comment(&rule.userdata).and_then(Tag::parse)?;
+    Some((rule.chain.clone(), rule.handle, tag))
 }
 
 // The messages of a transaction.
@@ -385,17 +375,22 @@ pub fn delete_rule(chain: &str, handle: u64) -> Change {
 }
 
 /// The table, its base chains and the hostports chain with the jumps to it. The hostports chain is
-/// created exclusively: when it exists, all of this was done before (EEXIST, nothing changes).
-pub fn hostports_setup() -> Vec<Change> {
-    vec![
-        add_table(),
-        add_nat_chain(POSTROUTING),
+/// created exclusively: when it exists, all of this was done before (EEXIST, nothing changes). The
+/// table and postrouting are left out when they exist (`have_postrouting`): updating them would make
+/// the socket's close wait for the kernel to release the update's leftovers.
+pub fn hostports_setup(have_postrouting: bool) -> Vec<Change> {
+    let mut changes = Vec::new();
+    if !have_postrouting {
+        changes.extend([add_table(), add_nat_chain(POSTROUTING)]);
+    }
+    changes.extend([
         add_nat_chain(PREROUTING),
         add_nat_chain(OUTPUT),
         add_chain(HOSTPORTS, "hostPort DNAT, one rule per mapping and pod address family", true),
         add_rule(PREROUTING, local_destination_jump(), None),
         add_rule(OUTPUT, local_destination_jump(), None),
-    ]
+    ]);
+    changes
 }
 
 #[cfg(test)]
