@@ -478,3 +478,35 @@ fn concurrent_first_uses_set_the_table_up_once() -> Result<()> {
     assert_eq!(node.chains()?.iter().filter(|c| c.starts_with("masquerade-")).count(), 1);
     Ok(())
 }
+
+#[test]
+fn dual_stack_rules_are_what_nft_would_write() -> Result<()> {
+    let node = Node::new()?;
+    let sources = [net("10.244.1.0/24"), net("fd00:10:244:1::/64")];
+    let cluster = [net("10.244.0.0/16"), net("fd00:10:244::/48")];
+    node.firewall(|fw| fw.ensure_masquerade(BRIDGE, &sources, &cluster))??;
+    let pod_ips: [IpAddr; 2] = ["10.244.1.5".parse()?, "fd00:10:244:1::5".parse()?];
+    let mappings =
+        [mapping("tcp", 8080, 80, None), mapping("udp", 5353, 53, Some("fd00:10:244:1::1".parse()?))];
+    node.firewall(|fw| fw.add_port_mappings(&owner("dual"), BRIDGE, &pod_ips, &mappings))??;
+    node.firewall(|fw| fw.check_port_mappings(&owner("dual"), &mappings))??;
+
+    // nft reads back what keel-cni wrote as its own syntax.
+    let listing = run(node.host.command("nft").args(["list", "table", "inet", "keel-cni"]))?;
+    for expected in [
+        r#"ip saddr 10.244.1.0/24 ip daddr != 10.244.0.0/16 oifname != "cni0" masquerade"#,
+        r#"ip6 saddr fd00:10:244:1::/64 ip6 daddr != fd00:10:244::/48 oifname != "cni0" masquerade"#,
+        "meta nfproto ipv4 tcp dport 8080 dnat ip to 10.244.1.5:80",
+        "meta nfproto ipv6 tcp dport 8080 dnat ip6 to [fd00:10:244:1::5]:80",
+        "ip6 daddr fd00:10:244:1::1 udp dport 5353 dnat ip6 to [fd00:10:244:1::5]:53",
+        "ip6 saddr fd00:10:244:1::5 ip6 daddr fd00:10:244:1::5 masquerade",
+        "fib daddr type local jump hostports",
+    ] {
+        assert!(listing.contains(expected), "{expected:?} in\n{listing}");
+    }
+    // The IPv6-only hostIP made no IPv4 rule.
+    assert!(!listing.contains("udp dport 5353 dnat ip to"), "{listing}");
+    node.firewall(|fw| fw.remove_port_mappings(&owner("dual")))??;
+    assert_eq!(node.comments()?.iter().filter(|c| c.contains("dual/eth0")).count(), 0);
+    Ok(())
+}

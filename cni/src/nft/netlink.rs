@@ -332,3 +332,76 @@ fn parse_rule(payload: &[u8]) -> Option<DumpedRule> {
     }
     Some(DumpedRule { chain: chain?, handle: handle?, userdata })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::nft::expr;
+    use netlink_packet_core::{ErrorMessage, NLMSG_DONE};
+    use netlink_packet_netfilter::nftables::{Expressions, Operator};
+    use std::num::NonZeroI32;
+
+    #[test]
+    fn a_batch_begins_as_nft_begins_it() {
+        // nft's batch begin, captured with nlmon (netlink-packet-netfilter's test data), sequence 0.
+        let mut bytes = Vec::new();
+        emit(&mut bytes, control(ControlMessage::BatchBegin), NLM_F_REQUEST, 0);
+        #[rustfmt::skip]
+        let captured = [
+            0x14, 0x00, 0x00, 0x00, 0x10, 0x00, 0x01, 0x00, 0x00, 0x00, 0x00, 0x00,
+            0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x0a,
+        ];
+        assert_eq!(bytes, captured);
+    }
+
+    #[test]
+    fn dumped_rules_are_read_without_their_expressions() {
+        let expressions: Vec<Expressions> = vec![
+            expr::meta(netlink_packet_netfilter::nftables::MetaKey::Nfproto),
+            expr::cmp(Operator::Equal, vec![2]),
+        ];
+        let rule = NfTablesMessage::NewRule(RuleMessage {
+            attributes: vec![
+                RuleAttribute::Table("keel-cni".into()),
+                RuleAttribute::Chain("hostports".into()),
+                RuleAttribute::Handle(42),
+                RuleAttribute::Expressions(expressions.into_iter().map(Into::into).collect()),
+                RuleAttribute::UserData(b"\x00\x05keel\x00".to_vec()),
+            ],
+        });
+        let mut datagram = Vec::new();
+        emit(&mut datagram, nftables(rule), NLM_F_REQUEST, 7);
+        // An acknowledgement, an error and the end of a dump after it, in the same datagram.
+        for (sequence, code) in [(8, None), (9, NonZeroI32::new(-libc::EEXIST))] {
+            let mut error = ErrorMessage::default();
+            error.code = code;
+            let mut message = NetlinkMessage::<NetfilterMessage>::new(
+                NetlinkHeader::default(),
+                NetlinkPayload::Error(error),
+            );
+            message.header.sequence_number = sequence;
+            message.finalize();
+            let start = datagram.len();
+            datagram.resize(start + message.buffer_len(), 0);
+            message.serialize(&mut datagram[start..]);
+        }
+        let mut done = vec![0u8; 20];
+        done[..4].copy_from_slice(&20u32.to_ne_bytes());
+        done[4..6].copy_from_slice(&NLMSG_DONE.to_ne_bytes());
+        done[8..12].copy_from_slice(&10u32.to_ne_bytes());
+        datagram.extend(done);
+
+        let replies = parse_replies(&datagram).unwrap();
+        assert_eq!(replies.len(), 4);
+        match &replies[0] {
+            (7, Reply::Rule(rule)) => {
+                assert_eq!((rule.chain.as_str(), rule.handle), ("hostports", 42));
+                assert_eq!(rule.userdata, b"\x00\x05keel\x00");
+            }
+            other => panic!("{other:?}"),
+        }
+        assert!(matches!(replies[1], (8, Reply::Ack)));
+        assert!(matches!(replies[2], (9, Reply::Refused(libc::EEXIST))));
+        assert!(matches!(replies[3], (10, Reply::Done)));
+    }
+}
