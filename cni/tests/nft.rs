@@ -510,3 +510,23 @@ fn dual_stack_rules_are_what_nft_would_write() -> Result<()> {
     assert_eq!(node.comments()?.iter().filter(|c| c.contains("dual/eth0")).count(), 0);
     Ok(())
 }
+
+#[test]
+fn gc_of_hundreds_of_attachments_is_one_transaction() -> Result<()> {
+    let node = Node::new()?;
+    let web = [mapping("tcp", 8080, 80, None), mapping("udp", 8080, 80, None)];
+    node.firewall(|fw| -> Result<(), Error> {
+        for n in 0..300u16 {
+            let pod_ip = IpAddr::V4(Ipv4Addr::new(10, 244, (n / 250) as u8, (n % 250) as u8 + 2));
+            fw.add_port_mappings(&owner(&format!("p{n}")), BRIDGE, &[pod_ip], &web)?;
+        }
+        Ok(())
+    })??;
+    assert_eq!(node.comments()?.len(), 900);
+    // 897 deletions in one transaction, of which only the last is acknowledged.
+    node.firewall(|fw| fw.gc(&[owner("p7")]))??;
+    let comments = node.comments()?;
+    assert_eq!(comments.len(), 3, "{comments:?}");
+    assert!(comments.iter().all(|c| c.contains(" p7/eth0")), "{comments:?}");
+    Ok(())
+}

@@ -52,7 +52,7 @@ impl NetlinkError {
     }
 }
 
-/// One change of a batch: an nftables message and the flags it needs beyond REQUEST and ACK
+/// One change of a batch: an nftables message and the flags it needs beyond REQUEST
 /// (`NLM_F_CREATE`, `NLM_F_EXCL`, `NLM_F_APPEND`).
 #[derive(Debug, Clone)]
 pub(crate) struct Change {
@@ -101,9 +101,12 @@ impl Connection {
         let mut request = Vec::new();
         emit(&mut request, control(ControlMessage::BatchBegin), NLM_F_REQUEST, begin_sequence);
         let first = begin_sequence.wrapping_add(1);
-        for change in changes {
+        // Errors come back for every refused message; an acknowledgement only for the last one, so a
+        // transaction of a thousand deletions does not fill the socket's receive buffer with acks.
+        for (index, change) in changes.iter().enumerate() {
             let sequence = self.next_sequence();
-            let flags = NLM_F_REQUEST | NLM_F_ACK | change.flags;
+            let ack = if index + 1 == changes.len() { NLM_F_ACK } else { 0 };
+            let flags = NLM_F_REQUEST | ack | change.flags;
             emit(&mut request, nftables(change.message.clone()), flags, sequence);
         }
         let end_sequence = self.next_sequence();
@@ -120,6 +123,8 @@ impl Connection {
                 Ok(_) => {}
                 Err(err) if err.kind() == io::ErrorKind::WouldBlock => break,
                 Err(err) if err.kind() == io::ErrorKind::Interrupted => continue,
+                // ENOBUFS: more errors than the buffer holds; the first one is what we report.
+                Err(_) if refused.is_some() => break,
                 Err(source) => {
                     return Err(NetlinkError::Io { what: "read the nftables batch replies".into(), source });
                 }
@@ -144,10 +149,10 @@ impl Connection {
         if let Some(refused) = refused {
             return Err(refused);
         }
-        if acknowledged != changes.len() {
+        if acknowledged == 0 {
             return Err(NetlinkError::Io {
                 what: "apply an nftables batch".into(),
-                source: io::Error::other(format!("{acknowledged} of {} changes acknowledged", changes.len())),
+                source: io::Error::other("the kernel neither acknowledged nor refused the transaction"),
             });
         }
         Ok(())
