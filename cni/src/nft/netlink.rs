@@ -28,6 +28,8 @@ const NEW_RULE: u16 = NFNL_SUBSYS_NFTABLES << 8 | 6;
 const NFTA_RULE_EXPRESSIONS: u16 = 4;
 /// `struct nfgenmsg` before a netfilter message's attributes.
 const NFGENMSG_LEN: usize = 4;
+/// How long a reply may take.
+const REPLY_TIMEOUT: nix::sys::time::TimeVal = nix::sys::time::TimeVal::new(10, 0);
 /// Large enough for any dump message the kernel sends (it sizes them to at most 32 KiB).
 const RECEIVE_BUFFER: usize = 128 * 1024;
 
@@ -81,6 +83,9 @@ impl Connection {
         socket.connect(&SocketAddr::new(0, 0)).map_err(io("connect the netfilter netlink socket"))?;
         // Errors without a copy of the refused request: smaller replies, nothing we would read.
         socket.set_cap_ack(true).map_err(io("set NETLINK_CAP_ACK"))?;
+        // A kernel that never answers a dump or lookup is an error, not a hung CNI command.
+        nix::sys::socket::setsockopt(&socket, nix::sys::socket::sockopt::ReceiveTimeout, &REPLY_TIMEOUT)
+            .map_err(|errno| io("set SO_RCVTIMEO")(errno.into()))?;
         // A seed unlikely to match a stale reply of an earlier socket that had the same port.
         let sequence = std::process::id().wrapping_mul(7919);
         Ok(Connection { socket, sequence, buffer: Vec::with_capacity(RECEIVE_BUFFER) })
