@@ -8,9 +8,11 @@
 //! - `spec`: the spec's versions, errors, configuration and results (pure).
 //! - `skel`: the exec protocol (environment, dispatch, stdout).
 //! - `plugin`: the bridge plugin's commands over its edges (IPAM, firewall, dataplane).
+//! - `nft`: the firewall edge, keel-cni's nftables table over netlink (masquerade, hostPorts).
 //! - `install`: `keel-cni install`, the binary and conflist put on a node.
 
 pub mod install;
+pub mod nft;
 pub mod plugin;
 pub mod skel;
 pub mod spec;
