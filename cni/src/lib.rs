@@ -8,7 +8,11 @@
 //! - `spec`: the spec's versions, errors, configuration and results (pure).
 //! - `skel`: the exec protocol (environment, dispatch, stdout).
 //! - `plugin`: the bridge plugin's commands over its edges (IPAM, firewall, dataplane).
+//! - `dataplane`: the bridge, veth pairs, addresses and routes (trait, kernel over `netlink`, fake).
+//! - `netlink`: a synchronous route-netlink socket.
 
+pub mod dataplane;
+pub mod netlink;
 pub mod plugin;
 pub mod skel;
 pub mod spec;
