@@ -97,7 +97,8 @@ fn open_netns(path: &Path) -> Result<File, DataplaneError> {
     if statfs.filesystem_type().0 != NSFS_MAGIC {
         return Err(DataplaneError::NetnsInvalid(path.to_owned(), "not a namespace file".into()));
     }
-    let ours = std::fs::metadata("/proc/self/ns/net").map_err(io_error("read /proc/self/ns/net"))?;
+    let ours =
+        std::fs::metadata("/proc/thread-self/ns/net").map_err(io_error("read /proc/thread-self/ns/net"))?;
     let theirs = file.metadata().map_err(io_error(format!("stat {}", path.display())))?;
     if (ours.dev(), ours.ino()) == (theirs.dev(), theirs.ino()) {
         return Err(DataplaneError::NetnsInvalid(
