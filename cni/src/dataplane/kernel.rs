@@ -668,18 +668,20 @@ fn tombstones(socket: &mut Socket) -> Result<Vec<String>, DataplaneError> {
 /// of its own session with stdio on /dev/null, so the runtime, which waits for our exit and for EOF on
 /// our stdout, is not held by the kernel's ≈20 ms per deleted veth. Called after the answer is written.
 fn destroy_detached(names: Vec<String>) {
+    // The answer is written: stdio goes to /dev/null before the fork, so the runtime sees EOF on our
+    // stdout as soon as this process exits, whenever the child gets to run.
+    if let Ok(null) = File::options().read(true).write(true).open("/dev/null") {
+        for fd in 0..3 {
+            // SAFETY: dup2 onto the standard descriptors, which this process owns.
+            unsafe { libc::dup2(null.as_raw_fd(), fd) };
+        }
+    }
     // SAFETY: keel-cni is single-threaded when it calls this (main, after the answer is written), so
     // the child starts with a consistent copy of the whole process.
     let fork = unsafe { nix::unistd::fork() };
     match fork {
         Ok(nix::unistd::ForkResult::Child) => {
             let _ = nix::unistd::setsid();
-            if let Ok(null) = File::options().read(true).write(true).open("/dev/null") {
-                for fd in 0..3 {
-                    // SAFETY: dup2 onto the standard descriptors, which this process owns.
-                    unsafe { libc::dup2(null.as_raw_fd(), fd) };
-                }
-            }
             if let Ok(mut socket) = Socket::open() {
                 let mut all = names;
                 if let Ok(left) = tombstones(&mut socket) {
@@ -700,8 +702,8 @@ fn destroy_detached(names: Vec<String>) {
         }
         Ok(nix::unistd::ForkResult::Parent { .. }) => {}
         Err(err) => {
-            // No child: destroy them now rather than leave them.
-            eprintln!("keel-cni: fork to destroy retired veths: {err}; destroying them now");
+            // No child: destroy them now rather than leave them (stderr is /dev/null by now).
+            let _ = err;
             if let Ok(mut socket) = Socket::open() {
                 for name in names {
                     let _ = socket.request(

@@ -171,19 +171,28 @@ impl<I: Ipam, F: Firewall, D: Dataplane> BridgePlugin<I, F, D> {
         let host_name = dataplane::host_veth_name(&args.container_id, &args.ifname);
         let host_mac = Mac::random();
         let pod_mac = requested_mac.unwrap_or_else(|| Mac::for_address(ips[0].address.addr()));
-        let veth = self
-            .dataplane
-            .add_veth(&VethSpec {
-                host_name: host_name.clone(),
-                host_mac,
-                pod_netns: netns.to_owned(),
-                pod_ifname: args.ifname.clone(),
-                pod_mac,
-                mtu: bridge_conf.mtu.filter(|mtu| *mtu != 0),
-                bridge_index: bridge.index,
-                hairpin: bridge_conf.hairpin_mode,
-            })
-            .map_err(dataplane_error)?;
+        let spec = VethSpec {
+            host_name: host_name.clone(),
+            host_mac,
+            pod_netns: netns.to_owned(),
+            pod_ifname: args.ifname.clone(),
+            pod_mac,
+            mtu: bridge_conf.mtu.filter(|mtu| *mtu != 0),
+            bridge_index: bridge.index,
+            hairpin: bridge_conf.hairpin_mode,
+        };
+        let veth = match self.dataplane.add_veth(&spec) {
+            // A host end of this attachment's name while its pod interface is absent (checked above) is
+            // the leftover of an ADD killed before its undo: destroyed, then created again.
+            Err(DataplaneError::Netlink(err))
+                if err.is_exists() && matches!(self.dataplane.host_link(&host_name), Ok(Some(_))) =>
+            {
+                self.dataplane.delete_veth(&host_name).map_err(dataplane_error)?;
+                self.dataplane.add_veth(&spec)
+            }
+            other => other,
+        }
+        .map_err(dataplane_error)?;
         done.veth = Some(host_name.clone());
 
         // A route without a gateway goes through the family's gateway, as the reference configures it.

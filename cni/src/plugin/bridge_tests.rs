@@ -308,6 +308,19 @@ fn an_add_failing_at_any_step_undoes_every_step_it_did() {
 }
 
 #[test]
+fn a_host_end_left_by_a_killed_add_is_replaced() {
+    let mut plugin = plugin();
+    plugin.add(&args("c1"), &conf(json!({}))).unwrap();
+    // The pod's namespace went away with its interface; the host end stayed.
+    plugin.dataplane.veths[0].netns = PathBuf::from("/run/netns/old");
+    plugin.ipam.held.clear();
+    let result = plugin.add(&args("c1"), &conf(json!({}))).unwrap();
+    assert_eq!(result.interfaces[1].name, dataplane::host_veth_name("c1", "eth0"));
+    assert_eq!(plugin.dataplane.veths.len(), 1);
+    assert_eq!(plugin.dataplane.veths[0].netns, PathBuf::from("/run/netns/pod"));
+}
+
+#[test]
 fn del_retires_the_pair_releases_the_address_and_succeeds_twice() {
     let mut plugin = plugin();
     let conf = conf(json!({"runtimeConfig": {"portMappings": [{"hostPort": 8080, "containerPort": 80}]}}));
