@@ -600,28 +600,34 @@ impl Dataplane for Kernel {
             .batch(vec![(RouteNetlinkMessage::NewLink(down), 0), (RouteNetlinkMessage::NewLink(rename), 0)])
             .map_err(|(_, err)| refused(format!("retire veth {host_name} as {tombstone}"), err))?;
         self.retired.push(tombstone.clone());
-        let peer = link_u32(&host, |a| if let LinkAttribute::Link(index) = a { Some(*index) } else { None });
-        if let (Some(netns), Some(peer)) = (netns, peer) {
-            let pod = match self.pod(netns) {
-                Ok(pod) => pod,
-                // The namespace is gone or unusable: the pod end goes with the pair.
-                Err(DataplaneError::NetnsMissing(_) | DataplaneError::NetnsInvalid(..)) => return Ok(()),
-                Err(err) => return Err(err),
-            };
-            let mut rename = link_request(peer);
-            rename.attributes.push(LinkAttribute::IfName(tombstone.clone()));
-            let requests = vec![
-                (RouteNetlinkMessage::NewLink(set_flags(peer, LinkFlags::Up, false)), 0),
-                (RouteNetlinkMessage::NewLink(rename), 0),
-            ];
-            match pod.socket.batch(requests) {
-                Ok(()) => {}
-                // The peer index is not ours in that namespace (the pod end lives elsewhere).
-                Err((_, err)) if err.raw_os_error() == Some(libc::ENODEV) => {}
-                Err((_, err)) => return Err(refused(format!("retire {ifname} in {}", netns.display()), err)),
-            }
+        let Some(netns) = netns else { return Ok(()) };
+        let pod = match self.pod(netns) {
+            Ok(pod) => pod,
+            // The namespace is gone or unusable: the pod end goes with the pair.
+            Err(DataplaneError::NetnsMissing(_) | DataplaneError::NetnsInvalid(..)) => return Ok(()),
+            Err(err) => return Err(err),
+        };
+        // CNI_IFNAME there is ours only if its peer is our host end (indexes are per namespace: the
+        // host end's IFLA_LINK alone could name another pod's interface in a wrong CNI_NETNS).
+        let Some(pod_end) = get_link(&mut pod.socket, ifname)? else { return Ok(()) };
+        let peer_of_pod_end =
+            link_u32(&pod_end, |a| if let LinkAttribute::Link(index) = a { Some(*index) } else { None });
+        if peer_of_pod_end != Some(index) {
+            return Ok(());
         }
-        Ok(())
+        let peer = pod_end.header.index;
+        let mut rename = link_request(peer);
+        rename.attributes.push(LinkAttribute::IfName(tombstone));
+        let requests = vec![
+            (RouteNetlinkMessage::NewLink(set_flags(peer, LinkFlags::Up, false)), 0),
+            (RouteNetlinkMessage::NewLink(rename), 0),
+        ];
+        match pod.socket.batch(requests) {
+            Ok(()) => Ok(()),
+            // Gone meanwhile (the pair destroyed by a concurrent DEL's child).
+            Err((_, err)) if err.raw_os_error() == Some(libc::ENODEV) => Ok(()),
+            Err((_, err)) => Err(refused(format!("retire {ifname} in {}", netns.display()), err)),
+        }
     }
 
     fn delete_tombstones(&mut self) -> Result<(), DataplaneError> {
