@@ -10,9 +10,11 @@
 //! - `plugin`: the bridge plugin's commands over its edges (IPAM, firewall, dataplane).
 //! - `dataplane`: the bridge, veth pairs, addresses and routes (trait, kernel over `netlink`, fake).
 //! - `netlink`: a synchronous route-netlink socket.
+//! - `nft`: the firewall edge, keel-cni's nftables table over netlink (masquerade, hostPorts).
 
 pub mod dataplane;
 pub mod netlink;
+pub mod nft;
 pub mod plugin;
 pub mod skel;
 pub mod spec;

@@ -4,6 +4,7 @@ use std::io::{Read, Write};
 use std::process::ExitCode;
 
 use keel_cni::dataplane::kernel::Kernel;
+use keel_cni::nft::NftFirewall;
 use keel_cni::plugin::BridgePlugin;
 use keel_cni::skel;
 
@@ -15,7 +16,7 @@ fn main() -> ExitCode {
         eprintln!("keel-cni: read stdin: {err}");
         return ExitCode::FAILURE;
     }
-    let mut plugin = BridgePlugin::new(unavailable::Ipam, unavailable::Firewall, Kernel::new());
+    let mut plugin = BridgePlugin::new(unavailable::Ipam, NftFirewall::new(), Kernel::new());
     let outcome = skel::run(&|name| std::env::var(name).ok(), &stdin, &mut plugin);
     let mut stdout = std::io::stdout().lock();
     let written = stdout.write_all(&outcome.stdout).and_then(|()| stdout.flush());

@@ -1,13 +1,12 @@
-//! Placeholders for the edges not wired yet: each refuses, with an error naming what is missing,
+//! A placeholder for the IPAM until it is wired: it refuses, with an error naming what is missing,
 //! whatever would need it — never a silent success.
 
 use std::net::IpAddr;
 
-use ipnet::IpNet;
 use keel_cni::plugin;
 use keel_cni::skel::CmdArgs;
 use keel_cni::spec::error::UNSUPPORTED_FIELD;
-use keel_cni::spec::{Attachment, CniResult, Error, NetConf, PortMapping};
+use keel_cni::spec::{Attachment, CniResult, Error, NetConf};
 
 fn unavailable(what: &str) -> Error {
     Error::new(UNSUPPORTED_FIELD, format!("{what} is not available in this build of keel-cni"))
@@ -34,32 +33,5 @@ impl plugin::Ipam for Ipam {
             keel_cni::spec::error::PLUGIN_NOT_AVAILABLE,
             "IPAM is not available in this build of keel-cni",
         ))
-    }
-}
-
-/// No nftables firewall yet: ipMasq and hostPorts are refused.
-pub struct Firewall;
-
-impl plugin::Firewall for Firewall {
-    fn ensure_masquerade(&mut self, _: &str, _: &[IpNet], _: &[IpNet]) -> Result<(), Error> {
-        Err(unavailable("ipMasq (masquerade)"))
-    }
-    fn add_port_mappings(
-        &mut self,
-        _: &Attachment,
-        _: &str,
-        _: &[IpAddr],
-        _: &[PortMapping],
-    ) -> Result<(), Error> {
-        Err(unavailable("portMappings (hostPorts)"))
-    }
-    fn remove_port_mappings(&mut self, _: &Attachment) -> Result<(), Error> {
-        Ok(())
-    }
-    fn check_port_mappings(&mut self, _: &Attachment, _: &[PortMapping]) -> Result<(), Error> {
-        Err(unavailable("portMappings (hostPorts)"))
-    }
-    fn gc(&mut self, _: &[Attachment]) -> Result<(), Error> {
-        Ok(())
     }
 }
