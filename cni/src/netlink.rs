@@ -8,7 +8,7 @@
 
 use std::fs::File;
 use std::io;
-use std::os::fd::AsFd;
+use std::os::fd::{AsFd, AsRawFd};
 
 use netlink_packet_core::{
     NLM_F_ACK, NLM_F_DUMP, NLM_F_REQUEST, NetlinkHeader, NetlinkMessage, NetlinkPayload,
@@ -68,7 +68,23 @@ impl Socket {
         // Dumps filtered by the kernel (addresses of one link, routes of one table).
         socket.set_netlink_get_strict_chk(true)?;
         socket.set_ext_ack(true)?;
-        Ok(Socket { socket, sequence: 0, buffer: vec![0; 32 * 1024] })
+        // A kernel that never answers is an error, not a hung ADD.
+        let timeout = libc::timeval { tv_sec: 10, tv_usec: 0 };
+        // SAFETY: the option value is a timeval that lives across the call, with its size.
+        let set = unsafe {
+            libc::setsockopt(
+                socket.as_raw_fd(),
+                libc::SOL_SOCKET,
+                libc::SO_RCVTIMEO,
+                std::ptr::from_ref(&timeout).cast(),
+                std::mem::size_of::<libc::timeval>() as libc::socklen_t,
+            )
+        };
+        if set != 0 {
+            return Err(io::Error::last_os_error());
+        }
+        // Dump datagrams are at most 32 KiB (the kernel sizes them from our receive buffer, capped there).
+        Ok(Socket { socket, sequence: 0, buffer: vec![0; 64 * 1024] })
     }
 
     /// A socket in the network namespace `netns` (an open nsfs file): this thread enters it, creates
