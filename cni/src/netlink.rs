@@ -175,31 +175,39 @@ impl Socket {
     }
 
     /// Sends several requests in one datagram (the kernel runs them in order) and waits for every
-    /// acknowledgement. The first refusal is returned with the index of the request refused; the
-    /// requests after it have run as well.
-    pub fn batch(&mut self, messages: Vec<(RouteNetlinkMessage, u16)>) -> Result<(), (usize, io::Error)> {
+    /// acknowledgement; answers they carry (NLM_F_ECHO) are returned. The first refusal is returned
+    /// with the index of the request refused; the requests after it have run as well.
+    pub fn batch(
+        &mut self,
+        messages: Vec<(RouteNetlinkMessage, u16)>,
+    ) -> Result<Vec<RouteNetlinkMessage>, (usize, io::Error)> {
         if messages.is_empty() {
-            return Ok(());
+            return Ok(Vec::new());
         }
         let messages = messages.into_iter().map(|(message, flags)| (message, flags | NLM_F_ACK)).collect();
         let (first, count) = self.send(messages).map_err(|err| (0, err))?;
         let mut acknowledged = 0;
         let mut refused: Option<(usize, io::Error)> = None;
+        let mut answers = Vec::new();
         self.receive(|seq, payload| {
             let index = seq.wrapping_sub(first) as usize;
             if index >= count {
                 return Ok(false);
             }
-            if let NetlinkPayload::Error(err) = payload {
-                acknowledged += 1;
-                if err.code.is_some() && refused.is_none() {
-                    refused = Some((index, err.to_io()));
+            match payload {
+                NetlinkPayload::Error(err) => {
+                    acknowledged += 1;
+                    if err.code.is_some() && refused.is_none() {
+                        refused = Some((index, err.to_io()));
+                    }
                 }
+                NetlinkPayload::InnerMessage(message) => answers.push(message),
+                _ => {}
             }
             Ok(acknowledged == count)
         })
         .map_err(|err| (0, err))?;
-        refused.map_or(Ok(()), Err)
+        refused.map_or(Ok(answers), Err)
     }
 
     /// Runs a dump request and returns every message of the answer.

@@ -112,6 +112,14 @@ fn kernel_dataplane_wires_a_dual_stack_pod_and_retires_it() {
     reach(&pod, &node, "10.244.1.1".parse().unwrap());
     reach(&pod, &node, "fd00:1::1".parse().unwrap());
 
+    // forceAddress replaces the bridge's IPv4 address; its IPv6 one (not overlapping) stays.
+    let replaced = bridge.clone();
+    node.run(move || {
+        Kernel::new().ensure_bridge_address(&replaced, "10.244.2.1/24".parse().unwrap(), true).unwrap();
+    })
+    .unwrap();
+    assert_eq!(addresses(&node, "cni0"), vec!["10.244.2.1/24", "fd00:1::1/64"]);
+
     // Retired: eth0 is free at once, the host end is off the bridge, both are tombstones until deleted.
     let path = pod_path.clone();
     let host_name = host.clone();

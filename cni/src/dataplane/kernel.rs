@@ -404,29 +404,33 @@ impl Dataplane for Kernel {
     ) -> Result<(), DataplaneError> {
         let socket = self.host()?;
         let v6 = address.addr().is_ipv6();
-        for existing in addresses_of(socket, bridge.index, Some(v6))? {
-            if existing == address {
-                return Ok(());
-            }
-            if let IpNet::V6(existing6) = existing
-                && existing6.addr().is_unicast_link_local()
-            {
-                continue;
-            }
-            // As the reference: one IPv4 address per bridge; IPv6 ones only when their subnets overlap.
-            let conflicts = !v6 || existing.contains(&address.addr()) || address.contains(&existing.addr());
-            if !conflicts {
-                continue;
-            }
-            if !force {
-                return Err(DataplaneError::Conflict(format!(
-                    "bridge {} already has address {existing}, different from {address} (set forceAddress to replace it)",
-                    bridge.name
-                )));
-            }
+        // Added first: on every ADD but a node's first the address is there, and EEXIST says so in
+        // one round trip. Only a new address is compared with the others, as the reference does.
+        let added = socket.request(
+            || format!("add address {address} to bridge {}", bridge.name),
+            RouteNetlinkMessage::NewAddress(address_message(bridge.index, address)),
+            CREATE,
+        );
+        match added {
+            Err(err) if err.is_exists() => return Ok(()),
+            Err(err) => return Err(err.into()),
+            Ok(_) => {}
+        }
+        // As the reference: one IPv4 address per bridge; IPv6 ones only when their subnets overlap.
+        let conflicting: Vec<IpNet> = addresses_of(socket, bridge.index, Some(v6))?
+            .into_iter()
+            .filter(|existing| *existing != address)
+            .filter(|existing| !matches!(existing, IpNet::V6(v6) if v6.addr().is_unicast_link_local()))
+            .filter(|existing| {
+                !v6 || existing.contains(&address.addr()) || address.contains(&existing.addr())
+            })
+            .collect();
+        let Some(first) = conflicting.first().copied() else { return Ok(()) };
+        let doomed = if force { conflicting } else { vec![address] };
+        for remove in doomed {
             let result = socket.request(
-                || format!("remove address {existing} from bridge {}", bridge.name),
-                RouteNetlinkMessage::DelAddress(address_message(bridge.index, existing)),
+                || format!("remove address {remove} from bridge {}", bridge.name),
+                RouteNetlinkMessage::DelAddress(address_message(bridge.index, remove)),
                 0,
             );
             match result {
@@ -434,14 +438,13 @@ impl Dataplane for Kernel {
                 _ => {}
             }
         }
-        let result = socket.request(
-            || format!("add address {address} to bridge {}", bridge.name),
-            RouteNetlinkMessage::NewAddress(address_message(bridge.index, address)),
-            CREATE,
-        );
-        match result {
-            Err(err) if !err.is_exists() => Err(err.into()),
-            _ => Ok(()),
+        if force {
+            Ok(())
+        } else {
+            Err(DataplaneError::Conflict(format!(
+                "bridge {} already has address {first}, different from {address} (set forceAddress to replace it)",
+                bridge.name
+            )))
         }
     }
 
@@ -475,16 +478,27 @@ impl Dataplane for Kernel {
             LinkInfo::Kind(InfoKind::Veth),
             LinkInfo::Data(InfoData::Veth(InfoVeth::Peer(peer))),
         ]));
+        let mut requests = vec![(RouteNetlinkMessage::NewLink(host), CREATE | NLM_F_ECHO)];
+        if spec.hairpin {
+            // Bridge port options are not taken at creation: a second request in the same datagram sets
+            // hairpin mode on the host end, found by name.
+            let mut message = link_by_name_request(&spec.host_name);
+            message.attributes.push(LinkAttribute::LinkInfo(vec![
+                LinkInfo::PortKind(InfoPortKind::Bridge),
+                LinkInfo::PortData(InfoPortData::BridgePort(vec![InfoBridgePort::HairpinMode(true)])),
+            ]));
+            requests.push((RouteNetlinkMessage::NewLink(message), 0));
+        }
         let socket = self.host()?;
-        let op = || {
-            format!(
-                "create veth pair {} / {} (in {})",
-                spec.host_name,
-                spec.pod_ifname,
-                spec.pod_netns.display()
-            )
-        };
-        let answers = socket.request(op, RouteNetlinkMessage::NewLink(host), CREATE | NLM_F_ECHO)?;
+        let answers = socket.batch(requests).map_err(|(index, err)| {
+            let op = if index == 0 {
+                let netns = spec.pod_netns.display();
+                format!("create veth pair {} / {} (in {netns})", spec.host_name, spec.pod_ifname)
+            } else {
+                format!("set hairpin mode on {}", spec.host_name)
+            };
+            refused(op, err)
+        })?;
         let echoed = answers.into_iter().find_map(|answer| match answer {
             RouteNetlinkMessage::NewLink(link) => Some(link),
             _ => None,
@@ -498,19 +512,6 @@ impl Dataplane for Kernel {
         let host_index = host_link.header.index;
         let peer_index =
             link_u32(&host_link, |a| if let LinkAttribute::Link(index) = a { Some(*index) } else { None });
-        if spec.hairpin {
-            // Bridge port options are not taken at creation: a second request sets hairpin mode.
-            let mut message = link_request(host_index);
-            message.attributes.push(LinkAttribute::LinkInfo(vec![
-                LinkInfo::PortKind(InfoPortKind::Bridge),
-                LinkInfo::PortData(InfoPortData::BridgePort(vec![InfoBridgePort::HairpinMode(true)])),
-            ]));
-            socket.request(
-                || format!("set hairpin mode on {}", spec.host_name),
-                RouteNetlinkMessage::NewLink(message),
-                0,
-            )?;
-        }
         let mtu = link_mtu(&host_link);
         let pod_index = match peer_index {
             Some(index) => index,
@@ -548,7 +549,7 @@ impl Dataplane for Kernel {
             let via = route.gw.map(|gw| format!(" via {gw}")).unwrap_or_default();
             ops.push(format!("add route {}{via} dev {}", route.dst, config.ifname));
         }
-        socket.batch(requests).map_err(|(index, err)| {
+        socket.batch(requests).map(drop).map_err(|(index, err)| {
             let op = ops.get(index).cloned().unwrap_or_else(|| "configure the pod interface".to_owned());
             refused(format!("{op} (in {})", config.netns.display()), err)
         })
@@ -623,7 +624,7 @@ impl Dataplane for Kernel {
             (RouteNetlinkMessage::NewLink(rename), 0),
         ];
         match pod.socket.batch(requests) {
-            Ok(()) => Ok(()),
+            Ok(_) => Ok(()),
             // Gone meanwhile (the pair destroyed by a concurrent DEL's child).
             Err((_, err)) if err.raw_os_error() == Some(libc::ENODEV) => Ok(()),
             Err((_, err)) => Err(refused(format!("retire {ifname} in {}", netns.display()), err)),
