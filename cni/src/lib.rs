@@ -8,7 +8,9 @@
 //! - `spec`: the spec's versions, errors, configuration and results (pure).
 //! - `skel`: the exec protocol (environment, dispatch, stdout).
 //! - `plugin`: the bridge plugin's commands over its edges (IPAM, firewall, dataplane).
+//! - `ipam`: the built-in IPAM (host-local's keys and on-disk layout) and delegation to IPAM plugins.
 
+pub mod ipam;
 pub mod plugin;
 pub mod skel;
 pub mod spec;
