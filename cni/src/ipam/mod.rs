@@ -1,6 +1,191 @@
-//! Address management: keel-cni's built-in IPAM (host-local's configuration keys, semantics and
-//! on-disk layout, without a process spawn).
+//! Address management: keel-cni's built-in IPAM ([`HostLocal`]: host-local's configuration keys,
+//! semantics and on-disk layout, without a process spawn).
 //!
 //! - `range`: range sets, requested addresses and the round-robin choice (pure).
+//! - `store`: allocations on disk under `ipam.dataDir/<network>/`, flock'ed.
 
 pub mod range;
+pub mod store;
+
+use std::collections::HashSet;
+use std::net::IpAddr;
+
+use ipnet::IpNet;
+
+use range::{Range, RangeSet};
+use store::{Holder, Store};
+
+use crate::plugin::Ipam;
+use crate::skel::CmdArgs;
+use crate::spec::error::{self, Error};
+use crate::spec::{Attachment, CniResult, IpConfig, NetConf, Route};
+
+/// keel-cni's built-in IPAM. Stateless: every call opens and locks the network's store.
+///
+/// Unlike host-local, ADD for an attachment that already holds addresses returns them (host-local
+/// refuses a duplicate allocation), so a runtime retrying ADD gets the same answer.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct HostLocal;
+
+fn attachment(args: &CmdArgs) -> Attachment {
+    Attachment { container_id: args.container_id.trim().to_owned(), ifname: args.ifname.clone() }
+}
+
+fn drift(msg: String) -> Error {
+    Error::new(error::DRIFT, msg)
+}
+
+/// One range set's address for `owner`: the one it holds, the requested one, or the next free one.
+/// Returns the address, its range and whether it was reserved now.
+fn allocate_from<'a>(
+    store: &Store,
+    set: &'a RangeSet,
+    requested: Option<IpAddr>,
+    held: &[IpAddr],
+    taken: &mut HashSet<IpAddr>,
+    owner: &Attachment,
+) -> Result<(IpAddr, &'a Range, bool), Error> {
+    if let Some((address, range)) = held.iter().find_map(|a| set.range_for(*a).map(|range| (*a, range))) {
+        return match requested {
+            Some(requested) if requested != address => Err(Error::config(format!(
+                "container {} interface {} already holds {address} in range set {set}, not the requested {requested}",
+                owner.container_id, owner.ifname
+            ))),
+            _ => Ok((address, range, false)),
+        };
+    }
+    if let Some(address) = requested {
+        let range = set.check_requested(address, taken)?;
+        if !store.reserve(owner, address, set.index)? {
+            return Err(Error::config(format!(
+                "requested IP address {address} is not available in range set {set}"
+            )));
+        }
+        taken.insert(address);
+        return Ok((address, range, true));
+    }
+    let last = store.last_reserved(set.index);
+    loop {
+        // Under the lock the listing is exact and the first candidate is free; a file that appeared
+        // anyway (a writer that does not lock) is skipped.
+        let Some((address, range)) = set.next_free(last, taken) else { return Err(set.exhausted()) };
+        taken.insert(address);
+        if store.reserve(owner, address, set.index)? {
+            return Ok((address, range, true));
+        }
+    }
+}
+
+impl Ipam for HostLocal {
+    fn allocate(&mut self, args: &CmdArgs, conf: &NetConf) -> Result<CniResult, Error> {
+        let sets = range::range_sets(conf)?;
+        let requested = range::requested_addresses(args, conf)?;
+        let assigned = range::assign_requested(&sets, &requested)?;
+        let owner = attachment(args);
+        let store = Store::open(&conf.ipam.data_dir, &conf.name)?;
+        let listing = store.list()?;
+        let mut taken = Store::taken(&listing);
+        let held = store.held_by(&listing, &owner);
+        let mut reserved = Vec::new();
+        let mut ips = Vec::new();
+        for (set, requested) in sets.iter().zip(assigned) {
+            match allocate_from(&store, set, requested, &held, &mut taken, &owner) {
+                Ok((address, range, new)) => {
+                    if new {
+                        reserved.push(address);
+                    }
+                    let address = IpNet::new(address, range.subnet.prefix_len())
+                        .map_err(|err| Error::config(format!("invalid subnet {}: {err}", range.subnet)))?;
+                    ips.push(IpConfig { address, gateway: Some(range.gateway), interface: None });
+                }
+                Err(err) => {
+                    // Nothing left behind: what this call reserved from the earlier sets goes back.
+                    for address in reserved {
+                        let _ = store.free(Some(&owner), address);
+                    }
+                    return Err(err);
+                }
+            }
+        }
+        let routes = conf.ipam.routes.iter().map(|route| Route::new(route.dst, route.gw)).collect();
+        Ok(CniResult { ips, routes, ..CniResult::default() })
+    }
+
+    fn release(&mut self, args: &CmdArgs, conf: &NetConf) -> Result<(), Error> {
+        let Some(store) = Store::open_existing(&conf.ipam.data_dir, &conf.name)? else { return Ok(()) };
+        let listing = store.list()?;
+        store.release(&listing, &attachment(args)).map(drop)
+    }
+
+    fn check(&mut self, args: &CmdArgs, conf: &NetConf, addresses: &[IpAddr]) -> Result<(), Error> {
+        let owner = attachment(args);
+        let held = match Store::open_existing(&conf.ipam.data_dir, &conf.name)? {
+            None => Vec::new(),
+            Some(store) => store.held_by(&store.list()?, &owner),
+        };
+        if held.is_empty() {
+            return Err(drift(format!(
+                "no address is allocated to container {} interface {} in network {}",
+                owner.container_id, owner.ifname, conf.name
+            )));
+        }
+        match addresses.iter().find(|address| !held.contains(address)) {
+            Some(address) => Err(drift(format!(
+                "address {address} is not allocated to container {} interface {} in network {}",
+                owner.container_id, owner.ifname, conf.name
+            ))),
+            None => Ok(()),
+        }
+    }
+
+    fn gc(&mut self, _args: &CmdArgs, conf: &NetConf, valid: &[Attachment]) -> Result<(), Error> {
+        let Some(store) = Store::open_existing(&conf.ipam.data_dir, &conf.name)? else { return Ok(()) };
+        let listing = store.list()?;
+        let is_valid = |id: &str, ifname: Option<&str>| {
+            valid
+                .iter()
+                .any(|v| v.container_id.trim() == id && ifname.is_none_or(|ifname| ifname == v.ifname))
+        };
+        for (address, holder) in &listing.addresses {
+            match holder {
+                Holder::Indexed(owner) if !is_valid(owner.container_id.trim(), Some(&owner.ifname)) => {
+                    store.free(Some(owner), *address)?;
+                }
+                Holder::Indexed(_) => {}
+                // A file naming no holder is not ours to judge: left alone.
+                Holder::Unindexed => {
+                    if let Some((id, ifname)) = store.read_owner(*address)
+                        && !is_valid(&id, ifname.as_deref())
+                    {
+                        store.free(None, *address)?;
+                    }
+                }
+            }
+        }
+        store.remove_stale_links(&listing)
+    }
+
+    fn status(&mut self, _args: &CmdArgs, conf: &NetConf) -> Result<(), Error> {
+        let sets = range::range_sets(conf)?;
+        let unavailable = |err: Error| {
+            Error::new(
+                error::PLUGIN_NOT_AVAILABLE,
+                format!("the IPAM data directory is unusable: {}", err.msg),
+            )
+            .with_details(err.details)
+        };
+        let store = Store::open(&conf.ipam.data_dir, &conf.name).map_err(unavailable)?;
+        let taken = Store::taken(&store.list().map_err(unavailable)?);
+        // ADD needs an address from every set: one exhausted set is enough to refuse every ADD.
+        match sets.iter().find(|set| !set.has_free(&taken)) {
+            Some(set) => Err(Error::new(
+                error::PLUGIN_NOT_AVAILABLE,
+                format!("no IP addresses available in range set {}: {set}", set.index),
+            )),
+            None => Ok(()),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;
