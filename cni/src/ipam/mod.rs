@@ -1,9 +1,12 @@
 //! Address management: keel-cni's built-in IPAM ([`HostLocal`]: host-local's configuration keys,
-//! semantics and on-disk layout, without a process spawn).
+//! semantics and on-disk layout, without a process spawn) or a delegated IPAM plugin ([`Delegated`])
+//! when `ipam.type` names one. [`for_conf`] picks between them.
 //!
 //! - `range`: range sets, requested addresses and the round-robin choice (pure).
 //! - `store`: allocations on disk under `ipam.dataDir/<network>/`, flock'ed.
+//! - `delegate`: executing an IPAM plugin found in `CNI_PATH`.
 
+pub mod delegate;
 pub mod range;
 pub mod store;
 
@@ -12,6 +15,7 @@ use std::net::IpAddr;
 
 use ipnet::IpNet;
 
+pub use delegate::Delegated;
 use range::{Range, RangeSet};
 use store::{Holder, Store};
 
@@ -19,6 +23,14 @@ use crate::plugin::Ipam;
 use crate::skel::CmdArgs;
 use crate::spec::error::{self, Error};
 use crate::spec::{Attachment, CniResult, IpConfig, NetConf, Route};
+
+/// The IPAM for `conf`: the plugin `ipam.type` names, else the built-in one.
+pub fn for_conf(conf: &NetConf) -> Box<dyn Ipam> {
+    match &conf.ipam.plugin_type {
+        Some(plugin) => Box::new(Delegated::new(plugin)),
+        None => Box::new(HostLocal),
+    }
+}
 
 /// keel-cni's built-in IPAM. Stateless: every call opens and locks the network's store.
 ///
