@@ -35,7 +35,8 @@ pub fn for_conf(conf: &NetConf) -> Box<dyn Ipam> {
 /// keel-cni's built-in IPAM. Stateless: every call opens and locks the network's store.
 ///
 /// Unlike host-local, ADD for an attachment that already holds addresses returns them (host-local
-/// refuses a duplicate allocation), so a runtime retrying ADD gets the same answer.
+/// refuses a duplicate allocation), so a runtime retrying ADD gets the same answer. (An attachment
+/// host-local allocated for — no index link — is not looked for on ADD: that would read every file.)
 #[derive(Debug, Default, Clone, Copy)]
 pub struct HostLocal;
 
@@ -47,6 +48,19 @@ fn drift(msg: String) -> Error {
     Error::new(error::DRIFT, msg)
 }
 
+/// What an allocation knows of the directory: nothing yet (the fast path of a new attachment), or
+/// a listing.
+#[derive(Debug)]
+struct Known {
+    /// Addresses known to be taken: all of them once listed, else those found taken on the way.
+    taken: HashSet<IpAddr>,
+    listed: bool,
+}
+
+/// After this many addresses found taken without a listing, list the directory: the search then
+/// skips every taken address at once and knows when the set is exhausted.
+const MISSES_BEFORE_LISTING: usize = 3;
+
 /// One range set's address for `owner`: the one it holds, the requested one, or the next free one.
 /// Returns the address, its range and whether it was reserved now.
 fn allocate_from<'a>(
@@ -54,7 +68,7 @@ fn allocate_from<'a>(
     set: &'a RangeSet,
     requested: Option<IpAddr>,
     held: &[IpAddr],
-    taken: &mut HashSet<IpAddr>,
+    known: &mut Known,
     owner: &Attachment,
 ) -> Result<(IpAddr, &'a Range, bool), Error> {
     if let Some((address, range)) = held.iter().find_map(|a| set.range_for(*a).map(|range| (*a, range))) {
@@ -67,23 +81,27 @@ fn allocate_from<'a>(
         };
     }
     if let Some(address) = requested {
-        let range = set.check_requested(address, taken)?;
+        let range = set.check_requested(address, &known.taken)?;
         if !store.reserve(owner, address, set.index)? {
             return Err(Error::config(format!(
                 "requested IP address {address} is not available in range set {set}"
             )));
         }
-        taken.insert(address);
+        known.taken.insert(address);
         return Ok((address, range, true));
     }
     let last = store.last_reserved(set.index);
+    let mut misses = 0;
     loop {
-        // Under the lock the listing is exact and the first candidate is free; a file that appeared
-        // anyway (a writer that does not lock) is skipped.
-        let Some((address, range)) = set.next_free(last, taken) else { return Err(set.exhausted()) };
-        taken.insert(address);
+        let Some((address, range)) = set.next_free(last, &known.taken) else { return Err(set.exhausted()) };
+        known.taken.insert(address);
         if store.reserve(owner, address, set.index)? {
             return Ok((address, range, true));
+        }
+        misses += 1;
+        if misses == MISSES_BEFORE_LISTING && !known.listed {
+            known.taken.extend(Store::taken(&store.list()?));
+            known.listed = true;
         }
     }
 }
@@ -95,16 +113,22 @@ impl Ipam for HostLocal {
         let assigned = range::assign_requested(&sets, &requested)?;
         let owner = attachment(args);
         let store = Store::open(&conf.ipam.data_dir, &conf.name)?;
-        let listing = store.list()?;
-        let mut taken = Store::taken(&listing);
-        let held = store.held_by(&listing, &owner);
+        // A new attachment (no index link: the common case) needs no listing: an address file taken
+        // meanwhile is found by its exclusive create. One with links (a repeated ADD) gets what it holds.
+        let (mut known, held) = if store.is_indexed(&owner, sets.len()) {
+            let listing = store.list()?;
+            let held = store.held_by(&listing, &owner);
+            (Known { taken: Store::taken(&listing), listed: true }, held)
+        } else {
+            (Known { taken: HashSet::new(), listed: false }, Vec::new())
+        };
         let mut reserved = Vec::new();
         let mut ips = Vec::new();
         for (set, requested) in sets.iter().zip(assigned) {
-            match allocate_from(&store, set, requested, &held, &mut taken, &owner) {
+            match allocate_from(&store, set, requested, &held, &mut known, &owner) {
                 Ok((address, range, new)) => {
                     if new {
-                        reserved.push(address);
+                        reserved.push((set.index, address));
                     }
                     let address = IpNet::new(address, range.subnet.prefix_len())
                         .map_err(|err| Error::config(format!("invalid subnet {}: {err}", range.subnet)))?;
@@ -112,8 +136,8 @@ impl Ipam for HostLocal {
                 }
                 Err(err) => {
                     // Nothing left behind: what this call reserved from the earlier sets goes back.
-                    for address in reserved {
-                        let _ = store.free(Some(&owner), address);
+                    for (set, address) in reserved {
+                        let _ = store.free(Some((&owner, set)), address);
                     }
                     return Err(err);
                 }
@@ -160,10 +184,10 @@ impl Ipam for HostLocal {
         };
         for (address, holder) in &listing.addresses {
             match holder {
-                Holder::Indexed(owner) if !is_valid(owner.container_id.trim(), Some(&owner.ifname)) => {
-                    store.free(Some(owner), *address)?;
+                Holder::Indexed(owner, set) if !is_valid(owner.container_id.trim(), Some(&owner.ifname)) => {
+                    store.free(Some((owner, *set)), *address)?;
                 }
-                Holder::Indexed(_) => {}
+                Holder::Indexed(..) => {}
                 // A file naming no holder is not ours to judge: left alone.
                 Holder::Unindexed => {
                     if let Some((id, ifname)) = store.read_owner(*address)

@@ -3,31 +3,32 @@
 //!
 //! ```text
 //! <dataDir>/<network name>/
-//!   lock                          flock(2)ed exclusively around every operation (host-local's too)
-//!   10.244.1.5                    one file per allocated address: "<containerID>\r\n<ifname>"
-//!   last_reserved_ip.0            the last address reserved from range set 0 (round robin)
-//!   keel-cni:<cid>:<ifname>:<ip>  keel-cni's index: a hard link to the address file
+//!   lock                            flock(2)ed exclusively around every operation (host-local's too)
+//!   10.244.1.5                      one file per allocated address: "<containerID>\r\n<ifname>"
+//!   last_reserved_ip.0              the last address reserved from range set 0 (round robin)
+//!   keel-cni:<cid>:<ifname>:<set>   keel-cni's index: a hard link to the attachment's address file
+//!                                   of range set <set>
 //! ```
 //!
-//! host-local finds an attachment's addresses by reading every file of the directory; at 254
-//! allocations that is ~760 syscalls per DEL. keel-cni adds the index instead: for each address it
-//! allocates, a hard link named after its owner. One directory listing (`getdents64`, which also
-//! returns each entry's inode) then tells who holds what: a link and an address file with the same
-//! inode are the same allocation (the link keeps the inode alive, so its number cannot be reused by
-//! another file while the link exists). Only address files without an index link — made by host-local
-//! or left by a crash between the two steps — are read. host-local lives with the links: their names
-//! do not parse as addresses, and when it releases an attachment it removes every file whose content
-//! is the attachment's, the links included. `':'` separates the link's fields because neither a
-//! container ID nor an interface name may contain one.
+//! host-local finds an attachment's addresses by reading every file of the directory: at 254
+//! allocations ~760 syscalls per ADD and per DEL. keel-cni keeps an index beside, a hard link per
+//! allocation named after its owner, so:
+//! - ADD of a new attachment looks its links up by name (not found) and creates the address file with
+//!   `O_EXCL` after the last reserved address — no listing, no reads;
+//! - DEL, CHECK, GC and a repeated ADD list the directory once (`getdents64`, which also returns each
+//!   entry's inode): a link and an address file with the same inode are the same allocation (the
+//!   link keeps the inode alive, so its number cannot be reused by another file meanwhile). Only
+//!   address files no link points at — made by host-local, or left by a crash between the two steps —
+//!   are read.
+//!
+//! host-local lives with the links: their names do not parse as addresses, and when it releases an
+//! attachment it removes every file whose content is the attachment's, the links included. `':'`
+//! separates the link's fields because neither a container ID nor an interface name may contain one.
 //!
 //! No fsync: host-local does none either, and it is fine here. A crash of the node loses every pod's
 //! network namespace anyway; the runtime then DELs (or GCs) the sandboxes it knew, and a lost write
 //! can only leave an allocation unwritten (the runtime retries ADD) or a released one on disk (GC with
 //! the valid attachments frees it).
-//!
-//! Cost (unit test `store_cost_at_254_allocations`): an allocation is lock open+flock, one listing,
-//! a read of `last_reserved_ip.N`, create+write+close of the address file, link, rewrite of
-//! `last_reserved_ip.N`, close; a release is lock open+flock, one listing, two unlinks, close.
 
 use std::collections::{HashMap, HashSet};
 use std::fs::{self, File, OpenOptions};
@@ -36,6 +37,7 @@ use std::net::IpAddr;
 use std::os::unix::fs::{DirEntryExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 
+use nix::errno::Errno;
 use nix::fcntl::{Flock, FlockArg};
 
 use crate::spec::Attachment;
@@ -62,8 +64,8 @@ pub struct Store {
 /// Who holds an address file, as far as a listing tells.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Holder {
-    /// An index link names the owner.
-    Indexed(Attachment),
+    /// An index link names the owner, and the range set it was allocated from.
+    Indexed(Attachment, usize),
     /// No index link: the owner is in the file (host-local's allocations).
     Unindexed,
 }
@@ -82,21 +84,21 @@ fn io_error(action: &str, path: &Path, err: &io::Error) -> Error {
     Error::io(format!("failed to {action} {}", path.display()), err)
 }
 
-/// The index link's name for `owner`'s `address`.
-pub fn index_name(owner: &Attachment, address: IpAddr) -> String {
-    format!("{}{address}", index_prefix(owner))
+/// The index link's name for `owner`'s address from range set `set`.
+pub fn index_name(owner: &Attachment, set: usize) -> String {
+    format!("{}{set}", index_prefix(owner))
 }
 
 fn index_prefix(owner: &Attachment) -> String {
     format!("{INDEX_PREFIX}{}:{}:", owner.container_id.trim(), owner.ifname)
 }
 
-fn parse_index_name(name: &str) -> Option<(Attachment, IpAddr)> {
+fn parse_index_name(name: &str) -> Option<(Attachment, usize)> {
     let rest = name.strip_prefix(INDEX_PREFIX)?;
     let (container_id, rest) = rest.split_once(':')?;
-    let (ifname, address) = rest.split_once(':')?;
+    let (ifname, set) = rest.split_once(':')?;
     let owner = Attachment { container_id: container_id.to_owned(), ifname: ifname.to_owned() };
-    Some((owner, address.parse().ok()?))
+    Some((owner, set.parse().ok()?))
 }
 
 /// What an address file says about its holder: `containerID\r\nifname`, or a bare container ID as
@@ -141,8 +143,15 @@ impl Store {
             }
             Err(err) => return Err(io_error("open the IPAM lock", &path, &err)),
         };
-        let lock = Flock::lock(file, FlockArg::LockExclusive)
-            .map_err(|(_, errno)| io_error("lock", &path, &io::Error::from(errno)))?;
+        let mut file = file;
+        let lock = loop {
+            match Flock::lock(file, FlockArg::LockExclusive) {
+                Ok(lock) => break lock,
+                // A signal while waiting for another holder: wait again.
+                Err((again, Errno::EINTR)) => file = again,
+                Err((_, errno)) => return Err(io_error("lock", &path, &io::Error::from(errno))),
+            }
+        };
         Ok(Some(Store { dir, _lock: lock }))
     }
 
@@ -154,30 +163,37 @@ impl Store {
     /// Lists the directory once: the allocated addresses and who holds those the index names.
     pub fn list(&self) -> Result<Listing, Error> {
         let entries = fs::read_dir(&self.dir).map_err(|err| io_error("list", &self.dir, &err))?;
-        let mut inodes: HashMap<IpAddr, u64> = HashMap::new();
-        let mut links: Vec<(String, Attachment, IpAddr, u64)> = Vec::new();
+        let mut by_inode: HashMap<u64, IpAddr> = HashMap::new();
+        let mut links: Vec<(String, u64)> = Vec::new();
         for entry in entries {
             let entry = entry.map_err(|err| io_error("list", &self.dir, &err))?;
             let name = entry.file_name();
             let Some(name) = name.to_str() else { continue };
             if let Ok(address) = name.parse::<IpAddr>() {
-                inodes.insert(address, entry.ino());
-            } else if let Some((owner, address)) = parse_index_name(name) {
-                links.push((name.to_owned(), owner, address, entry.ino()));
+                by_inode.insert(entry.ino(), address);
+            } else if name.starts_with(INDEX_PREFIX) {
+                links.push((name.to_owned(), entry.ino()));
             }
         }
         let mut listing = Listing {
-            addresses: inodes.keys().map(|address| (*address, Holder::Unindexed)).collect(),
+            addresses: by_inode.values().map(|address| (*address, Holder::Unindexed)).collect(),
             stale_links: Vec::new(),
         };
-        for (name, owner, address, inode) in links {
-            if inodes.get(&address) == Some(&inode) {
-                listing.addresses.insert(address, Holder::Indexed(owner));
-            } else {
-                listing.stale_links.push(name);
+        for (name, inode) in links {
+            match (by_inode.get(&inode), parse_index_name(&name)) {
+                (Some(address), Some((owner, set))) => {
+                    listing.addresses.insert(*address, Holder::Indexed(owner, set));
+                }
+                _ => listing.stale_links.push(name),
             }
         }
         Ok(listing)
+    }
+
+    /// Whether the index has a link for `owner` from any of the first `sets` range sets: a lookup by
+    /// name per set, without listing the directory.
+    pub fn is_indexed(&self, owner: &Attachment, sets: usize) -> bool {
+        (0..sets).any(|set| fs::symlink_metadata(self.dir.join(index_name(owner, set))).is_ok())
     }
 
     /// The holder written in an unindexed address file: the container ID and, unless written by
@@ -190,7 +206,7 @@ impl Store {
     pub fn holds(&self, listing: &Listing, owner: &Attachment, address: IpAddr) -> bool {
         match listing.addresses.get(&address) {
             None => false,
-            Some(Holder::Indexed(holder)) => holder == owner,
+            Some(Holder::Indexed(holder, _)) => holder == owner,
             Some(Holder::Unindexed) => self.read_owner(address).is_some_and(|(id, ifname)| {
                 id == owner.container_id.trim() && ifname.is_none_or(|ifname| ifname == owner.ifname)
             }),
@@ -226,13 +242,13 @@ impl Store {
             Err(err) => return Err(io_error("create", &path, &err)),
         };
         let content = format!("{}{LINE_BREAK}{}", owner.container_id.trim(), owner.ifname);
-        let link = self.dir.join(index_name(owner, address));
+        let link = self.dir.join(index_name(owner, set));
         let written =
             file.write_all(content.as_bytes()).map_err(|err| io_error("write", &path, &err)).and_then(|()| {
                 drop(file);
                 fs::hard_link(&path, &link)
                     .or_else(|err| {
-                        // A link left by a crash before the address file was removed: replace it.
+                        // A stale link (its address released without it): replaced.
                         if err.kind() == ErrorKind::AlreadyExists {
                             fs::remove_file(&link).and_then(|()| fs::hard_link(&path, &link))
                         } else {
@@ -254,11 +270,12 @@ impl Store {
         Ok(true)
     }
 
-    /// Frees `address` (held by `owner` when the index names it): the index link first, so a crash
-    /// in between leaves a plain host-local allocation. Success when already gone.
-    pub fn free(&self, owner: Option<&Attachment>, address: IpAddr) -> Result<(), Error> {
-        if let Some(owner) = owner {
-            remove(&self.dir.join(index_name(owner, address)))?;
+    /// Frees `address`; `indexed` names the owner and set of its index link, when it has one. The
+    /// link goes first, so a crash in between leaves a plain host-local allocation. Success when
+    /// already gone.
+    pub fn free(&self, indexed: Option<(&Attachment, usize)>, address: IpAddr) -> Result<(), Error> {
+        if let Some((owner, set)) = indexed {
+            remove(&self.dir.join(index_name(owner, set)))?;
         }
         remove(&self.dir.join(address.to_string()))
     }
@@ -267,7 +284,11 @@ impl Store {
     pub fn release(&self, listing: &Listing, owner: &Attachment) -> Result<Vec<IpAddr>, Error> {
         let held = self.held_by(listing, owner);
         for address in &held {
-            self.free(Some(owner), *address)?;
+            let indexed = match listing.addresses.get(address) {
+                Some(Holder::Indexed(holder, set)) => Some((holder, *set)),
+                _ => None,
+            };
+            self.free(indexed, *address)?;
         }
         let prefix = index_prefix(owner);
         for name in listing.stale_links.iter().filter(|name| name.starts_with(&prefix)) {

@@ -63,7 +63,7 @@ fn allocates_in_host_locals_layout_with_gateway_and_routes() {
     assert_eq!(fs::read_to_string(network.join("last_reserved_ip.0")).unwrap(), "10.244.1.2");
     assert_eq!(
         files(dir.path()),
-        ["10.244.1.2", "keel-cni:c1:eth0:10.244.1.2", "last_reserved_ip.0", "lock"].map(String::from)
+        ["10.244.1.2", "keel-cni:c1:eth0:0", "last_reserved_ip.0", "lock"].map(String::from)
     );
 }
 
@@ -197,7 +197,8 @@ fn allocations_written_by_host_local_are_found_without_the_index() {
     // As host-local writes them: no index link; an early version's bare container ID too.
     fs::write(network.join("10.244.1.3"), "c9\r\neth0").unwrap();
     fs::write(network.join("10.244.1.4"), "old").unwrap();
-    assert_eq!(addresses(&HostLocal.allocate(&args("c9", "eth0"), &conf).unwrap()), [ip("10.244.1.3")]);
+    HostLocal.check(&args("c9", "eth0"), &conf, &[ip("10.244.1.3")]).unwrap();
+    // Found taken by their exclusive create, without a listing.
     assert_eq!(addresses(&HostLocal.allocate(&args("c10", "eth0"), &conf).unwrap()), [ip("10.244.1.5")]);
     HostLocal.check(&args("old", "eth7"), &conf, &[ip("10.244.1.4")]).unwrap();
     HostLocal.release(&args("c9", "eth0"), &conf).unwrap();
@@ -217,7 +218,7 @@ fn gc_releases_every_allocation_not_in_the_valid_attachments() {
     fs::write(network.join("10.244.1.101"), "kept\r\neth0").unwrap();
     fs::write(network.join("10.244.1.102"), "").unwrap();
     // A link whose address file is gone (a crash between the two unlinks).
-    fs::write(network.join(format!("{INDEX_PREFIX}z:eth0:10.244.1.200")), "z\r\neth0").unwrap();
+    fs::write(network.join(format!("{INDEX_PREFIX}z:eth0:0")), "z\r\neth0").unwrap();
     let valid = [
         Attachment { container_id: "b".into(), ifname: "eth0".into() },
         Attachment { container_id: "d".into(), ifname: "eth0".into() },
@@ -228,7 +229,7 @@ fn gc_releases_every_allocation_not_in_the_valid_attachments() {
     let held = HashSet::from([ip("10.244.1.3"), ip("10.244.1.5"), ip("10.244.1.101"), ip("10.244.1.102")]);
     assert_eq!(allocated(dir.path()), held);
     let links: Vec<String> = files(dir.path()).into_iter().filter(|n| n.starts_with(INDEX_PREFIX)).collect();
-    assert_eq!(links, ["keel-cni:b:eth0:10.244.1.3", "keel-cni:d:eth0:10.244.1.5"]);
+    assert_eq!(links, ["keel-cni:b:eth0:0", "keel-cni:d:eth0:0"]);
     HostLocal.gc(&CmdArgs::default(), &conf, &valid).unwrap();
     assert_eq!(allocated(dir.path()), held);
 }
