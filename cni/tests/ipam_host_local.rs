@@ -158,7 +158,13 @@ fn host_local_and_the_built_in_ipam_share_one_data_directory() {
         .map(|e| e.unwrap().file_name().into_string().unwrap())
         .collect();
     names.sort();
-    assert_eq!(names, ["10.244.1.3", "10.244.1.5", "keel-cni:c2:eth0:0", "last_reserved_ip.0", "lock"]);
+    // c1's address file became the spare; host-local's next allocation ignores it.
+    assert_eq!(
+        names,
+        ["10.244.1.3", "10.244.1.5", "keel-cni.spare", "keel-cni:c2:eth0:0", "last_reserved_ip.0", "lock"]
+    );
+    assert_eq!(address(&reference.allocate(&args("c5"), &delegated).unwrap()).to_string(), "10.244.1.6");
+    reference.release(&args("c5"), &delegated).unwrap();
 
     // GC through the built-in IPAM frees host-local's leaked allocation too.
     let valid = [keel_cni::spec::Attachment { container_id: "c2".into(), ifname: "eth0".into() }];

@@ -137,7 +137,7 @@ impl Ipam for HostLocal {
                 Err(err) => {
                     // Nothing left behind: what this call reserved from the earlier sets goes back.
                     for (set, address) in reserved {
-                        let _ = store.free(Some((&owner, set)), address);
+                        let _ = store.unreserve(&owner, set, address);
                     }
                     return Err(err);
                 }
@@ -184,10 +184,13 @@ impl Ipam for HostLocal {
         };
         for (address, holder) in &listing.addresses {
             match holder {
-                Holder::Indexed(owner, set) if !is_valid(owner.container_id.trim(), Some(&owner.ifname)) => {
-                    store.free(Some((owner, *set)), *address)?;
+                Holder::Indexed(link) => {
+                    if let Some((owner, _)) = store::parse_index_name(link)
+                        && !is_valid(owner.container_id.trim(), Some(&owner.ifname))
+                    {
+                        store.free(Some(link), *address)?;
+                    }
                 }
-                Holder::Indexed(..) => {}
                 // A file naming no holder is not ours to judge: left alone.
                 Holder::Unindexed => {
                     if let Some((id, ifname)) = store.read_owner(*address)

@@ -87,6 +87,29 @@ fn allocation_is_idempotent_per_attachment_and_release_is_idempotent() {
 }
 
 #[test]
+fn a_released_address_file_is_renamed_into_place_for_the_next_allocation() {
+    use std::os::unix::fs::MetadataExt;
+    let dir = tempfile::tempdir().unwrap();
+    let conf = v4_24(dir.path());
+    let network = dir.path().join("kube");
+    HostLocal.allocate(&args("a-long-container-id", "eth0"), &conf).unwrap();
+    let inode = fs::metadata(network.join("10.244.1.2")).unwrap().ino();
+    HostLocal.release(&args("a-long-container-id", "eth0"), &conf).unwrap();
+    assert_eq!(fs::metadata(network.join(store::SPARE_FILE)).unwrap().ino(), inode);
+    HostLocal.allocate(&args("b", "net1"), &conf).unwrap();
+    assert_eq!(fs::metadata(network.join("10.244.1.3")).unwrap().ino(), inode);
+    assert_eq!(fs::read_to_string(network.join("10.244.1.3")).unwrap(), "b\r\nnet1");
+    assert_eq!(files(dir.path()), ["10.244.1.3", "keel-cni:b:net1:0", "last_reserved_ip.0", "lock"]);
+    // The spare is only renamed to a free address: a taken one keeps its file.
+    HostLocal.release(&args("b", "net1"), &conf).unwrap();
+    fs::write(network.join("last_reserved_ip.0"), "10.244.1.5").unwrap();
+    fs::write(network.join("10.244.1.6"), "c\r\neth0").unwrap();
+    assert_eq!(addresses(&HostLocal.allocate(&args("d", "eth0"), &conf).unwrap()), [ip("10.244.1.7")]);
+    assert_eq!(fs::read_to_string(network.join("10.244.1.6")).unwrap(), "c\r\neth0");
+    assert_eq!(fs::metadata(network.join("10.244.1.7")).unwrap().ino(), inode);
+}
+
+#[test]
 fn dual_stack_allocates_one_address_per_set_and_a_failing_set_leaves_nothing_behind() {
     let dir = tempfile::tempdir().unwrap();
     let conf =
@@ -270,7 +293,7 @@ fn a_hundred_threads_with_their_own_locks_get_a_hundred_distinct_addresses() {
         HostLocal.check(&args(&format!("c{i}"), "eth0"), &conf, &[]).unwrap();
     }
     HostLocal.gc(&CmdArgs::default(), &conf, &[]).unwrap();
-    assert_eq!(files(dir.path()), ["last_reserved_ip.0", "lock"]);
+    assert_eq!(files(dir.path()), ["keel-cni.spare", "last_reserved_ip.0", "lock"]);
 }
 
 /// CPU time (user, system) this thread has used, in nanoseconds: the cost of an operation without
