@@ -123,26 +123,29 @@ impl Ipam for HostLocal {
             (Known { taken: HashSet::new(), listed: false }, Vec::new())
         };
         let mut reserved = Vec::new();
-        let mut ips = Vec::new();
-        for (set, requested) in sets.iter().zip(assigned) {
-            match allocate_from(&store, set, requested, &held, &mut known, &owner) {
-                Ok((address, range, new)) => {
-                    if new {
-                        reserved.push((set.index, address));
-                    }
-                    let address = IpNet::new(address, range.subnet.prefix_len())
-                        .map_err(|err| Error::config(format!("invalid subnet {}: {err}", range.subnet)))?;
-                    ips.push(IpConfig { address, gateway: Some(range.gateway), interface: None });
+        let allocate_all = || -> Result<Vec<IpConfig>, Error> {
+            let mut ips = Vec::new();
+            for (set, requested) in sets.iter().zip(assigned) {
+                let (address, range, new) = allocate_from(&store, set, requested, &held, &mut known, &owner)?;
+                if new {
+                    reserved.push((set.index, address));
                 }
-                Err(err) => {
-                    // Nothing left behind: what this call reserved from the earlier sets goes back.
-                    for (set, address) in reserved {
-                        let _ = store.unreserve(&owner, set, address);
-                    }
-                    return Err(err);
-                }
+                let address = IpNet::new(address, range.subnet.prefix_len())
+                    .map_err(|err| Error::config(format!("invalid subnet {}: {err}", range.subnet)))?;
+                ips.push(IpConfig { address, gateway: Some(range.gateway), interface: None });
             }
-        }
+            Ok(ips)
+        };
+        let ips = match allocate_all() {
+            Ok(ips) => ips,
+            Err(err) => {
+                // Nothing left behind: what this call reserved from the earlier sets goes back.
+                for (set, address) in reserved {
+                    let _ = store.unreserve(&owner, set, address);
+                }
+                return Err(err);
+            }
+        };
         let routes = conf.ipam.routes.iter().map(|route| Route::new(route.dst, route.gw)).collect();
         Ok(CniResult { ips, routes, ..CniResult::default() })
     }
