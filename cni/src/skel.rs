@@ -46,7 +46,8 @@ pub struct CmdArgs {
     pub ifname: String,
     /// `CNI_ARGS`, as `KEY=VALUE` pairs in order.
     pub args: Vec<(String, String)>,
-    /// `CNI_PATH`: where delegated plugins are looked up.
+    /// `CNI_PATH`: where delegated plugins are looked up (required, as libcni's skel requires it, for
+    /// every command but VERSION).
     pub path: Vec<PathBuf>,
 }
 
@@ -184,7 +185,7 @@ fn cmd_args(command: Command, env: &dyn Fn(&str) -> Option<String>) -> Result<Cm
     if netns.is_none() && command != Command::Del {
         return Err(missing("CNI_NETNS"));
     }
-    if get("CNI_PATH").is_none() && command != Command::Del {
+    if get("CNI_PATH").is_none() {
         return Err(missing("CNI_PATH"));
     }
     Ok(CmdArgs { container_id, netns, ifname, args, path })
@@ -331,8 +332,15 @@ mod tests {
 
     #[test]
     fn del_needs_no_netns_and_status_and_gc_need_only_cni_path() {
-        let (outcome, plugin) =
-            invoke(&[("CNI_COMMAND", "DEL"), ("CNI_CONTAINERID", "c1"), ("CNI_IFNAME", "eth0")], CONF);
+        let (outcome, plugin) = invoke(
+            &[
+                ("CNI_COMMAND", "DEL"),
+                ("CNI_CONTAINERID", "c1"),
+                ("CNI_IFNAME", "eth0"),
+                ("CNI_PATH", "/opt/cni/bin"),
+            ],
+            CONF,
+        );
         assert_eq!((outcome.exit_code, outcome.stdout.len()), (0, 0));
         assert_eq!(plugin.calls[0].1.netns, None);
         for command in ["STATUS", "GC"] {

@@ -20,6 +20,9 @@ pub const IO_FAILURE: u32 = 5;
 pub const DECODING_FAILURE: u32 = 6;
 /// 7: the network configuration is invalid.
 pub const INVALID_NETWORK_CONFIG: u32 = 7;
+/// 8: CNI_NETNS does not name a usable network namespace, or names the plugin's own (libcni's
+/// `ErrInvalidNetNS`; not in the spec's table, but what runtimes see from the reference plugins).
+pub const INVALID_NETNS: u32 = 8;
 /// 11: a transient condition; the runtime should try again later.
 pub const TRY_AGAIN_LATER: u32 = 11;
 /// 50: STATUS: the plugin cannot serve ADDs at all.
