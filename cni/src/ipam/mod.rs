@@ -5,8 +5,10 @@
 //! - `range`: range sets, requested addresses and the round-robin choice (pure).
 //! - `store`: allocations on disk under `ipam.dataDir/<network>/`, flock'ed.
 //! - `delegate`: executing an IPAM plugin found in `CNI_PATH`.
+//! - `dns`: host-local's `resolvConf` key.
 
 pub mod delegate;
+pub mod dns;
 pub mod range;
 pub mod store;
 
@@ -111,6 +113,7 @@ impl Ipam for HostLocal {
         let sets = range::range_sets(conf)?;
         let requested = range::requested_addresses(args, conf)?;
         let assigned = range::assign_requested(&sets, &requested)?;
+        let dns = dns::from_conf(conf)?.unwrap_or_default();
         let owner = attachment(args);
         let store = Store::open(&conf.ipam.data_dir, &conf.name)?;
         // A new attachment (no index link: the common case) needs no listing: an address file taken
@@ -147,7 +150,7 @@ impl Ipam for HostLocal {
             }
         };
         let routes = conf.ipam.routes.iter().map(|route| Route::new(route.dst, route.gw)).collect();
-        Ok(CniResult { ips, routes, ..CniResult::default() })
+        Ok(CniResult { ips, routes, dns, ..CniResult::default() })
     }
 
     fn release(&mut self, args: &CmdArgs, conf: &NetConf) -> Result<(), Error> {

@@ -68,6 +68,23 @@ fn allocates_in_host_locals_layout_with_gateway_and_routes() {
 }
 
 #[test]
+fn resolv_conf_gives_the_results_dns_and_an_unreadable_one_allocates_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let resolv = dir.path().join("resolv.conf");
+    fs::write(&resolv, "nameserver 10.96.0.10\nsearch svc.cluster.local\noptions ndots:5\n").unwrap();
+    let conf = conf(dir.path(), json!({"subnet": "10.244.1.0/24", "resolvConf": resolv}));
+    let result = HostLocal.allocate(&args("c1", "eth0"), &conf).unwrap();
+    assert_eq!(
+        result.to_json(crate::spec::Version::V1_0_0)["dns"],
+        json!({"nameservers": ["10.96.0.10"], "search": ["svc.cluster.local"], "options": ["ndots:5"]})
+    );
+    let missing = self::conf(dir.path(), json!({"subnet": "10.244.1.0/24", "resolvConf": "/nonexistent"}));
+    let before = files(dir.path());
+    assert_eq!(HostLocal.allocate(&args("c2", "eth0"), &missing).unwrap_err().code, error::IO_FAILURE);
+    assert_eq!(files(dir.path()), before);
+}
+
+#[test]
 fn allocation_is_idempotent_per_attachment_and_release_is_idempotent() {
     let dir = tempfile::tempdir().unwrap();
     let conf = v4_24(dir.path());
