@@ -171,3 +171,34 @@ fn host_local_and_the_built_in_ipam_share_one_data_directory() {
     HostLocal.gc(&CmdArgs::default(), &built_in, &valid).unwrap();
     assert_eq!(allocations(dir.path()), BTreeMap::from([("10.244.1.3".into(), "c2\r\neth0".into())]));
 }
+
+#[test]
+fn host_local_processes_and_built_in_threads_allocating_at_once_never_share_an_address() {
+    let dir = tempfile::tempdir().unwrap();
+    let delegated = std::sync::Arc::new(conf("1.0.0", dir.path(), Some("host-local"), "10.244.1.0/24"));
+    let built_in = std::sync::Arc::new(conf("1.0.0", dir.path(), None, "10.244.1.0/24"));
+    let barrier = std::sync::Arc::new(std::sync::Barrier::new(100));
+    let threads: Vec<_> = (0..100)
+        .map(|i| {
+            let (delegated, built_in, barrier) = (delegated.clone(), built_in.clone(), barrier.clone());
+            std::thread::spawn(move || {
+                let id = format!("c{i}");
+                barrier.wait();
+                let result = if i % 2 == 0 {
+                    Delegated::new("host-local").allocate(&args(&id), &delegated)
+                } else {
+                    HostLocal.allocate(&args(&id), &built_in)
+                };
+                (id, address(&result.unwrap()))
+            })
+        })
+        .collect();
+    let got: BTreeMap<String, IpAddr> = threads.into_iter().map(|t| t.join().unwrap()).collect();
+    let distinct: std::collections::BTreeSet<IpAddr> = got.values().copied().collect();
+    assert_eq!(distinct.len(), 100);
+    let on_disk = allocations(dir.path());
+    assert_eq!(on_disk.len(), 100);
+    for (id, address) in &got {
+        assert_eq!(on_disk[&address.to_string()], format!("{id}\r\neth0"));
+    }
+}
