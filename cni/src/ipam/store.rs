@@ -8,6 +8,7 @@
 //!   last_reserved_ip.0              the last address reserved from range set 0 (round robin)
 //!   keel-cni:<cid>:<ifname>:<set>   keel-cni's index: a hard link to the attachment's address file
 //!                                   of range set <set>
+//!   keel-cni.spare                  a released address file, renamed into place by the next ADD
 //! ```
 //!
 //! host-local finds an attachment's addresses by reading every file of the directory: at 254
@@ -24,6 +25,11 @@
 //! host-local lives with the links: their names do not parse as addresses, and when it releases an
 //! attachment it removes every file whose content is the attachment's, the links included. `':'`
 //! separates the link's fields because neither a container ID nor an interface name may contain one.
+//! Hard links rather than symlinks naming the address (which would spare DEL its listing): a link
+//! takes no inode, and creating inodes is what costs on a journal-less ext4 (see [`Store::free`]).
+//!
+//! Cost at 254 allocations (`store_cost_at_254_allocations`): ADD 18 syscalls, ≈35–65 µs of CPU;
+//! DEL 12 syscalls, ≈250–300 µs (the listing of ~510 entries).
 //!
 //! No fsync: host-local does none either, and it is fine here. A crash of the node loses every pod's
 //! network namespace anyway; the runtime then DELs (or GCs) the sandboxes it knew, and a lost write
