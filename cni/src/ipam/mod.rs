@@ -211,7 +211,8 @@ impl Ipam for HostLocal {
     }
 
     fn status(&mut self, _args: &CmdArgs, conf: &NetConf) -> Result<(), Error> {
-        let sets = range::range_sets(conf)?;
+        // No configured range: they come with each ADD (the runtime's ipRanges), nothing to judge here.
+        let sets = if conf.range_sets().is_empty() { Vec::new() } else { range::range_sets(conf)? };
         let unavailable = |err: Error| {
             Error::new(
                 error::PLUGIN_NOT_AVAILABLE,

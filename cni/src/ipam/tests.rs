@@ -207,6 +207,13 @@ fn an_unusable_data_directory_is_code_5_and_status_50() {
     assert!(err.msg.contains("not-a-directory/kube"), "{}", err.msg);
     assert_eq!(HostLocal.status(&CmdArgs::default(), &conf).unwrap_err().code, error::PLUGIN_NOT_AVAILABLE);
     assert_eq!(fs::read(&file).unwrap(), b"");
+    // Ranges only from the runtime (ipRanges with each ADD): STATUS judges the data directory alone.
+    let runtime_ranges = self::conf(dir.path(), json!({}));
+    HostLocal.status(&CmdArgs::default(), &runtime_ranges).unwrap();
+    assert_eq!(
+        HostLocal.status(&CmdArgs::default(), &self::conf(&file, json!({}))).unwrap_err().code,
+        error::PLUGIN_NOT_AVAILABLE
+    );
 }
 
 #[test]
