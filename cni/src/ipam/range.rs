@@ -22,9 +22,13 @@ use crate::spec::error::{self, Error};
 /// One range of a set, with host-local's defaults filled in. Start and end are inclusive.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Range {
+    /// The subnet (its prefix length goes with each address handed out).
     pub subnet: IpNet,
+    /// `rangeStart`, default the subnet's first address.
     pub start: IpAddr,
+    /// `rangeEnd`, default the subnet's last address (for IPv4 the one before the broadcast address).
     pub end: IpAddr,
+    /// `gateway`, default the subnet's first address; never handed out.
     pub gateway: IpAddr,
 }
 
@@ -32,7 +36,9 @@ pub struct Range {
 /// configuration, which names host-local's `last_reserved_ip.<index>` file.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RangeSet {
+    /// The set's position in the configuration.
     pub index: usize,
+    /// Its ranges, one family, not overlapping.
     pub ranges: Vec<Range>,
 }
 

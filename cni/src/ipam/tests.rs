@@ -366,3 +366,28 @@ fn store_cost_at_254_allocations() {
         add.0, add.1, del.0, del.1
     );
 }
+
+#[test]
+fn dual_stack_requests_go_to_their_family_and_a_repeated_add_cannot_change_its_address() {
+    let dir = tempfile::tempdir().unwrap();
+    let value = json!({"cniVersion": "1.1.0", "name": "kube", "type": "keel-cni",
+        "ipam": {"ranges": [[{"subnet": "10.244.1.0/24"}], [{"subnet": "fd00:1::/64"}]], "dataDir": dir.path()},
+        "args": {"cni": {"ips": ["fd00:1::99"]}}});
+    let conf = NetConf::parse(value.to_string().as_bytes()).unwrap();
+    let mut with_ip = args("c1", "eth0");
+    with_ip.args.push(("IP".into(), "10.244.1.99".into()));
+    let result = HostLocal.allocate(&with_ip, &conf).unwrap();
+    assert_eq!(addresses(&result), [ip("10.244.1.99"), ip("fd00:1::99")]);
+    HostLocal.status(&CmdArgs::default(), &conf).unwrap();
+
+    let before = files(dir.path());
+    let mut other_ip = args("c1", "eth0");
+    other_ip.args.push(("IP".into(), "10.244.1.98".into()));
+    let err = HostLocal.allocate(&other_ip, &conf).unwrap_err();
+    assert_eq!(err.code, error::INVALID_NETWORK_CONFIG);
+    assert!(err.msg.contains("already holds 10.244.1.99"), "{}", err.msg);
+    assert_eq!(files(dir.path()), before);
+    HostLocal.check(&args("c1", "eth0"), &conf, &addresses(&result)).unwrap();
+    HostLocal.release(&args("c1", "eth0"), &conf).unwrap();
+    assert!(allocated(dir.path()).is_empty());
+}
