@@ -116,14 +116,19 @@ impl Ipam for HostLocal {
         let dns = dns::from_conf(conf)?.unwrap_or_default();
         let owner = attachment(args);
         let store = Store::open(&conf.ipam.data_dir, &conf.name)?;
-        // A new attachment (no index link: the common case) needs no listing: an address file taken
-        // meanwhile is found by its exclusive create. One with links (a repeated ADD) gets what it holds.
-        let (mut known, held) = if store.is_indexed(&owner, sets.len()) {
-            let listing = store.list()?;
-            let held = store.held_by(&listing, &owner);
-            (Known { taken: Store::taken(&listing), listed: true }, held)
-        } else {
-            (Known { taken: HashSet::new(), listed: false }, Vec::new())
+        // What the attachment holds comes from its index links without a listing (for a new
+        // attachment, the common case: one failed lookup per set); an address file taken meanwhile is
+        // found by its exclusive create. Only links without a readable address need a listing.
+        let (mut known, held) = match store.indexed(&owner, sets.len()) {
+            Some(found) => {
+                let held = found.into_iter().map(|(_, address)| address).collect();
+                (Known { taken: HashSet::new(), listed: false }, held)
+            }
+            None => {
+                let listing = store.list()?;
+                let held = store.held_by(&listing, &owner);
+                (Known { taken: Store::taken(&listing), listed: true }, held)
+            }
         };
         let mut reserved = Vec::new();
         let allocate_all = || -> Result<Vec<IpConfig>, Error> {
@@ -155,8 +160,19 @@ impl Ipam for HostLocal {
 
     fn release(&mut self, args: &CmdArgs, conf: &NetConf) -> Result<(), Error> {
         let Some(store) = Store::open_existing(&conf.ipam.data_dir, &conf.name)? else { return Ok(()) };
+        let owner = attachment(args);
+        // The index names the attachment's addresses: no listing. Else (an attachment host-local
+        // allocated, a DEL repeated, links without xattrs) the listing finds them.
+        if let Some(found) = store.indexed(&owner, conf.range_sets().len())
+            && !found.is_empty()
+        {
+            for (set, address) in found {
+                store.free(Some(&store::index_name(&owner, set)), address)?;
+            }
+            return Ok(());
+        }
         let listing = store.list()?;
-        store.release(&listing, &attachment(args)).map(drop)
+        store.release(&listing, &owner).map(drop)
     }
 
     fn check(&mut self, args: &CmdArgs, conf: &NetConf, addresses: &[IpAddr]) -> Result<(), Error> {

@@ -13,23 +13,25 @@
 //!
 //! host-local finds an attachment's addresses by reading every file of the directory: at 254
 //! allocations ~760 syscalls per ADD and per DEL. keel-cni keeps an index beside, a hard link per
-//! allocation named after its owner, so:
-//! - ADD of a new attachment looks its links up by name (not found) and creates the address file with
-//!   `O_EXCL` after the last reserved address — no listing, no reads;
-//! - DEL, CHECK, GC and a repeated ADD list the directory once (`getdents64`, which also returns each
-//!   entry's inode): a link and an address file with the same inode are the same allocation (the
-//!   link keeps the inode alive, so its number cannot be reused by another file meanwhile). Only
-//!   address files no link points at — made by host-local, or left by a crash between the two steps —
-//!   are read.
+//! allocation named after its owner, and records the address in the file's `user.keel-cni.address`
+//! extended attribute (the link shares the inode), so:
+//! - ADD and DEL look the attachment's links up by name — one `getxattr` per range set, which for a
+//!   new attachment fails with ENOENT — and confirm a link by `statx`: the address file must be the
+//!   link's inode (the link keeps it alive, so its number cannot be reused meanwhile). ADD creates the
+//!   address file with `O_EXCL` after the last reserved address: no listing, no reads;
+//! - CHECK, GC, and a DEL or ADD the index cannot answer (an attachment host-local allocated, a DEL
+//!   repeated, a filesystem without user xattrs) list the directory once (`getdents64` returns each
+//!   entry's inode, matching links to address files) and read only the address files no link points
+//!   at.
 //!
 //! host-local lives with the links: their names do not parse as addresses, and when it releases an
 //! attachment it removes every file whose content is the attachment's, the links included. `':'`
 //! separates the link's fields because neither a container ID nor an interface name may contain one.
-//! Hard links rather than symlinks naming the address (which would spare DEL its listing): a link
-//! takes no inode, and creating inodes is what costs on a journal-less ext4 (see [`Store::free`]).
+//! Hard links rather than symlinks naming the address: a hard link takes no inode, and creating
+//! inodes is what costs on a journal-less ext4 (see [`Store::free`]).
 //!
-//! Cost at 254 allocations (`store_cost_at_254_allocations`): ADD 18 syscalls, ≈35–65 µs of CPU;
-//! DEL 12 syscalls, ≈250–300 µs (the listing of ~510 entries).
+//! Cost at 254 allocations (`store_cost_at_254_allocations`): ADD 19 syscalls, ≈40–60 µs of CPU;
+//! DEL 10 syscalls, ≈20–30 µs (a listing, when the index cannot answer: ≈250–300 µs).
 //!
 //! No fsync: host-local does none either, and it is fine here. A crash of the node loses every pod's
 //! network namespace anyway; the runtime then DELs (or GCs) the sandboxes it knew, and a lost write
@@ -40,7 +42,7 @@ use std::collections::{HashMap, HashSet};
 use std::fs::{self, File, OpenOptions};
 use std::io::{self, ErrorKind, Read, Write};
 use std::net::IpAddr;
-use std::os::unix::fs::{DirEntryExt, OpenOptionsExt};
+use std::os::unix::fs::{DirEntryExt, MetadataExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 
 use nix::errno::Errno;
@@ -48,6 +50,8 @@ use nix::fcntl::{AT_FDCWD, Flock, FlockArg, RenameFlags, renameat2};
 
 use crate::spec::Attachment;
 use crate::spec::error::Error;
+
+mod xattr;
 
 /// The lock file host-local flocks, in the network's directory.
 pub const LOCK_FILE: &str = "lock";
@@ -198,10 +202,29 @@ impl Store {
         Ok(Listing { addresses, stale_links })
     }
 
-    /// Whether the index has a link for `owner` from any of the first `sets` range sets: a lookup by
-    /// name per set, without listing the directory.
-    pub fn is_indexed(&self, owner: &Attachment, sets: usize) -> bool {
-        (0..sets).any(|set| fs::symlink_metadata(self.dir.join(index_name(owner, set))).is_ok())
+    /// `owner`'s addresses from its index links of the first `sets` range sets, without listing the
+    /// directory: one `getxattr` per set (no link: not found), and for each link found two `statx`
+    /// confirming that the address file is the link's inode. `None` when a link carries no readable
+    /// address (a filesystem without user xattrs): the caller lists the directory instead. A stale
+    /// link (its address now another file) is left out.
+    pub fn indexed(&self, owner: &Attachment, sets: usize) -> Option<Vec<(usize, IpAddr)>> {
+        let mut found = Vec::new();
+        for set in 0..sets {
+            let link = self.dir.join(index_name(owner, set));
+            let address = match xattr::address(&link) {
+                Ok(Some(address)) => address,
+                Ok(None) => continue,
+                Err(_) => return None,
+            };
+            let same = |a: &Path, b: &Path| match (fs::metadata(a), fs::metadata(b)) {
+                (Ok(a), Ok(b)) => a.dev() == b.dev() && a.ino() == b.ino(),
+                _ => false,
+            };
+            if same(&link, &self.dir.join(address.to_string())) {
+                found.push((set, address));
+            }
+        }
+        Some(found)
     }
 
     /// The holder written in an unindexed address file: the container ID and, unless written by
@@ -279,6 +302,8 @@ impl Store {
             let _ = fs::remove_file(&path);
             return Err(io_error("link", &link, &err));
         }
+        // Best effort: without it (a filesystem without user xattrs) DEL lists the directory instead.
+        let _ = xattr::set_address(&path, address);
         let cursor = self.dir.join(format!("{LAST_RESERVED_PREFIX}{set}"));
         if let Err(err) = overwrite(&cursor, address.to_string().as_bytes()) {
             let _ = fs::remove_file(&link);

@@ -391,3 +391,30 @@ fn dual_stack_requests_go_to_their_family_and_a_repeated_add_cannot_change_its_a
     HostLocal.release(&args("c1", "eth0"), &conf).unwrap();
     assert!(allocated(dir.path()).is_empty());
 }
+
+#[test]
+fn index_links_without_their_address_or_gone_stale_fall_back_to_the_listing() {
+    let dir = tempfile::tempdir().unwrap();
+    let conf = v4_24(dir.path());
+    let network = dir.path().join("kube");
+    // A link without the address attribute (a filesystem without user xattrs would make these).
+    fs::create_dir_all(&network).unwrap();
+    fs::write(network.join("10.244.1.7"), "c7\r\neth0").unwrap();
+    fs::hard_link(network.join("10.244.1.7"), network.join("keel-cni:c7:eth0:0")).unwrap();
+    assert_eq!(addresses(&HostLocal.allocate(&args("c7", "eth0"), &conf).unwrap()), [ip("10.244.1.7")]);
+    HostLocal.check(&args("c7", "eth0"), &conf, &[ip("10.244.1.7")]).unwrap();
+    HostLocal.release(&args("c7", "eth0"), &conf).unwrap();
+    assert!(allocated(dir.path()).is_empty());
+    assert!(!network.join("keel-cni:c7:eth0:0").exists());
+
+    // A link whose address file was replaced behind its back (now another container's) is stale: it
+    // neither gives c1 that address nor lets c1's DEL free it.
+    HostLocal.allocate(&args("c1", "eth0"), &conf).unwrap();
+    let address = allocated(dir.path()).into_iter().next().unwrap();
+    fs::remove_file(network.join(address.to_string())).unwrap();
+    fs::write(network.join(address.to_string()), "c2\r\neth0").unwrap();
+    HostLocal.release(&args("c1", "eth0"), &conf).unwrap();
+    assert_eq!(fs::read_to_string(network.join(address.to_string())).unwrap(), "c2\r\neth0");
+    assert!(!network.join("keel-cni:c1:eth0:0").exists());
+    HostLocal.check(&args("c2", "eth0"), &conf, &[address]).unwrap();
+}
