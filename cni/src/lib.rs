@@ -9,8 +9,10 @@
 //! - `skel`: the exec protocol (environment, dispatch, stdout).
 //! - `plugin`: the bridge plugin's commands over its edges (IPAM, firewall, dataplane).
 //! - `ipam`: the built-in IPAM (host-local's keys and on-disk layout) and delegation to IPAM plugins.
+//! - `nft`: the firewall edge, keel-cni's nftables table over netlink (masquerade, hostPorts).
 
 pub mod ipam;
+pub mod nft;
 pub mod plugin;
 pub mod skel;
 pub mod spec;

@@ -1,0 +1,204 @@
+//! The nftables expressions keel-cni's rules are made of, as netlink attributes.
+//!
+//! netlink-packet-netfilter types cmp, payload, meta, bitwise and immediate; it lacks `nat`, `masq` and
+//! `fib`, so those are built here from their `NFTA_*` attributes (include/uapi/linux/netfilter/
+//! nf_tables.h) through `Expressions::Other`. Every expression loads into or reads register 1 (the
+//! 16-byte `NFT_REG_1`), except a DNAT's port, which goes through register 2, as nft does it.
+
+use std::net::IpAddr;
+
+use netlink_packet_core::DefaultNla;
+use netlink_packet_netfilter::nftables::{
+    Bitwise, Cmp, DataAttribute, Expressions, Immediate, Meta, MetaKey, Operator, Payload, Register, Verdict,
+    VerdictAttribute,
+};
+
+/// `NFPROTO_IPV4` / `NFPROTO_IPV6`: the family `meta nfproto` loads.
+pub(crate) const NFPROTO_IPV4: u8 = 2;
+pub(crate) const NFPROTO_IPV6: u8 = 10;
+/// `NF_ACCEPT` (a base chain's policy).
+pub(crate) const NF_ACCEPT: u32 = 1;
+
+/// `enum nft_payload_bases`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Header {
+    Network = 1,
+    Transport = 2,
+}
+
+// nat expression (enum nft_nat_attributes, enum nft_nat_types).
+const NFTA_NAT_TYPE: u16 = 1;
+const NFTA_NAT_FAMILY: u16 = 2;
+const NFTA_NAT_REG_ADDR_MIN: u16 = 3;
+const NFTA_NAT_REG_PROTO_MIN: u16 = 5;
+const NFTA_NAT_FLAGS: u16 = 7;
+const NFT_NAT_DNAT: u32 = 1;
+/// `NF_NAT_RANGE_PROTO_SPECIFIED`: the port is given.
+const NF_NAT_RANGE_PROTO_SPECIFIED: u32 = 2;
+// fib expression (enum nft_fib_attributes, enum nft_fib_result, enum nft_fib_flags).
+const NFTA_FIB_DREG: u16 = 1;
+const NFTA_FIB_RESULT: u16 = 2;
+const NFTA_FIB_FLAGS: u16 = 3;
+const NFT_FIB_RESULT_ADDRTYPE: u32 = 3;
+const NFTA_FIB_F_DADDR: u32 = 1 << 1;
+/// `RTN_LOCAL`: the address type `fib daddr type local` compares with (host byte order).
+pub(crate) const RTN_LOCAL: u32 = 2;
+/// `IFNAMSIZ`: interface names are compared as 16 NUL-padded bytes.
+const IFNAMSIZ: usize = 16;
+
+/// `meta <key>` into register 1.
+pub(crate) fn meta(key: MetaKey) -> Expressions {
+    Expressions::Meta(vec![Meta::DestinationRegister(Register::Reg1), Meta::Key(key)])
+}
+
+/// `len` bytes of a header at `offset` into register 1.
+pub(crate) fn payload(header: Header, offset: u32, len: u32) -> Expressions {
+    Expressions::Payload(vec![
+        Payload::DestinationRegister(Register::Reg1),
+        Payload::Base(header as u32),
+        Payload::Offset(offset),
+        Payload::Len(len),
+    ])
+}
+
+/// Register 1 compared with `data`.
+pub(crate) fn cmp(op: Operator, data: Vec<u8>) -> Expressions {
+    Expressions::Cmp(vec![
+        Cmp::SourceRegister(Register::Reg1),
+        Cmp::Op(op),
+        Cmp::Data(DataAttribute::Value(data)),
+    ])
+}
+
+/// Register 1 masked with `mask` (`reg1 = reg1 & mask ^ 0`).
+pub(crate) fn mask(mask: Vec<u8>) -> Expressions {
+    let zeros = vec![0; mask.len()];
+    Expressions::Bitwise(vec![
+        Bitwise::SourceRegister(Register::Reg1),
+        Bitwise::DestinationRegister(Register::Reg1),
+        Bitwise::Length(mask.len() as u32),
+        Bitwise::Mask(DataAttribute::Value(mask)),
+        Bitwise::Xor(DataAttribute::Value(zeros)),
+    ])
+}
+
+/// `data` into `register`.
+pub(crate) fn immediate(register: Register, data: Vec<u8>) -> Expressions {
+    Expressions::Immediate(vec![
+        Immediate::DestinationRegister(register),
+        Immediate::Data(DataAttribute::Value(data)),
+    ])
+}
+
+/// `jump <chain>`.
+pub(crate) fn jump(chain: &str) -> Expressions {
+    Expressions::Immediate(vec![
+        Immediate::DestinationRegister(Register::Verdict),
+        Immediate::Data(DataAttribute::Verdict(vec![
+            VerdictAttribute::Code(Verdict::Jump),
+            VerdictAttribute::Chain(chain.to_owned()),
+        ])),
+    ])
+}
+
+/// `masquerade`.
+pub(crate) fn masquerade() -> Expressions {
+    Expressions::Other { expression_type: "masq".to_owned(), attributes: Vec::new() }
+}
+
+/// `dnat <family> to <register 1>:<register 2>`: the address in register 1, the port in register 2.
+pub(crate) fn dnat(family: u8) -> Expressions {
+    let attribute = |kind, value: u32| DefaultNla::new(kind, value.to_be_bytes().to_vec());
+    Expressions::Other {
+        expression_type: "nat".to_owned(),
+        attributes: vec![
+            attribute(NFTA_NAT_TYPE, NFT_NAT_DNAT),
+            attribute(NFTA_NAT_FAMILY, u32::from(family)),
+            attribute(NFTA_NAT_REG_ADDR_MIN, u32::from(Register::Reg1)),
+            attribute(NFTA_NAT_REG_PROTO_MIN, u32::from(Register::Reg2)),
+            attribute(NFTA_NAT_FLAGS, NF_NAT_RANGE_PROTO_SPECIFIED),
+        ],
+    }
+}
+
+/// `fib daddr type` into register 1 (an `RTN_*` address type, host byte order).
+pub(crate) fn fib_daddr_type() -> Expressions {
+    let attribute = |kind, value: u32| DefaultNla::new(kind, value.to_be_bytes().to_vec());
+    Expressions::Other {
+        expression_type: "fib".to_owned(),
+        attributes: vec![
+            attribute(NFTA_FIB_DREG, u32::from(Register::Reg1)),
+            attribute(NFTA_FIB_RESULT, NFT_FIB_RESULT_ADDRTYPE),
+            attribute(NFTA_FIB_FLAGS, NFTA_FIB_F_DADDR),
+        ],
+    }
+}
+
+/// `meta nfproto ipv4|ipv6`: the dependency of every address match in an inet table.
+pub(crate) fn match_family(address: IpAddr) -> [Expressions; 2] {
+    [meta(MetaKey::Nfproto), cmp(Operator::Equal, vec![family(address)])]
+}
+
+/// The `NFPROTO_*` of an address.
+pub(crate) fn family(address: IpAddr) -> u8 {
+    if address.is_ipv4() { NFPROTO_IPV4 } else { NFPROTO_IPV6 }
+}
+
+/// Which address of the network header a match reads.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Field {
+    Source,
+    Destination,
+}
+
+/// `ip[6] saddr|daddr [!=|==] <network>/<prefix>`, loading only the prefix's whole bytes (and masking
+/// the last partial one), as nft does. A /0 matches everything and yields nothing.
+pub(crate) fn match_prefix(field: Field, network: IpAddr, prefix_len: u8, op: Operator) -> Vec<Expressions> {
+    let (octets, source_offset, destination_offset) = match network {
+        IpAddr::V4(address) => (address.octets().to_vec(), 12, 16),
+        IpAddr::V6(address) => (address.octets().to_vec(), 8, 24),
+    };
+    let offset = if field == Field::Source { source_offset } else { destination_offset };
+    let prefix_len = usize::from(prefix_len).min(octets.len() * 8);
+    if prefix_len == 0 {
+        return Vec::new();
+    }
+    let bytes = prefix_len.div_ceil(8);
+    let mut expressions = vec![payload(Header::Network, offset, bytes as u32)];
+    let mut value = octets[..bytes].to_vec();
+    if prefix_len % 8 != 0 {
+        let mut bits = vec![0xffu8; bytes];
+        bits[bytes - 1] = 0xffu8 << (8 - prefix_len % 8);
+        for (byte, bit) in value.iter_mut().zip(&bits) {
+            *byte &= bit;
+        }
+        expressions.push(mask(bits));
+    }
+    expressions.push(cmp(op, value));
+    expressions
+}
+
+/// `meta oifname != <name>`.
+pub(crate) fn oifname_not(name: &str) -> [Expressions; 2] {
+    let mut padded = name.as_bytes().to_vec();
+    padded.resize(IFNAMSIZ, 0);
+    [meta(MetaKey::Oifname), cmp(Operator::NotEqual, padded)]
+}
+
+/// `meta l4proto <protocol> th dport <port>`.
+pub(crate) fn match_destination_port(protocol: u8, port: u16) -> [Expressions; 4] {
+    [
+        meta(MetaKey::L4Proto),
+        cmp(Operator::Equal, vec![protocol]),
+        payload(Header::Transport, 2, 2),
+        cmp(Operator::Equal, port.to_be_bytes().to_vec()),
+    ]
+}
+
+/// The address's bytes in network order.
+pub(crate) fn octets(address: IpAddr) -> Vec<u8> {
+    match address {
+        IpAddr::V4(address) => address.octets().to_vec(),
+        IpAddr::V6(address) => address.octets().to_vec(),
+    }
+}
