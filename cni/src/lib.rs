@@ -11,8 +11,10 @@
 //! - `dataplane`: the bridge, veth pairs, addresses and routes (trait, kernel over `netlink`, fake).
 //! - `netlink`: a synchronous route-netlink socket.
 //! - `nft`: the firewall edge, keel-cni's nftables table over netlink (masquerade, hostPorts).
+//! - `ipam`: the built-in IPAM (host-local's keys and on-disk layout) and delegation to IPAM plugins.
 
 pub mod dataplane;
+pub mod ipam;
 pub mod netlink;
 pub mod nft;
 pub mod plugin;
