@@ -131,3 +131,49 @@ fn add_and_del_latency_beside_the_reference() {
     );
     println!("keel-cni DEL: retired pair gone {} (median) after DEL returned", ms(median(&mut keel_gone)));
 }
+
+/// Why keel-cni's netlink is synchronous: the cost of getting a first answer (link `lo`) from a fresh
+/// socket, synchronously versus through rtnetlink on a current-thread tokio runtime, in a fresh
+/// namespace each time (what one plugin invocation pays).
+#[test]
+#[ignore = "a measurement: run with --run-ignored only --no-capture"]
+fn first_netlink_answer_sync_versus_tokio() {
+    use futures::TryStreamExt;
+    use keel_cni::netlink::Socket;
+    use netlink_packet_route::RouteNetlinkMessage;
+    use netlink_packet_route::link::{LinkAttribute, LinkMessage};
+
+    let node = netns("node");
+    let (mut sync, mut tokio_runtime) = (Vec::new(), Vec::new());
+    node.run(|| {
+        for _ in 0..ROUNDS * 10 {
+            let start = Instant::now();
+            let mut socket = Socket::open().unwrap();
+            let mut request = LinkMessage::default();
+            request.attributes.push(LinkAttribute::IfName("lo".into()));
+            let answers =
+                socket.request(|| "get lo".into(), RouteNetlinkMessage::GetLink(request), 0).unwrap();
+            assert_eq!(answers.len(), 1);
+            sync.push(start.elapsed());
+
+            let start = Instant::now();
+            let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+            runtime.block_on(async {
+                let (connection, handle, _) = rtnetlink::new_connection().unwrap();
+                tokio::spawn(connection);
+                let link =
+                    handle.link().get().match_name("lo".to_owned()).execute().try_next().await.unwrap();
+                assert!(link.is_some());
+            });
+            drop(runtime);
+            tokio_runtime.push(start.elapsed());
+        }
+    })
+    .unwrap();
+    println!(
+        "first answer from a fresh socket: synchronous {} / rtnetlink on a current-thread tokio runtime {} (medians of {})",
+        ms(median(&mut sync)),
+        ms(median(&mut tokio_runtime)),
+        ROUNDS * 10
+    );
+}
