@@ -490,15 +490,23 @@ impl Dataplane for Kernel {
             requests.push((RouteNetlinkMessage::NewLink(message), 0));
         }
         let socket = self.host()?;
-        let answers = socket.batch(requests).map_err(|(index, err)| {
-            let op = if index == 0 {
+        let answers = match socket.batch(requests) {
+            Ok(answers) => answers,
+            Err((0, err)) => {
                 let netns = spec.pod_netns.display();
-                format!("create veth pair {} / {} (in {netns})", spec.host_name, spec.pod_ifname)
-            } else {
-                format!("set hairpin mode on {}", spec.host_name)
-            };
-            refused(op, err)
-        })?;
+                let op = format!("create veth pair {} / {} (in {netns})", spec.host_name, spec.pod_ifname);
+                return Err(refused(op, err));
+            }
+            Err((_, err)) => {
+                // The pair exists but is not what was asked: this step leaves nothing behind.
+                let _ = socket.request(
+                    String::new,
+                    RouteNetlinkMessage::DelLink(link_by_name_request(&spec.host_name)),
+                    0,
+                );
+                return Err(refused(format!("set hairpin mode on {}", spec.host_name), err));
+            }
+        };
         let echoed = answers.into_iter().find_map(|answer| match answer {
             RouteNetlinkMessage::NewLink(link) => Some(link),
             _ => None,
