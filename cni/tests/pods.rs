@@ -147,6 +147,24 @@ fn dual_stack_add_gives_an_address_and_a_default_route_per_family() {
 }
 
 #[test]
+fn a_second_interface_in_the_pod_routes_the_same_destinations() {
+    let node = Node::new();
+    let pod = netns("pod");
+    let conf = node.conf("1.1.0", json!({"subnet": "10.244.1.0/24", "routes": [{"dst": "10.96.0.0/12"}]}));
+    cni(&node.ns, "ADD", "c1", path(&pod), &conf).ok();
+    let pod_path = pod.path().to_str().unwrap().to_owned();
+    run_in(&node.ns, BIN, &env("ADD", "c1", &pod_path, "net1"), conf.to_string().as_bytes()).ok();
+    let pod_routes = routes(&pod);
+    for dev in ["eth0", "net1"] {
+        let route = format!("10.96.0.0/12 via 10.244.1.1 dev {dev}");
+        assert!(pod_routes.contains(&route), "{route} in {pod_routes:?}");
+    }
+    run_in(&node.ns, BIN, &env("DEL", "c1", &pod_path, "net1"), conf.to_string().as_bytes()).ok();
+    assert!(link(&pod, "eth0").is_some() && link(&pod, "net1").is_none());
+    reach(&pod, &node.ns, "10.244.1.1".parse().unwrap());
+}
+
+#[test]
 fn bad_invocations_get_the_specs_errors_and_leave_nothing_behind() {
     let node = Node::new();
     let pod = netns("pod");

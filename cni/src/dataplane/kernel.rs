@@ -14,7 +14,7 @@ use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 
 use ipnet::IpNet;
-use netlink_packet_core::{NLM_F_ECHO, NLM_F_REPLACE};
+use netlink_packet_core::{NLM_F_APPEND, NLM_F_CREATE, NLM_F_ECHO};
 use netlink_packet_route::address::{AddressAttribute, AddressFlags, AddressHeaderFlags, AddressMessage};
 use netlink_packet_route::link::{
     InfoBridgePort, InfoData, InfoKind, InfoPortData, InfoPortKind, InfoVeth, LinkAttribute, LinkFlags,
@@ -549,10 +549,11 @@ impl Dataplane for Kernel {
         requests.push((RouteNetlinkMessage::NewLink(set_flags(LOOPBACK_INDEX, LinkFlags::Up, true)), 0));
         ops.push("set lo up".to_owned());
         for route in &config.routes {
-            // REPLACE: a default route the kernel already has for IPv6 (none here) must not fail the ADD.
+            // APPEND: another interface of the pod (a second network) may route the same destination;
+            // this route joins it rather than failing or replacing it, as the reference adds routes.
             requests.push((
                 RouteNetlinkMessage::NewRoute(route_message(config.index, route)),
-                CREATE | NLM_F_REPLACE,
+                NLM_F_CREATE | NLM_F_APPEND,
             ));
             let via = route.gw.map(|gw| format!(" via {gw}")).unwrap_or_default();
             ops.push(format!("add route {}{via} dev {}", route.dst, config.ifname));
