@@ -143,6 +143,28 @@ fn kernel_dataplane_wires_a_dual_stack_pod_and_retires_it() {
 }
 
 #[test]
+fn kernel_dataplane_keeps_a_promiscuous_bridge_and_refuses_a_non_bridge_of_its_name() {
+    let node = netns("node");
+    node.run(|| {
+        let mut kernel = Kernel::new();
+        let spec = BridgeSpec { name: "cni1".into(), mtu: None, promisc: true };
+        kernel.ensure_bridge(&spec).unwrap();
+        kernel.ensure_bridge(&spec).unwrap();
+    })
+    .unwrap();
+    let cni1 = link(&node, "cni1").unwrap();
+    assert_eq!(cni1["promiscuity"], 1);
+    assert!(cni1["flags"].as_array().unwrap().iter().any(|flag| flag == "PROMISC"));
+    let made = node.command("ip").args(["link", "add", "cni2", "type", "veth", "peer", "cni2p"]).status();
+    assert!(made.unwrap().success());
+    node.run(|| {
+        let spec = BridgeSpec { name: "cni2".into(), mtu: None, promisc: false };
+        assert!(matches!(Kernel::new().ensure_bridge(&spec), Err(DataplaneError::Conflict(_))));
+    })
+    .unwrap();
+}
+
+#[test]
 fn kernel_dataplane_refuses_a_missing_or_unusable_namespace() {
     let node = netns("node");
     node.run(|| {
