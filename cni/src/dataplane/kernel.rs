@@ -281,8 +281,11 @@ fn routes_of(socket: &mut Socket, index: u32) -> Result<Vec<PodRoute>, Dataplane
             if oif != Some(index) || message.header.table != RouteHeader::RT_TABLE_MAIN {
                 continue;
             }
-            let unspecified: IpAddr =
-                if v6 { "::".parse().unwrap_or(IpAddr::V6(0.into())) } else { [0, 0, 0, 0].into() };
+            let unspecified = if v6 {
+                IpAddr::V6(std::net::Ipv6Addr::UNSPECIFIED)
+            } else {
+                IpAddr::V4(std::net::Ipv4Addr::UNSPECIFIED)
+            };
             let Ok(dst) = IpNet::new(dst.unwrap_or(unspecified), message.header.destination_prefix_length)
             else {
                 continue;
