@@ -9,7 +9,10 @@ use std::net::IpAddr;
 use ipnet::IpNet;
 
 use crate::skel::CmdArgs;
+
+mod bridge;
 use crate::spec::{Attachment, CniResult, Error, NetConf, PortMapping};
+pub use bridge::BridgePlugin;
 
 /// Address management for one network.
 pub trait Ipam {

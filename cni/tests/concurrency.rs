@@ -4,14 +4,14 @@
 //! The processes are started first and then released together: each waits for its configuration on
 //! stdin, which is written to all of them only once all are running.
 
-mod common;
+mod runner;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::io::Write;
 use std::net::IpAddr;
 use std::path::Path;
 
-use common::{Invocation, KEEL_CNI, allocations, finish, run, spawn};
+use runner::{Invocation, KEEL_CNI, allocations, finish, run, spawn};
 use keel_testbed::{NetNs, unique_prefix};
 use serde_json::{Value, json};
 

@@ -3,7 +3,7 @@
 //! IP keel-cni assigned; the pod answers from the node; StopPodSandbox and RemovePodSandbox release
 //! the address.
 
-mod common;
+mod runner;
 
 use std::io::ErrorKind;
 use std::net::{IpAddr, SocketAddr, TcpStream};
@@ -12,7 +12,7 @@ use std::process::Command;
 use std::time::Duration;
 
 use anyhow::{Context, Result, ensure};
-use common::{KEEL_CNI, REFERENCE_DIR, allocations};
+use runner::{KEEL_CNI, REFERENCE_DIR, allocations};
 use keel_testbed::containerd::{Containerd, ContainerdOptions, PAUSE_REGISTRY, pause_registry_in};
 use keel_testbed::cri::{CriClient, api, pod_sandbox_config};
 

@@ -10,13 +10,13 @@
 //! A second test runs both on one node and one data dir, as a node moving from the reference chain to
 //! keel-cni: each sees and releases the other's allocations.
 
-mod common;
+mod runner;
 
 use std::collections::BTreeSet;
 use std::net::IpAddr;
 use std::path::{Path, PathBuf};
 
-use common::{Invocation, KEEL_CNI, allocations, reference_bridge, run};
+use runner::{Invocation, KEEL_CNI, allocations, reference_bridge, run};
 use keel_testbed::{NetNs, unique_prefix};
 use serde_json::{Value, json};
 
@@ -287,7 +287,7 @@ fn the_reference_portmap_plugin_chains_after_keel_cni() {
     let data_dir = tempfile::tempdir().unwrap();
     let conf = keel_form(&with_data_dir(&cases()[0].conf, data_dir.path()));
     let keel = Path::new(KEEL_CNI);
-    let portmap = Path::new(common::REFERENCE_DIR).join("portmap");
+    let portmap = Path::new(runner::REFERENCE_DIR).join("portmap");
     let call = |command, conf| Invocation {
         command,
         container_id: CONTAINER_ID,

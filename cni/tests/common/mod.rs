@@ -1,124 +1,194 @@
-//! Helpers the root tests of keel-cni share: running a CNI plugin binary inside a test node's
-//! namespace as a runtime does, and reading IPAM allocations in host-local's on-disk layout.
+//! What keel-cni's root tests share: a node namespace with a pod namespace, the binary run inside the
+//! node, and the kernel's state read back with `ip -j` (fine in tests; keel-cni itself never runs `ip`).
 
-#![allow(dead_code, reason = "each test binary uses a different part of these helpers")]
+#![allow(dead_code, reason = "each test file uses a part")]
 
-use std::collections::BTreeMap;
 use std::io::Write;
-use std::net::IpAddr;
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::net::{IpAddr, Shutdown, TcpListener, TcpStream, UdpSocket};
+use std::path::Path;
+use std::process::{Command, Stdio};
 
-use keel_testbed::NetNsFd;
+use keel_testbed::NetNs;
 use serde_json::Value;
 
-/// The binary under test.
-pub const KEEL_CNI: &str = env!("CARGO_BIN_EXE_keel-cni");
-/// Where containernetworking-plugins installs the reference plugins.
-pub const REFERENCE_DIR: &str = "/usr/lib/cni";
+/// The keel-cni binary under test.
+pub const BIN: &str = env!("CARGO_BIN_EXE_keel-cni");
 
-/// The reference bridge plugin.
-pub fn reference_bridge() -> PathBuf {
-    Path::new(REFERENCE_DIR).join("bridge")
+/// A new namespace named `<unique prefix>-<label>`.
+pub fn netns(label: &str) -> NetNs {
+    keel_testbed::require_root().unwrap();
+    NetNs::create(&format!("{}-{label}", keel_testbed::unique_prefix())).unwrap()
 }
 
-/// One invocation of a plugin: the CNI environment and the configuration on stdin.
-#[derive(Debug, Clone)]
-pub struct Invocation<'a> {
-    pub command: &'a str,
-    pub container_id: &'a str,
-    pub netns: Option<&'a Path>,
-    pub ifname: &'a str,
-    pub conf: &'a Value,
-}
-
-/// What a plugin answered: its exit code and stdout as JSON (`Null` when empty).
-#[derive(Debug, Clone)]
-pub struct Answer {
-    pub code: Option<i32>,
-    pub stdout: Value,
-    pub stderr: String,
-}
-
-impl Answer {
-    /// The result of a successful command; panics with the plugin's error otherwise.
-    pub fn ok(self, what: &str) -> Value {
-        assert_eq!(self.code, Some(0), "{what} failed: {} {}", self.stdout, self.stderr);
-        self.stdout
+/// `ip -j ARGS` inside `ns`, parsed.
+pub fn ip(ns: &NetNs, args: &[&str]) -> Value {
+    let output = ns.command("ip").arg("-j").args(args).output().unwrap();
+    assert!(output.status.success(), "ip {args:?}: {}", String::from_utf8_lossy(&output.stderr));
+    if output.stdout.iter().all(u8::is_ascii_whitespace) {
+        return Value::Array(Vec::new());
     }
+    serde_json::from_slice(&output.stdout).unwrap()
 }
 
-/// The command for `plugin`, entering the node's network namespace only, with the CNI variables set
-/// (CNI_PATH: the reference plugins' directory, so a delegated `host-local` is found).
-pub fn plugin_command(node: &NetNsFd, plugin: &Path, call: &Invocation<'_>) -> Command {
-    let mut command = node.command(plugin);
-    command
-        .env_clear()
-        .env("CNI_COMMAND", call.command)
-        .env("CNI_PATH", REFERENCE_DIR)
-        .env("PATH", "/usr/sbin:/usr/bin:/sbin:/bin")
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped());
-    // Unset when empty, as libcni leaves them for STATUS and GC.
-    if !call.container_id.is_empty() {
-        command.env("CNI_CONTAINERID", call.container_id);
-    }
-    if !call.ifname.is_empty() {
-        command.env("CNI_IFNAME", call.ifname);
-    }
-    if let Some(netns) = call.netns {
-        command.env("CNI_NETNS", netns);
-    }
-    command
+/// The names of the links in `ns`.
+pub fn links(ns: &NetNs) -> Vec<String> {
+    let mut names: Vec<String> = ip(ns, &["link", "show"])
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|link| link["ifname"].as_str().unwrap().to_owned())
+        .collect();
+    names.sort();
+    names
 }
 
-/// Starts the plugin; its stdin is still open (write the configuration with [`finish`]).
-pub fn spawn(node: &NetNsFd, plugin: &Path, call: &Invocation<'_>) -> Child {
-    plugin_command(node, plugin, call)
-        .spawn()
-        .unwrap_or_else(|err| panic!("spawn {}: {err}", plugin.display()))
+/// One link of `ns` with details (`ip -d`), if present.
+pub fn link(ns: &NetNs, name: &str) -> Option<Value> {
+    ip(ns, &["-d", "link", "show"]).as_array().unwrap().iter().find(|link| link["ifname"] == name).cloned()
 }
 
-/// Writes the configuration to a spawned plugin's stdin (unless already written and closed), closes it
-/// and waits for the answer.
-pub fn finish(mut child: Child, conf: &Value) -> Answer {
-    if let Some(mut stdin) = child.stdin.take() {
-        stdin.write_all(conf.to_string().as_bytes()).expect("write the configuration");
-    }
-    let output = child.wait_with_output().expect("wait for the plugin");
-    let stdout = if output.stdout.iter().all(u8::is_ascii_whitespace) {
-        Value::Null
-    } else {
-        serde_json::from_slice(&output.stdout).unwrap_or_else(|err| {
-            panic!("plugin stdout is not JSON ({err}): {}", String::from_utf8_lossy(&output.stdout))
-        })
+/// `address/prefix` of every global address on `name` in `ns`.
+pub fn addresses(ns: &NetNs, name: &str) -> Vec<String> {
+    let Some(link) =
+        ip(ns, &["address", "show"]).as_array().unwrap().iter().find(|l| l["ifname"] == name).cloned()
+    else {
+        return Vec::new();
     };
-    Answer {
-        code: output.status.code(),
-        stdout,
-        stderr: String::from_utf8_lossy(&output.stderr).into_owned(),
+    link["addr_info"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|info| info["scope"] == "global")
+        .map(|info| format!("{}/{}", info["local"].as_str().unwrap(), info["prefixlen"]))
+        .collect()
+}
+
+/// `dst via gw dev` of every route (both families) in `ns`.
+pub fn routes(ns: &NetNs) -> Vec<String> {
+    let mut all = Vec::new();
+    for family in ["-4", "-6"] {
+        for route in ip(ns, &[family, "route", "show"]).as_array().unwrap() {
+            if route["dst"].as_str().is_some_and(|dst| dst.starts_with("fe80") || dst.starts_with("ff00")) {
+                continue;
+            }
+            let gw = route["gateway"].as_str().map(|gw| format!(" via {gw}")).unwrap_or_default();
+            all.push(format!(
+                "{}{gw} dev {}",
+                route["dst"].as_str().unwrap(),
+                route["dev"].as_str().unwrap()
+            ));
+        }
+    }
+    all.sort();
+    all
+}
+
+/// The outcome of one run of the plugin.
+#[derive(Debug)]
+pub struct Run {
+    pub code: i32,
+    pub stdout: String,
+}
+
+impl Run {
+    pub fn json(&self) -> Value {
+        serde_json::from_str(&self.stdout).unwrap_or_else(|err| panic!("{err}: {:?}", self.stdout))
+    }
+
+    /// The spec's error code, or 0 on success.
+    pub fn error_code(&self) -> u64 {
+        if self.code == 0 { 0 } else { self.json()["code"].as_u64().unwrap() }
+    }
+
+    pub fn ok(self) -> Run {
+        assert_eq!(self.code, 0, "{}", self.stdout);
+        self
     }
 }
 
-/// Runs `plugin` once inside the node's namespace.
-pub fn run(node: &NetNsFd, plugin: &Path, call: &Invocation<'_>) -> Answer {
-    finish(spawn(node, plugin, call), call.conf)
+/// Runs `program` inside `node` with exactly `env` and `stdin`.
+pub fn run_in(node: &NetNs, program: &str, env: &[(&str, &str)], stdin: &[u8]) -> Run {
+    let mut command: Command = node.command(program);
+    command.env_clear().envs(env.iter().copied()).stdin(Stdio::piped()).stdout(Stdio::piped());
+    let mut child = command.spawn().unwrap();
+    let mut input = child.stdin.take().unwrap();
+    input.write_all(stdin).unwrap();
+    drop(input);
+    let output = child.wait_with_output().unwrap();
+    Run {
+        code: output.status.code().unwrap_or(-1),
+        stdout: String::from_utf8_lossy(&output.stdout).into_owned(),
+    }
 }
 
-/// The allocations of `network` under `data_dir` in host-local's layout: one file per address, named
-/// by the address, holding the container ID (and, since host-local 0.8, the interface name on a
-/// second line). Other files (`lock`, `last_reserved_ip.N`) are not allocations.
-pub fn allocations(data_dir: &Path, network: &str) -> BTreeMap<IpAddr, String> {
-    let dir = data_dir.join(network);
-    let Ok(entries) = std::fs::read_dir(&dir) else { return BTreeMap::new() };
-    entries
-        .filter_map(|entry| {
-            let entry = entry.ok()?;
-            let address: IpAddr = entry.file_name().to_str()?.parse().ok()?;
-            let content = std::fs::read_to_string(entry.path()).ok()?;
-            let owner = content.lines().next().unwrap_or_default().trim().to_owned();
-            Some((address, owner))
+/// The CNI environment of one attachment.
+pub fn env<'a>(
+    command: &'a str,
+    container: &'a str,
+    netns: &'a str,
+    ifname: &'a str,
+) -> Vec<(&'a str, &'a str)> {
+    vec![
+        ("CNI_COMMAND", command),
+        ("CNI_CONTAINERID", container),
+        ("CNI_NETNS", netns),
+        ("CNI_IFNAME", ifname),
+        ("CNI_PATH", "/usr/lib/cni"),
+    ]
+}
+
+/// keel-cni inside `node` for the attachment `(container, eth0)` in `pod`.
+pub fn cni(node: &NetNs, command: &str, container: &str, pod: &Path, conf: &Value) -> Run {
+    let netns = pod.to_str().unwrap();
+    run_in(node, BIN, &env(command, container, netns, "eth0"), conf.to_string().as_bytes())
+}
+
+/// Waits (bounded) until `done` holds: for what the kernel finishes after the plugin exited.
+pub fn eventually(what: &str, mut done: impl FnMut() -> bool) {
+    for _ in 0..200 {
+        if done() {
+            return;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(25));
+    }
+    panic!("{what} did not happen within 5 s");
+}
+
+/// A TCP connection and a UDP datagram from a socket made in `from` to `to` on a listener made in
+/// `server`, each carrying a line back and forth.
+pub fn reach(from: &NetNs, server: &NetNs, to: IpAddr) {
+    let listener = server.run(|| TcpListener::bind((to, 0))).unwrap().unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let udp = server.run(|| UdpSocket::bind((to, 0))).unwrap().unwrap();
+    let udp_port = udp.local_addr().unwrap().port();
+    std::thread::scope(|scope| {
+        scope.spawn(|| {
+            let (mut stream, _) = listener.accept().unwrap();
+            std::io::copy(&mut stream.try_clone().unwrap(), &mut stream).unwrap();
+        });
+        scope.spawn(|| {
+            let mut buffer = [0u8; 64];
+            let (n, peer) = udp.recv_from(&mut buffer).unwrap();
+            udp.send_to(&buffer[..n], peer).unwrap();
+        });
+        from.run(|| {
+            let mut stream = TcpStream::connect((to, port)).unwrap();
+            stream.write_all(b"ping tcp").unwrap();
+            stream.shutdown(Shutdown::Write).unwrap();
+            let mut echoed = String::new();
+            std::io::Read::read_to_string(&mut stream, &mut echoed).unwrap();
+            assert_eq!(echoed, "ping tcp");
+            let socket = UdpSocket::bind((
+                if to.is_ipv4() { IpAddr::from([0u8; 4]) } else { IpAddr::from([0u16; 8]) },
+                0,
+            ))
+            .unwrap();
+            socket.set_read_timeout(Some(std::time::Duration::from_secs(5))).unwrap();
+            socket.send_to(b"ping udp", (to, udp_port)).unwrap();
+            let mut buffer = [0u8; 64];
+            let (n, _) = socket.recv_from(&mut buffer).unwrap();
+            assert_eq!(&buffer[..n], b"ping udp");
         })
-        .collect()
+        .unwrap();
+    });
 }
