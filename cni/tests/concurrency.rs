@@ -11,8 +11,8 @@ use std::io::Write;
 use std::net::IpAddr;
 use std::path::Path;
 
-use runner::{Invocation, KEEL_CNI, allocations, finish, run, spawn};
 use keel_testbed::{NetNs, unique_prefix};
+use runner::{Invocation, KEEL_CNI, allocations, finish, run, spawn};
 use serde_json::{Value, json};
 
 const PODS: usize = 100;

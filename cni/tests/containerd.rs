@@ -12,9 +12,9 @@ use std::process::Command;
 use std::time::Duration;
 
 use anyhow::{Context, Result, ensure};
-use runner::{KEEL_CNI, REFERENCE_DIR, allocations};
 use keel_testbed::containerd::{Containerd, ContainerdOptions, PAUSE_REGISTRY, pause_registry_in};
 use keel_testbed::cri::{CriClient, api, pod_sandbox_config};
+use runner::{KEEL_CNI, REFERENCE_DIR, allocations};
 
 const POD_CIDR_V4: &str = "10.244.9.0/24";
 const POD_CIDR_V6: &str = "fd00:10:244:9::/64";
