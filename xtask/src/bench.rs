@@ -42,6 +42,10 @@ pub fn run(args: &Args) -> Result<()> {
         );
     };
     let mut command = util::cargo();
+    if name == "cni" {
+        // keel-cni is measured as it ships: the static release build (see build.rs).
+        command.env("KEEL_CNI_BIN", crate::build::static_cni()?);
+    }
     command.args(["bench", "--locked", "--package", package, "--bench", name, "--"]).args(&args.extra);
     command.stdout(Stdio::piped());
     let shown = format!("cargo xtask bench {name}{}", extra_suffix(&args.extra));

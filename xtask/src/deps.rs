@@ -27,7 +27,10 @@ pub const PACKAGES: &[(&str, &str)] = &[
     ("etcd-client", "etcdctl: tests talk to etcd with it"),
     ("openssl", "the openssl CLI: tests make the certificates of a TLS etcd with it"),
     ("containernetworking-plugins", "the reference CNI plugins, peers of keel-cni"),
-    ("iptables", "the reference bridge and portmap plugins run it for ipMasq and hostPorts (keel-cni's peers)"),
+    (
+        "iptables",
+        "the reference bridge and portmap plugins run it for ipMasq and hostPorts (keel-cni's peers)",
+    ),
     ("containerd", "the CRI runtime keel-kubelet must drive, a peer of keel-shim"),
     ("docker-registry", "a local OCI registry: no test needs the internet"),
     ("umoci", "builds the test images as OCI layouts"),

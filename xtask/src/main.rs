@@ -1,6 +1,7 @@
 //! `cargo xtask`: Keel's project commands. Each subcommand lives in its own module.
 
 mod bench;
+mod build;
 mod codegen;
 mod deps;
 mod test;
@@ -29,6 +30,8 @@ enum Command {
     Down(up::Instance),
     /// Run a benchmark program; `--record` appends its figures to docs/benchmarks.md.
     Bench(bench::Args),
+    /// Build a release binary as Keel ships it (`cni`: keel-cni, statically linked).
+    Build(build::Args),
     /// Regenerate the committed data derived from the Kubernetes OpenAPI definitions.
     Codegen(codegen::Args),
     /// Internal: the supervisor process `up` leaves running.
@@ -55,6 +58,7 @@ fn run(command: Command) -> Result<()> {
         Command::Up(args) => up::up(&args),
         Command::Down(instance) => up::down(&instance),
         Command::Bench(args) => bench::run(&args),
+        Command::Build(args) => build::run(&args),
         Command::Codegen(args) => codegen::run(&args),
         Command::Supervise(args) => up::supervise(&args),
     }
