@@ -29,7 +29,11 @@ use keel_testbed::bench::{self, Report, Samples};
 use keel_testbed::{NetNs, NetNsFd, unique_prefix};
 use serde_json::{Value, json};
 
-const KEEL_CNI: &str = env!("CARGO_BIN_EXE_keel-cni");
+/// The binary measured: `KEEL_CNI_BIN` (`cargo xtask bench cni` sets the static release build, as it
+/// ships), else the bench profile's build.
+fn keel_cni() -> String {
+    std::env::var("KEEL_CNI_BIN").unwrap_or_else(|_| env!("CARGO_BIN_EXE_keel-cni").to_owned())
+}
 const REFERENCE_BRIDGE: &str = "/usr/lib/cni/bridge";
 const CNI_PATH: &str = "/usr/lib/cni";
 const NETWORK: &str = "bench";
@@ -303,9 +307,10 @@ fn main() {
     // SAFETY: prctl(PR_SET_CHILD_SUBREAPER) only changes this process's own attribute.
     assert_eq!(unsafe { libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) }, 0, "become a subreaper");
     let rounds: usize = std::env::args().nth(1).and_then(|a| a.parse().ok()).unwrap_or(30);
+    println!("keel-cni: {}", keel_cni());
     let mut report = Report::new("cni");
     for ip_masq in [false, true] {
-        let keel = Side::new("keel", KEEL_CNI, ip_masq);
+        let keel = Side::new("keel", &keel_cni(), ip_masq);
         let reference = Side::new("ref", REFERENCE_BRIDGE, ip_masq);
         // One warm-up round each: the bridge (and masquerade) is set up once per node, not per pod.
         run_pair(&keel, &reference, 1);
