@@ -17,8 +17,8 @@ use ipnet::IpNet;
 use netlink_packet_core::{NLM_F_APPEND, NLM_F_CREATE, NLM_F_ECHO};
 use netlink_packet_route::address::{AddressAttribute, AddressFlags, AddressHeaderFlags, AddressMessage};
 use netlink_packet_route::link::{
-    InfoBridgePort, InfoData, InfoKind, InfoPortData, InfoPortKind, InfoVeth, LinkAttribute, LinkFlags,
-    LinkInfo, LinkMessage,
+    AfSpecInet6, AfSpecUnspec, In6AddrGenMode, InfoBridgePort, InfoData, InfoKind, InfoPortData,
+    InfoPortKind, InfoVeth, LinkAttribute, LinkFlags, LinkInfo, LinkMessage,
 };
 use netlink_packet_route::route::{
     RouteAddress, RouteAttribute, RouteHeader, RouteMessage, RouteProtocol, RouteScope, RouteType,
@@ -470,7 +470,12 @@ impl Dataplane for Kernel {
             peer.attributes.push(LinkAttribute::Mtu(mtu));
         }
         peer.attributes.push(LinkAttribute::NetNsFd(pod_fd));
-        let mut host = set_flags(0, LinkFlags::Up, true);
+        // The host end is created down and brought up by the last request of the datagram, after its
+        // options: it is a bridge port, which needs no IPv6 link-local address, so when the node has
+        // IPv6 its address generation is turned off first (addrconf, DAD and MLD for that address were
+        // ≈0.15–0.3 ms of every ADD here). The pod end keeps its link-local address, as with the
+        // reference plugin.
+        let mut host = LinkMessage::default();
         host.attributes.push(LinkAttribute::IfName(spec.host_name.clone()));
         host.attributes.push(LinkAttribute::Address(spec.host_mac.0.to_vec()));
         if let Some(mtu) = spec.mtu {
@@ -482,16 +487,26 @@ impl Dataplane for Kernel {
             LinkInfo::Data(InfoData::Veth(InfoVeth::Peer(peer))),
         ]));
         let mut requests = vec![(RouteNetlinkMessage::NewLink(host), CREATE | NLM_F_ECHO)];
+        let mut options = link_by_name_request(&spec.host_name);
+        if Path::new("/proc/sys/net/ipv6").exists() {
+            options.attributes.push(LinkAttribute::AfSpecUnspec(vec![AfSpecUnspec::Inet6(vec![
+                AfSpecInet6::AddrGenMode(In6AddrGenMode::None),
+            ])]));
+        }
         if spec.hairpin {
-            // Bridge port options are not taken at creation: a second request in the same datagram sets
-            // hairpin mode on the host end, found by name.
-            let mut message = link_by_name_request(&spec.host_name);
-            message.attributes.push(LinkAttribute::LinkInfo(vec![
+            // Bridge port options are not taken at creation: they go with the request after it.
+            options.attributes.push(LinkAttribute::LinkInfo(vec![
                 LinkInfo::PortKind(InfoPortKind::Bridge),
                 LinkInfo::PortData(InfoPortData::BridgePort(vec![InfoBridgePort::HairpinMode(true)])),
             ]));
-            requests.push((RouteNetlinkMessage::NewLink(message), 0));
         }
+        if options.attributes.len() > 1 {
+            requests.push((RouteNetlinkMessage::NewLink(options), 0));
+        }
+        let mut up = link_by_name_request(&spec.host_name);
+        up.header.flags = LinkFlags::Up;
+        up.header.change_mask = LinkFlags::Up;
+        requests.push((RouteNetlinkMessage::NewLink(up), 0));
         let socket = self.host()?;
         let answers = match socket.batch(requests) {
             Ok(answers) => answers,
@@ -507,7 +522,8 @@ impl Dataplane for Kernel {
                     RouteNetlinkMessage::DelLink(link_by_name_request(&spec.host_name)),
                     0,
                 );
-                return Err(refused(format!("set hairpin mode on {}", spec.host_name), err));
+                let op = format!("set the options of bridge port {} and bring it up", spec.host_name);
+                return Err(refused(op, err));
             }
         };
         let echoed = answers.into_iter().find_map(|answer| match answer {
