@@ -84,7 +84,8 @@ impl Socket {
             return Err(io::Error::last_os_error());
         }
         // Dump datagrams are at most 32 KiB (the kernel sizes them from our receive buffer, capped there).
-        Ok(Socket { socket, sequence: 0, buffer: vec![0; 64 * 1024] })
+        // Capacity only: the kernel writes into it, so no page of it is zeroed or touched in advance.
+        Ok(Socket { socket, sequence: 0, buffer: Vec::with_capacity(64 * 1024) })
     }
 
     /// A socket in the network namespace `netns` (an open nsfs file): this thread enters it, creates
@@ -128,7 +129,8 @@ impl Socket {
         mut handle: impl FnMut(u32, NetlinkPayload<RouteNetlinkMessage>) -> io::Result<bool>,
     ) -> io::Result<()> {
         loop {
-            let length = self.socket.recv(&mut &mut self.buffer[..], 0)?;
+            self.buffer.clear();
+            let length = self.socket.recv(&mut self.buffer, 0)?;
             let mut offset = 0;
             while offset < length {
                 let bytes = &self.buffer[offset..length];

@@ -6,6 +6,9 @@
 //! the ≈1 ms a start takes here (VERSION: 0.98 vs 1.30 ms, 300 interleaved rounds). `crt-static` needs
 //! an explicit `--target` (without one, RUSTFLAGS would reach proc-macro crates, which cannot be
 //! static), and the artifacts go to their own target directory so the workspace's build is untouched.
+//! The release profile is tightened for it too (fat LTO, one codegen unit, panic=abort: a smaller
+//! binary, ≈0.05 ms less per start; a panic in a plugin is a bug either way, and the runtime sees the
+//! non-zero exit).
 
 use std::path::PathBuf;
 
@@ -50,6 +53,9 @@ pub fn static_cni() -> Result<PathBuf> {
             TARGET,
         ])
         .env("CARGO_TARGET_DIR", &target_dir)
+        .env("CARGO_PROFILE_RELEASE_LTO", "fat")
+        .env("CARGO_PROFILE_RELEASE_CODEGEN_UNITS", "1")
+        .env("CARGO_PROFILE_RELEASE_PANIC", "abort")
         .env(
             format!("CARGO_TARGET_{}_RUSTFLAGS", TARGET.to_uppercase().replace('-', "_")),
             "-C target-feature=+crt-static",
