@@ -104,7 +104,12 @@ pub fn busybox_image_in(cache: &Path) -> Result<OciImage> {
         .with_context(|| format!("creating a build dir in {}", cache.display()))?;
     let layout = work.path().join("layout");
     build_busybox_layout(&layout, &image.tag, &work.path().join("bundle"))?;
-    if let Err(error) = std::fs::rename(&layout, &image.layout) {
+    publish(&layout, image)
+}
+
+/// Renames a finished build's `layout` into `image`'s place in the cache and checks it.
+fn publish(layout: &Path, image: OciImage) -> Result<OciImage> {
+    if let Err(error) = std::fs::rename(layout, &image.layout) {
         // Another process may have renamed its build into place first; its image is as good as ours.
         if image.manifest_digest().is_err() {
             return Err(error)
@@ -155,15 +160,7 @@ pub fn pause_image_in(cache: &Path, busybox: &OciImage) -> Result<OciImage> {
     }
     umoci(&args)?;
     umoci(&["gc", "--layout", &layout.to_string_lossy()])?;
-    if let Err(error) = std::fs::rename(&layout, &image.layout) {
-        // Another process may have renamed its build into place first; its image is as good as ours.
-        if image.manifest_digest().is_err() {
-            return Err(error)
-                .with_context(|| format!("renaming {} to {}", layout.display(), image.layout.display()));
-        }
-    }
-    image.manifest_digest().with_context(|| format!("checking the image at {}", image.layout.display()))?;
-    Ok(image)
+    publish(&layout, image)
 }
 
 /// Builds an OCI layout at `layout` (which must not exist) holding a busybox image tagged `tag`, unpacking
