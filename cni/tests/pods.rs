@@ -1,6 +1,6 @@
 //! keel-cni as a runtime runs it: the binary executed inside a test node namespace for pods in their
 //! own namespaces. Traffic between pods and the node, every error path (the spec's error or success,
-//! and nothing left behind: links, addresses, routes, allocations), DEL twice, CHECK drift.
+//! and nothing left behind: links, addresses, routes, allocations, nft rules), DEL twice, CHECK drift.
 
 mod common;
 
@@ -66,12 +66,20 @@ impl Node {
             "pod_addresses": addresses(pod, "eth0"),
             "pod_routes": routes(pod),
             "allocations": self.allocations(),
+            "nft": nft_ruleset(&self.ns),
         })
     }
 
     fn tombstones_gone(&self) -> bool {
         !links(&self.ns).iter().any(|name| name.starts_with(TOMBSTONE_PREFIX))
     }
+}
+
+/// The node's whole nftables ruleset (keel-cni's table included), as `nft -j` lists it.
+fn nft_ruleset(ns: &NetNs) -> Value {
+    let output = ns.command("nft").args(["-j", "list", "ruleset"]).output().unwrap();
+    assert!(output.status.success(), "nft: {}", String::from_utf8_lossy(&output.stderr));
+    serde_json::from_slice(&output.stdout).unwrap()
 }
 
 fn pod_ip(result: &Value, index: usize) -> IpAddr {
@@ -253,6 +261,31 @@ fn an_add_failing_part_way_undoes_everything_it_did() {
     let run = cni(&node.ns, "ADD", "c1", path(&pod), &node.v4());
     assert_eq!(run.error_code(), u64::from(error::INVALID_NETWORK_CONFIG), "{}", run.stdout);
     assert_eq!(node.state(&pod), before);
+}
+
+#[test]
+fn a_host_port_the_kernel_refuses_undoes_the_pods_wiring_and_its_allocation() {
+    let node = Node::new();
+    let pod = netns("pod");
+    let mut conf = node.v4();
+    // Someone else's table of keel-cni's name whose `hostports` is a filter base chain: the DNAT rule,
+    // the last step of ADD, is refused by the kernel after the pair, addresses and routes are in place.
+    for rule in [
+        "add table inet keel-cni",
+        "add chain inet keel-cni postrouting { type nat hook postrouting priority 100; }",
+        "add chain inet keel-cni hostports { type filter hook forward priority 0; }",
+    ] {
+        assert!(node.ns.command("nft").arg(rule).status().unwrap().success(), "{rule}");
+    }
+    let other = netns("other");
+    cni(&node.ns, "ADD", "other", path(&other), &conf).ok();
+    let before = node.state(&pod);
+    conf["runtimeConfig"] =
+        json!({"portMappings": [{"hostPort": 8080, "containerPort": 80, "protocol": "tcp"}]});
+    let run = cni(&node.ns, "ADD", "c1", path(&pod), &conf);
+    assert_eq!(run.error_code(), u64::from(error::KERNEL_REFUSED), "{}", run.stdout);
+    assert_eq!(node.state(&pod), before);
+    assert!(link(&node.ns, &host_veth_name("c1", "eth0")).is_none());
 }
 
 #[test]
