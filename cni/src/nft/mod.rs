@@ -198,7 +198,13 @@ impl Firewall for NftFirewall {
             .collect();
         for mapping in mappings {
             let description = ruleset::describe_mapping(mapping);
-            if !present.contains(&description) {
+            // Compared as stored: a long comment is cut to nft's length.
+            let stored = Tag::HostPort { owner: owner_tag.clone(), mapping: description.clone() }.as_stored();
+            let found = match stored {
+                Some(Tag::HostPort { mapping, .. }) => present.contains(&mapping),
+                _ => false,
+            };
+            if !found {
                 return Err(Error::new(
                     crate::spec::error::DRIFT,
                     format!("hostPort rule missing: {description} of {owner_tag}"),

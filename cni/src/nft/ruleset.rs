@@ -96,6 +96,12 @@ impl Tag {
         }
     }
 
+    /// The tag as a dump reads it back: its comment is cut to nft's length when written (a 64-digit
+    /// container ID and an IPv6 hostIP make it longer), so comparisons with dumped tags use this.
+    pub fn as_stored(&self) -> Option<Tag> {
+        userdata_comment(&comment_userdata(&self.comment())).and_then(Tag::parse)
+    }
+
     /// The attachment owning the rule, for hostPort and hairpin rules.
     pub fn owner(&self) -> Option<&str> {
         match self {
