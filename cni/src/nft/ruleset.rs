@@ -123,6 +123,11 @@ pub fn owner_tag(owner: &Attachment) -> String {
     }
 }
 
+/// The container ID of an owner tag written plain (`<containerID>/<ifname>`); `None` when hashed.
+pub fn owner_container_id(tag: &str) -> Option<&str> {
+    tag.split_once('/').map(|(container_id, _)| container_id)
+}
+
 /// FNV-1a 64: a stable hash (std's hashers may change between releases; these names are persistent).
 fn fnv1a(parts: &[&[u8]]) -> u64 {
     let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
