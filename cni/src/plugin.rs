@@ -49,6 +49,8 @@ pub trait Firewall {
     fn remove_port_mappings(&mut self, owner: &Attachment) -> Result<(), Error>;
     /// Fails unless the attachment's hostPort rules for `mappings` are in place.
     fn check_port_mappings(&mut self, owner: &Attachment, mappings: &[PortMapping]) -> Result<(), Error>;
-    /// Removes the hostPort rules of every attachment not in `valid`.
+    /// Removes the hostPort rules of every attachment not in `valid`; a container `valid` lists keeps
+    /// its rules of every interface (the rules are the node's, shared by the networks, and `valid` is
+    /// one network's).
     fn gc(&mut self, valid: &[Attachment]) -> Result<(), Error>;
 }

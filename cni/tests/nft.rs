@@ -530,3 +530,48 @@ fn gc_of_hundreds_of_attachments_is_one_transaction() -> Result<()> {
     assert!(comments.iter().all(|c| c.contains(" p7/eth0")), "{comments:?}");
     Ok(())
 }
+
+/// A runtime's container ID is 64 hex digits; with a full IPv6 hostIP the rule's comment exceeds nft's
+/// 127 bytes and is stored cut: CHECK must still find the rule.
+#[test]
+fn check_finds_hostport_rules_whose_comment_was_cut_to_nfts_length() -> Result<()> {
+    let node = Node::new()?;
+    let id = "0123456789abcdef".repeat(4);
+    let pod_ips: [IpAddr; 2] = ["10.244.1.5".parse()?, "fd00:10:244:1::5".parse()?];
+    let host: IpAddr = "fd00:1234:5678:9abc:def0:1234:5678:9abc".parse()?;
+    let mappings = [mapping("tcp", 8080, 80, Some(host)), mapping("udp", 5353, 53, None)];
+    node.firewall(|fw| fw.add_port_mappings(&owner(&id), BRIDGE, &pod_ips, &mappings))??;
+    node.firewall(|fw| fw.check_port_mappings(&owner(&id), &mappings))??;
+    // Another hostIP is still drift.
+    let other = [mapping("tcp", 8080, 80, Some("fd00::1".parse()?))];
+    let drift: Error = node.firewall(|fw| fw.check_port_mappings(&owner(&id), &other))?.unwrap_err();
+    assert_eq!(drift.code, 101, "{drift}");
+    node.firewall(|fw| fw.remove_port_mappings(&owner(&id)))??;
+    assert_eq!(node.comments()?.iter().filter(|c| c.contains(&id)).count(), 0);
+    Ok(())
+}
+
+/// The table is the node's, shared by every network keel-cni serves, but a runtime GCs one network at a
+/// time with that network's attachments (containerd: every live sandbox with the network's ifname): the
+/// GC of the network on eth0 must not delete the hostPorts of a live pod's second network (net1).
+#[test]
+fn gc_of_one_network_keeps_the_hostports_of_a_live_pods_other_network() -> Result<()> {
+    let node = Node::new()?;
+    let web = [mapping("tcp", 8080, 80, None)];
+    let net1 = |id: &str| Attachment { container_id: id.to_owned(), ifname: "net1".to_owned() };
+    let dns = [mapping("udp", 5353, 53, None)];
+    node.firewall(|fw| -> Result<(), Error> {
+        fw.add_port_mappings(&owner("live"), BRIDGE, &["10.244.1.2".parse().unwrap()], &web)?;
+        fw.add_port_mappings(&net1("live"), BRIDGE, &["10.244.2.2".parse().unwrap()], &dns)?;
+        fw.add_port_mappings(&owner("gone"), BRIDGE, &["10.244.1.3".parse().unwrap()], &web)?;
+        fw.add_port_mappings(&net1("gone"), BRIDGE, &["10.244.2.3".parse().unwrap()], &dns)?;
+        Ok(())
+    })??;
+    // The eth0 network's GC: only "live" is valid.
+    node.firewall(|fw| fw.gc(&[owner("live")]))??;
+    node.firewall(|fw| fw.check_port_mappings(&owner("live"), &web))??;
+    node.firewall(|fw| fw.check_port_mappings(&net1("live"), &dns))??;
+    let comments = node.comments()?;
+    assert!(!comments.iter().any(|c| c.contains(" gone/")), "{comments:?}");
+    Ok(())
+}

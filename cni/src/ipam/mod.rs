@@ -108,6 +108,11 @@ fn allocate_from<'a>(
     }
 }
 
+/// How many range sets' index links a DEL looks for at least: one per family (a lookup that finds
+/// no link is one failed `getxattr`). More sets than that, configured at ADD and gone by DEL, are found
+/// by GC.
+const RELEASE_PROBED_SETS: usize = 2;
+
 impl Ipam for HostLocal {
     fn allocate(&mut self, args: &CmdArgs, conf: &NetConf) -> Result<CniResult, Error> {
         let sets = range::range_sets(conf)?;
@@ -163,7 +168,10 @@ impl Ipam for HostLocal {
         let owner = attachment(args);
         // The index names the attachment's addresses: no listing. Else (an attachment host-local
         // allocated, a DEL repeated, links without xattrs) the listing finds them.
-        if let Some(found) = store.indexed(&owner, conf.range_sets().len())
+        // Every set an ADD may have used, not only the configuration's: like host-local's, a DEL
+        // releases all the attachment holds, and the conflist may have lost a family since the ADD.
+        let sets = conf.range_sets().len().max(RELEASE_PROBED_SETS);
+        if let Some(found) = store.indexed(&owner, sets)
             && !found.is_empty()
         {
             for (set, address) in found {

@@ -418,3 +418,30 @@ fn index_links_without_their_address_or_gone_stale_fall_back_to_the_listing() {
     assert!(!network.join("keel-cni:c1:eth0:0").exists());
     HostLocal.check(&args("c2", "eth0"), &conf, &[address]).unwrap();
 }
+
+/// A DEL releases everything the attachment holds, as host-local's does (it releases by owner, not by
+/// range): the node's conflist may have lost a family, or swapped them, since the ADD.
+#[test]
+fn release_frees_every_allocation_of_the_attachment_even_after_the_ranges_changed() {
+    let dir = tempfile::tempdir().unwrap();
+    let dual = conf(
+        dir.path(),
+        json!({"ranges": [[{"subnet": "10.244.1.0/24"}], [{"subnet": "fd00:10:244:1::/64"}]]}),
+    );
+    let v4_only = v4_24(dir.path());
+    let v6_first = conf(
+        dir.path(),
+        json!({"ranges": [[{"subnet": "fd00:10:244:1::/64"}], [{"subnet": "10.244.1.0/24"}]]}),
+    );
+    for release_conf in [&v4_only, &v6_first] {
+        HostLocal.allocate(&args("c1", "eth0"), &dual).unwrap();
+        HostLocal.allocate(&args("c2", "eth0"), &dual).unwrap();
+        assert_eq!(allocated(dir.path()).len(), 4);
+        HostLocal.release(&args("c1", "eth0"), release_conf).unwrap();
+        let left = files(dir.path());
+        assert!(!left.iter().any(|name| name.contains("c1")), "{left:?}");
+        assert_eq!(allocated(dir.path()).len(), 2, "{left:?}");
+        HostLocal.release(&args("c2", "eth0"), &dual).unwrap();
+        assert!(allocated(dir.path()).is_empty());
+    }
+}

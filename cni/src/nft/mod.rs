@@ -198,7 +198,13 @@ impl Firewall for NftFirewall {
             .collect();
         for mapping in mappings {
             let description = ruleset::describe_mapping(mapping);
-            if !present.contains(&description) {
+            // Compared as stored: a long comment is cut to nft's length.
+            let stored = Tag::HostPort { owner: owner_tag.clone(), mapping: description.clone() }.as_stored();
+            let found = match stored {
+                Some(Tag::HostPort { mapping, .. }) => present.contains(&mapping),
+                _ => false,
+            };
+            if !found {
                 return Err(Error::new(
                     crate::spec::error::DRIFT,
                     format!("hostPort rule missing: {description} of {owner_tag}"),
@@ -209,8 +215,15 @@ impl Firewall for NftFirewall {
     }
 
     fn gc(&mut self, valid: &[Attachment]) -> Result<(), Error> {
+        // The table is shared by every network keel-cni serves, and the rules do not say which network
+        // they belong to; a runtime GCs one network at a time, listing each live sandbox with that
+        // network's ifname. So a rule of a container still listed is kept whatever its interface: the
+        // GC of the eth0 network must not delete the hostPorts of the same pod's net1 network.
         let keep: HashSet<String> = valid.iter().map(ruleset::owner_tag).collect();
-        self.delete_owned(|tag| !keep.contains(tag))
+        let live: HashSet<&str> = valid.iter().map(|attachment| attachment.container_id.as_str()).collect();
+        self.delete_owned(|tag| {
+            !keep.contains(tag) && !ruleset::owner_container_id(tag).is_some_and(|id| live.contains(id))
+        })
     }
 }
 

@@ -96,6 +96,12 @@ impl Tag {
         }
     }
 
+    /// The tag as a dump reads it back: its comment is cut to nft's length when written (a 64-digit
+    /// container ID and an IPv6 hostIP make it longer), so comparisons with dumped tags use this.
+    pub fn as_stored(&self) -> Option<Tag> {
+        userdata_comment(&comment_userdata(&self.comment())).and_then(Tag::parse)
+    }
+
     /// The attachment owning the rule, for hostPort and hairpin rules.
     pub fn owner(&self) -> Option<&str> {
         match self {
@@ -115,6 +121,11 @@ pub fn owner_tag(owner: &Attachment) -> String {
     } else {
         format!("fnv1a-{:016x}", fnv1a(&[owner.container_id.as_bytes(), b"\0", owner.ifname.as_bytes()]))
     }
+}
+
+/// The container ID of an owner tag written plain (`<containerID>/<ifname>`); `None` when hashed.
+pub fn owner_container_id(tag: &str) -> Option<&str> {
+    tag.split_once('/').map(|(container_id, _)| container_id)
 }
 
 /// FNV-1a 64: a stable hash (std's hashers may change between releases; these names are persistent).
