@@ -1,0 +1,13 @@
+//! keel-shim: Keel's CRI runtime. A kubelet drives it over CRI v1 on a unix socket; it runs OCI
+//! containers through an OCI runtime binary per runtime handler (runc by default).
+//!
+//! - [`config`]: the command line and its validation.
+//! - [`server`]: the socket (stale and live sockets, mode, removal on shutdown) and the tonic server.
+//! - [`service`]: the RuntimeService and ImageService (Version, Status, RuntimeConfig and
+//!   UpdateRuntimeConfig so far; every other RPC answers `Unimplemented`).
+//! - [`network`]: whether the pod network is ready (the CNI network config as libcni picks it).
+
+pub mod config;
+pub mod network;
+pub mod server;
+pub mod service;

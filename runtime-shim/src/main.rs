@@ -1,0 +1,56 @@
+//! The `keel-shim` binary: parses and validates the command line, then serves the CRI until SIGTERM
+//! or SIGINT.
+
+use std::process::ExitCode;
+
+use clap::Parser;
+use keel_shim::config::{Args, Config};
+use keel_shim::server::{Listener, shutdown_signal};
+
+fn main() -> ExitCode {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    let args = Args::parse();
+    let config = match Config::from_args(args, std::env::var_os("PATH").as_deref()) {
+        Ok(config) => config,
+        Err(e) => {
+            eprintln!("keel-shim: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+        Ok(runtime) => runtime,
+        Err(e) => {
+            eprintln!("keel-shim: starting the async runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let served = runtime.block_on(async {
+        let listener = Listener::bind(config)?;
+        let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+        let signals = tokio::spawn(async move {
+            let result = shutdown_signal().await;
+            let _ = stop_tx.send(());
+            result
+        });
+        listener
+            .serve(async {
+                let _ = stop_rx.await;
+            })
+            .await?;
+        signals.await??;
+        anyhow::Ok(())
+    });
+    match served {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("keel-shim: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
