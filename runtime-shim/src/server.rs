@@ -16,6 +16,9 @@ use crate::service::Shim;
 /// The socket's mode: the owner and its group (kubelet's) may connect.
 pub const SOCKET_MODE: u32 = 0o660;
 
+/// How long in-flight RPCs and open connections get to finish after the shutdown signal.
+pub const SHUTDOWN_GRACE: std::time::Duration = std::time::Duration::from_secs(5);
+
 /// A bound CRI socket; [`Listener::serve`] serves it.
 #[derive(Debug)]
 pub struct Listener {
@@ -54,11 +57,31 @@ impl Listener {
             Some((accepted, listener))
         });
         tracing::info!(socket = %socket.display(), "serving CRI v1");
-        let served = tonic::transport::Server::builder()
+        let (stopping_tx, mut stopping) = tokio::sync::watch::channel(false);
+        let graceful = async move {
+            shutdown.await;
+            let _ = stopping_tx.send(true);
+        };
+        let serve = tonic::transport::Server::builder()
             .add_service(RuntimeServiceServer::new(shim.clone()))
             .add_service(ImageServiceServer::new(shim))
-            .serve_with_incoming_shutdown(incoming, shutdown)
-            .await;
+            .serve_with_incoming_shutdown(incoming, graceful);
+        // Graceful shutdown waits for clients to close their connections; one that never does (hung,
+        // or not reading the GOAWAY) must not keep keel-shim from exiting.
+        let forced = async move {
+            if stopping.wait_for(|stopping| *stopping).await.is_ok() {
+                tokio::time::sleep(SHUTDOWN_GRACE).await;
+            } else {
+                std::future::pending::<()>().await;
+            }
+        };
+        let served = tokio::select! {
+            served = serve => served,
+            () = forced => {
+                tracing::warn!("connections still open {SHUTDOWN_GRACE:?} after the shutdown signal: closing them");
+                Ok(())
+            }
+        };
         // Remove the socket only if it is still the one bound (not one a successor bound since).
         if std::fs::metadata(&socket).is_ok_and(|m| (m.dev(), m.ino()) == identity) {
             let _ = std::fs::remove_file(&socket);

@@ -7,6 +7,8 @@
 //! Groups: [`runtime_info`] (Version, Status, RuntimeConfig, UpdateRuntimeConfig). To come: sandbox,
 //! container, exec, logs, image, idempotence, networking, streaming, multi-container.
 
+#![allow(dead_code, reason = "each test binary uses a part of the suite")]
+
 pub mod runtime_info;
 
 #[allow(unused_imports, reason = "each test binary uses a part of the suite")]
