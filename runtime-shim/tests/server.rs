@@ -129,12 +129,12 @@ fn sigint_removes_the_socket() -> Result<()> {
     Ok(())
 }
 
-#[tokio::test]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn keel_shim_specifics_and_unimplemented_rpcs() -> Result<()> {
     let dir = tempfile::tempdir()?;
     std::fs::create_dir(dir.path().join("net.d"))?;
     let socket = dir.path().join("cri.sock");
-    let _shim = start(dir.path(), &socket)?;
+    let mut shim = start(dir.path(), &socket)?;
     let mut cri = CriClient::connect(&socket).await?;
 
     let v = cri.runtime.version(api::VersionRequest { version: "v1".into() }).await?.into_inner();
@@ -191,5 +191,8 @@ async fn keel_shim_specifics_and_unimplemented_rpcs() -> Result<()> {
     }
     // After all of it the server still answers.
     cri.runtime.version(api::VersionRequest { version: String::new() }).await?;
+    // Stopped off the runtime, so the open client connection can answer the server's GOAWAY.
+    let status = tokio::task::spawn_blocking(move || shim.stop()).await??;
+    ensure!(status.success(), "keel-shim exited with {status}");
     Ok(())
 }

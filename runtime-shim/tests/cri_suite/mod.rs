@@ -39,6 +39,11 @@ pub fn check(runtime: &str, results: &[CaseResult], known: &[KnownDifference]) -
     let mut problems = Vec::new();
     for result in results {
         let expected = known.iter().find(|k| k.case == result.case);
+        // The whole table in the test's output, as critest prints its cases.
+        match (&result.outcome, expected) {
+            (Ok(()), _) => eprintln!("{runtime}: [{}] {}: ok", result.group, result.case),
+            (Err(e), _) => eprintln!("{runtime}: [{}] {}: FAILED: {e}", result.group, result.case),
+        }
         match (&result.outcome, expected) {
             (Ok(()), None) | (Err(_), Some(_)) => {}
             (Err(e), None) => problems.push(format!("[{}] {}: {e}", result.group, result.case)),
