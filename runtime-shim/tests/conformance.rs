@@ -25,13 +25,35 @@ const CONFLIST: &str = r#"{"cniVersion":"1.0.0","name":"keel-suite","plugins":[
    "ipam":{"type":"host-local","ranges":[[{"subnet":"10.99.0.0/24"}]]}},
   {"type":"portmap","capabilities":{"portMappings":true}}]}"#;
 
-/// A CNI conf dir: with [`CONFLIST`] when `configured`, else empty.
-fn conf_dir(configured: bool) -> Result<tempfile::TempDir> {
-    let dir = tempfile::Builder::new().prefix("keel-shim-netd-").tempdir()?;
-    if configured {
-        std::fs::write(dir.path().join("10-keel-suite.conflist"), CONFLIST)?;
+/// The CNI conf dirs the runtime info group runs with.
+#[derive(Debug, Clone, Copy)]
+enum NetD {
+    /// [`CONFLIST`] alone.
+    Valid,
+    /// Nothing.
+    Empty,
+    /// A conflist without `plugins` sorted before [`CONFLIST`].
+    BrokenFirst,
+}
+
+impl NetD {
+    fn make(self) -> Result<tempfile::TempDir> {
+        let dir = tempfile::Builder::new().prefix("keel-shim-netd-").tempdir()?;
+        if matches!(self, NetD::Valid | NetD::BrokenFirst) {
+            std::fs::write(dir.path().join("10-keel-suite.conflist"), CONFLIST)?;
+        }
+        if matches!(self, NetD::BrokenFirst) {
+            std::fs::write(
+                dir.path().join("05-broken.conflist"),
+                r#"{"cniVersion":"1.0.0","name":"broken"}"#,
+            )?;
+        }
+        Ok(dir)
     }
-    Ok(dir)
+
+    fn env(self) -> runtime_info::Env {
+        runtime_info::Env { network_configured: matches!(self, NetD::Valid) }
+    }
 }
 
 /// A keel-shim daemon on a socket in a temp dir, ready once its socket accepts.
@@ -59,21 +81,21 @@ impl Shim {
     }
 }
 
-fn runtime_info_against_keel_shim(network_configured: bool) -> Result<()> {
-    let net_d = conf_dir(network_configured)?;
+fn runtime_info_against_keel_shim(net: NetD) -> Result<()> {
+    let net_d = net.make()?;
     let shim = Shim::start(net_d.path())?;
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
     let results = rt.block_on(async {
         let mut client = CriClient::connect(&shim.socket()).await?;
-        anyhow::Ok(runtime_info::run(&mut client, runtime_info::Env { network_configured }).await)
+        anyhow::Ok(runtime_info::run(&mut client, net.env()).await)
     })?;
     check("keel-shim", &results, &[])
         .map_err(anyhow::Error::msg)
         .with_context(|| format!("keel-shim log:\n{}", shim.daemon.log_tail(30)))
 }
 
-fn runtime_info_against_containerd(network_configured: bool) -> Result<()> {
-    let net_d = conf_dir(network_configured)?;
+fn runtime_info_against_containerd(net: NetD) -> Result<()> {
+    let net_d = net.make()?;
     // containerd runs in a namespace of its own: nothing of it reaches the machine's network.
     let netns = NetNs::create(&unique_prefix())?;
     let opts = ContainerdOptions {
@@ -86,7 +108,7 @@ fn runtime_info_against_containerd(network_configured: bool) -> Result<()> {
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
     let results = rt.block_on(async {
         let mut client = CriClient::connect(containerd.socket()).await?;
-        anyhow::Ok(runtime_info::run(&mut client, runtime_info::Env { network_configured }).await)
+        anyhow::Ok(runtime_info::run(&mut client, net.env()).await)
     })?;
     check("containerd", &results, CONTAINERD_DIFFERENCES)
         .map_err(anyhow::Error::msg)
@@ -95,20 +117,30 @@ fn runtime_info_against_containerd(network_configured: bool) -> Result<()> {
 
 #[test]
 fn keel_shim_runtime_info_with_a_network() -> Result<()> {
-    runtime_info_against_keel_shim(true)
+    runtime_info_against_keel_shim(NetD::Valid)
 }
 
 #[test]
 fn keel_shim_runtime_info_without_a_network() -> Result<()> {
-    runtime_info_against_keel_shim(false)
+    runtime_info_against_keel_shim(NetD::Empty)
+}
+
+#[test]
+fn keel_shim_runtime_info_with_a_broken_first_network_config() -> Result<()> {
+    runtime_info_against_keel_shim(NetD::BrokenFirst)
 }
 
 #[test]
 fn containerd_runtime_info_with_a_network() -> Result<()> {
-    runtime_info_against_containerd(true)
+    runtime_info_against_containerd(NetD::Valid)
 }
 
 #[test]
 fn containerd_runtime_info_without_a_network() -> Result<()> {
-    runtime_info_against_containerd(false)
+    runtime_info_against_containerd(NetD::Empty)
+}
+
+#[test]
+fn containerd_runtime_info_with_a_broken_first_network_config() -> Result<()> {
+    runtime_info_against_containerd(NetD::BrokenFirst)
 }

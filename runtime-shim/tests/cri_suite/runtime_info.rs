@@ -8,7 +8,9 @@ const GROUP: &str = "runtime info";
 /// What the runtime under test was started with.
 #[derive(Debug, Clone, Copy)]
 pub struct Env {
-    /// Whether its CNI conf dir holds a loadable network config (NetworkReady expected true).
+    /// Whether its CNI conf dir's first config (by name) loads: NetworkReady expected true. False for an
+    /// empty conf dir, and for one whose first file is broken even if a later one is valid (libcni's
+    /// callers use the first file and fail on it, they do not skip it).
     pub network_configured: bool,
 }
 
