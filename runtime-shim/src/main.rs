@@ -5,7 +5,6 @@ use std::process::ExitCode;
 
 use clap::Parser;
 use keel_shim::config::{Args, Config};
-use keel_shim::server::{Listener, shutdown_signal};
 
 fn main() -> ExitCode {
     tracing_subscriber::fmt()
@@ -30,22 +29,7 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    let served = runtime.block_on(async {
-        let listener = Listener::bind(config)?;
-        let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
-        let signals = tokio::spawn(async move {
-            let result = shutdown_signal().await;
-            let _ = stop_tx.send(());
-            result
-        });
-        listener
-            .serve(async {
-                let _ = stop_rx.await;
-            })
-            .await?;
-        signals.await??;
-        anyhow::Ok(())
-    });
+    let served = runtime.block_on(keel_shim::server::run(config));
     match served {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {

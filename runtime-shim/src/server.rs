@@ -39,8 +39,12 @@ impl Listener {
                 .with_context(|| format!("creating the socket's directory {}", parent.display()))?;
         }
         remove_stale_socket(socket)?;
-        let listener = UnixListener::bind(socket)
-            .with_context(|| format!("binding the CRI socket {}", socket.display()))?;
+        // Bound under a umask that already gives 0660, so no other user can connect in the moment before
+        // the chmod. keel-shim binds while starting, before any other thread creates files.
+        let umask = nix::sys::stat::umask(nix::sys::stat::Mode::from_bits_truncate(0o777 & !SOCKET_MODE));
+        let bound = UnixListener::bind(socket);
+        nix::sys::stat::umask(umask);
+        let listener = bound.with_context(|| format!("binding the CRI socket {}", socket.display()))?;
         std::fs::set_permissions(socket, std::fs::Permissions::from_mode(SOCKET_MODE))
             .with_context(|| format!("setting the mode of {}", socket.display()))?;
         let meta = std::fs::metadata(socket).with_context(|| format!("stat {}", socket.display()))?;
@@ -113,6 +117,24 @@ fn remove_stale_socket(socket: &Path) -> Result<()> {
         }
         Err(e) => Err(e).with_context(|| format!("probing the existing socket {}", socket.display())),
     }
+}
+
+/// Binds the socket of `config` and serves the CRI until SIGTERM or SIGINT.
+pub async fn run(config: Config) -> Result<()> {
+    let listener = Listener::bind(config)?;
+    let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+    let signals = tokio::spawn(async move {
+        let result = shutdown_signal().await;
+        // Also when installing a handler failed: keel-shim then stops rather than run unstoppable.
+        let _ = stop_tx.send(());
+        result
+    });
+    listener
+        .serve(async {
+            let _ = stop_rx.await;
+        })
+        .await?;
+    signals.await.context("the signal task")?
 }
 
 /// Completes on the first SIGTERM or SIGINT.
