@@ -1,0 +1,3 @@
+//! keel-shim: Keel's CRI runtime (issue 7).
+
+pub mod image;
