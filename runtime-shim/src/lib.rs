@@ -6,8 +6,10 @@
 //! - [`service`]: the RuntimeService and ImageService (Version, Status, RuntimeConfig and
 //!   UpdateRuntimeConfig so far; every other RPC answers `Unimplemented`).
 //! - [`network`]: whether the pod network is ready (the CNI network config as libcni picks it).
+//! - [`image`]: images (so far: references parsed and normalized as containerd does).
 
 pub mod config;
+pub mod image;
 pub mod network;
 pub mod server;
 pub mod service;
