@@ -22,6 +22,20 @@ use ipnet::IpNet;
 /// `kdel-` and the host end's index in hex. GC deletes any such host end a crashed DEL left.
 pub const TOMBSTONE_PREFIX: &str = "kdel-";
 
+/// The bridge's addresses that a new gateway `address` conflicts with, as the reference bridge plugin
+/// decides it: one IPv4 address per bridge; IPv6 ones only when their subnets overlap; link-local
+/// addresses never conflict.
+pub fn conflicting_addresses(existing: &[IpNet], address: IpNet) -> Vec<IpNet> {
+    let v6 = address.addr().is_ipv6();
+    existing
+        .iter()
+        .copied()
+        .filter(|other| *other != address && other.addr().is_ipv6() == v6)
+        .filter(|other| !matches!(other, IpNet::V6(net) if net.addr().is_unicast_link_local()))
+        .filter(|other| !v6 || other.contains(&address.addr()) || address.contains(&other.addr()))
+        .collect()
+}
+
 /// The host end of the veth pair of the attachment `(container_id, ifname)`: `veth` and 8 hex digits
 /// of a stable hash (FNV-1a, 32 bits), as the reference names its host ends `veth` + 8 hex (random there).
 pub fn host_veth_name(container_id: &str, ifname: &str) -> String {
@@ -253,4 +267,31 @@ pub trait Dataplane {
     /// Called once the answer is written: destroys what `retire_veth` retired (and tombstones a
     /// crashed earlier DEL left) without holding the caller.
     fn finish(&mut self);
+}
+
+#[cfg(test)]
+mod conflict_tests {
+    use super::*;
+
+    fn nets(texts: &[&str]) -> Vec<IpNet> {
+        texts.iter().map(|text| text.parse().unwrap()).collect()
+    }
+
+    #[test]
+    fn a_gateway_conflicts_as_the_reference_bridge_plugin_decides() {
+        let existing = nets(&["10.244.1.1/24", "fd00:1::1/64", "fe80::1/64"]);
+        // One IPv4 address per bridge.
+        assert_eq!(
+            conflicting_addresses(&existing, "10.244.2.1/24".parse().unwrap()),
+            nets(&["10.244.1.1/24"])
+        );
+        // The same address is not a conflict.
+        assert!(conflicting_addresses(&existing, "10.244.1.1/24".parse().unwrap()).is_empty());
+        // IPv6: only overlapping subnets; link-local never.
+        assert!(conflicting_addresses(&existing, "fd00:2::1/64".parse().unwrap()).is_empty());
+        assert_eq!(
+            conflicting_addresses(&existing, "fd00:1::2/64".parse().unwrap()),
+            nets(&["fd00:1::1/64"])
+        );
+    }
 }

@@ -137,15 +137,7 @@ impl Dataplane for FakeDataplane {
         if addresses.contains(&address) {
             return Ok(());
         }
-        let v4 = address.addr().is_ipv4();
-        let conflicting: Vec<IpNet> = addresses
-            .iter()
-            .filter(|existing| {
-                existing.addr().is_ipv4() == v4
-                    && (v4 || existing.contains(&address.addr()) || address.contains(&existing.addr()))
-            })
-            .copied()
-            .collect();
+        let conflicting = crate::dataplane::conflicting_addresses(addresses, address);
         if !conflicting.is_empty() && !force {
             return Err(DataplaneError::Conflict(format!("bridge has {conflicting:?}")));
         }

@@ -419,15 +419,8 @@ impl Dataplane for Kernel {
             Err(err) => return Err(err.into()),
             Ok(_) => {}
         }
-        // As the reference: one IPv4 address per bridge; IPv6 ones only when their subnets overlap.
-        let conflicting: Vec<IpNet> = addresses_of(socket, bridge.index, Some(v6))?
-            .into_iter()
-            .filter(|existing| *existing != address)
-            .filter(|existing| !matches!(existing, IpNet::V6(v6) if v6.addr().is_unicast_link_local()))
-            .filter(|existing| {
-                !v6 || existing.contains(&address.addr()) || address.contains(&existing.addr())
-            })
-            .collect();
+        let conflicting =
+            crate::dataplane::conflicting_addresses(&addresses_of(socket, bridge.index, Some(v6))?, address);
         let Some(first) = conflicting.first().copied() else { return Ok(()) };
         let doomed = if force { conflicting } else { vec![address] };
         for remove in doomed {
