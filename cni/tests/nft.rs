@@ -4,21 +4,18 @@
 
 use std::io::{Read, Write};
 use std::net::{IpAddr, Ipv4Addr, SocketAddr, TcpListener, TcpStream, UdpSocket};
-use std::os::fd::AsRawFd;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
-use anyhow::{Context, Result, anyhow, bail};
-use futures::TryStreamExt;
+use anyhow::{Context, Result, bail};
 use ipnet::IpNet;
 use keel_cni::nft::NftFirewall;
 use keel_cni::plugin::Firewall;
 use keel_cni::spec::{Attachment, Error, PortMapping};
+use keel_testbed::netlink;
 use keel_testbed::{Fabric, Host, NetNs};
-use rtnetlink::packet_route::link::{InfoData, InfoVeth};
-use rtnetlink::{LinkBridge, LinkMessageBuilder, LinkUnspec, LinkVeth, RouteMessageBuilder};
 use serde_json::Value;
 
 const BRIDGE: &str = "cni0";
@@ -45,11 +42,9 @@ impl Node {
         let fabric = Fabric::new()?;
         let host = fabric.add_host("node")?;
         host.block_on(|| async {
-            let handle = connect()?;
-            handle.link().add(LinkBridge::new(BRIDGE).up().build()).execute().await?;
-            let index = link_index(&handle, BRIDGE).await?;
-            handle.address().add(index, IpAddr::V4(GATEWAY), 24).execute().await?;
-            anyhow::Ok(())
+            let handle = netlink::connect()?;
+            netlink::add_bridge(&handle, BRIDGE).await?;
+            netlink::add_address(&handle, BRIDGE, IpAddr::V4(GATEWAY), 24).await
         })?
         .context("make the node's bridge")?;
         run(host.command("sysctl").args(["-q", "-w", "net.ipv4.ip_forward=1"]))?;
@@ -61,38 +56,20 @@ impl Node {
         let ns = NetNs::create(&format!("{}-pod{n}", self.fabric.prefix()))?;
         let address = Ipv4Addr::new(10, 244, 1, n);
         let port = format!("veth{n}");
-        let pod_fd = ns.fd().as_fd().as_raw_fd();
         self.host
             .block_on(|| async {
-                let handle = connect()?;
-                let bridge = link_index(&handle, BRIDGE).await?;
-                let peer = LinkMessageBuilder::<LinkUnspec>::new()
-                    .name("eth0".to_owned())
-                    .setns_by_fd(pod_fd)
-                    .build();
-                let veth = LinkVeth::new(&port, "eth0")
-                    .set_info_data(InfoData::Veth(InfoVeth::Peer(peer)))
-                    .controller(bridge)
-                    .up()
-                    .build();
-                handle.link().add(veth).execute().await?;
-                anyhow::Ok(())
+                let handle = netlink::connect()?;
+                let bridge = netlink::link_index(&handle, BRIDGE).await?;
+                netlink::add_veth_to_bridge(&handle, &port, "eth0", bridge, ns.fd()).await
             })?
             .with_context(|| format!("make pod {n}'s veth pair"))?;
         ns.block_on(|| async {
-            let handle = connect()?;
+            let handle = netlink::connect()?;
             for link in ["lo", "eth0"] {
-                let index = link_index(&handle, link).await?;
-                handle.link().set(LinkUnspec::new_with_index(index).up().build()).execute().await?;
+                netlink::set_up(&handle, link).await?;
             }
-            let index = link_index(&handle, "eth0").await?;
-            handle.address().add(index, IpAddr::V4(address), 24).execute().await?;
-            handle
-                .route()
-                .add(RouteMessageBuilder::<Ipv4Addr>::new().gateway(GATEWAY).build())
-                .execute()
-                .await?;
-            anyhow::Ok(())
+            netlink::add_address(&handle, "eth0", IpAddr::V4(address), 24).await?;
+            netlink::add_default_route(&handle, GATEWAY).await
         })?
         .with_context(|| format!("configure pod {n}"))?;
         self.pods.push(Pod { ns, address, port });
@@ -136,24 +113,6 @@ impl Node {
     fn comments(&self) -> Result<Vec<String>> {
         Ok(self.rules()?.into_iter().map(|(_, comment, _)| comment).filter(|c| !c.is_empty()).collect())
     }
-}
-
-fn connect() -> Result<rtnetlink::Handle> {
-    let (connection, handle, _) = rtnetlink::new_connection()?;
-    tokio::spawn(connection);
-    Ok(handle)
-}
-
-async fn link_index(handle: &rtnetlink::Handle, name: &str) -> Result<u32> {
-    let link = handle
-        .link()
-        .get()
-        .match_name(name.to_owned())
-        .execute()
-        .try_next()
-        .await?
-        .ok_or_else(|| anyhow!("link {name} not found"))?;
-    Ok(link.header.index)
 }
 
 fn run(command: &mut std::process::Command) -> Result<String> {

@@ -37,7 +37,7 @@ pub mod host_state;
 pub mod images;
 pub mod kubectl;
 pub mod loopback;
-mod netlink;
+pub mod netlink;
 pub mod netns;
 pub mod node;
 mod orphans;

@@ -1,4 +1,4 @@
-//! The few rtnetlink operations the fabric needs, each on a connection opened inside one namespace
+//! The few rtnetlink operations the fabric (and tests building their own bridges and veths) need, each on a connection opened inside one namespace
 //! (a netlink socket acts on the namespace it was created in).
 
 use std::net::{IpAddr, Ipv4Addr};
@@ -13,13 +13,13 @@ use crate::netns::NetNsFd;
 
 /// Opens a route-netlink connection in the namespace of the calling thread and drives it on the current
 /// tokio runtime.
-pub(crate) fn connect() -> Result<Handle> {
+pub fn connect() -> Result<Handle> {
     let (connection, handle, _) = rtnetlink::new_connection().context("open a route netlink socket")?;
     tokio::spawn(connection);
     Ok(handle)
 }
 
-pub(crate) async fn link_index(handle: &Handle, name: &str) -> Result<u32> {
+pub async fn link_index(handle: &Handle, name: &str) -> Result<u32> {
     let link = handle
         .link()
         .get()
@@ -32,7 +32,7 @@ pub(crate) async fn link_index(handle: &Handle, name: &str) -> Result<u32> {
     Ok(link.header.index)
 }
 
-pub(crate) async fn set_up(handle: &Handle, name: &str) -> Result<()> {
+pub async fn set_up(handle: &Handle, name: &str) -> Result<()> {
     let index = link_index(handle, name).await?;
     handle
         .link()
@@ -42,7 +42,7 @@ pub(crate) async fn set_up(handle: &Handle, name: &str) -> Result<()> {
         .with_context(|| format!("set link {name} up"))
 }
 
-pub(crate) async fn add_bridge(handle: &Handle, name: &str) -> Result<u32> {
+pub async fn add_bridge(handle: &Handle, name: &str) -> Result<u32> {
     handle
         .link()
         .add(LinkBridge::new(name).build())
@@ -57,7 +57,7 @@ pub(crate) async fn add_bridge(handle: &Handle, name: &str) -> Result<u32> {
 /// directly inside the namespace `peer_ns` (down). Creating the peer there, rather than moving it after,
 /// saves the ≈20 ms the kernel takes to move a device between namespaces (measured with `ip`: 3 ms to
 /// create a pair with its peer in place, 3 + 23 ms to create it here and `ip link set netns` after).
-pub(crate) async fn add_veth_to_bridge(
+pub async fn add_veth_to_bridge(
     handle: &Handle,
     name: &str,
     peer: &str,
@@ -81,7 +81,7 @@ pub(crate) async fn add_veth_to_bridge(
         .with_context(|| format!("create veth pair {name} (on the bridge) / {peer} (in the host)"))
 }
 
-pub(crate) async fn add_address(handle: &Handle, link: &str, address: IpAddr, prefix_len: u8) -> Result<()> {
+pub async fn add_address(handle: &Handle, link: &str, address: IpAddr, prefix_len: u8) -> Result<()> {
     let index = link_index(handle, link).await?;
     handle
         .address()
@@ -91,7 +91,7 @@ pub(crate) async fn add_address(handle: &Handle, link: &str, address: IpAddr, pr
         .with_context(|| format!("add address {address}/{prefix_len} to {link}"))
 }
 
-pub(crate) async fn add_default_route(handle: &Handle, gateway: Ipv4Addr) -> Result<()> {
+pub async fn add_default_route(handle: &Handle, gateway: Ipv4Addr) -> Result<()> {
     let route = RouteMessageBuilder::<Ipv4Addr>::new().gateway(gateway).build();
     handle.route().add(route).execute().await.with_context(|| format!("add default route via {gateway}"))
 }
