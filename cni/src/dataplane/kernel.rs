@@ -466,7 +466,7 @@ impl Dataplane for Kernel {
         // The host end is created down and brought up by the last request of the datagram, after its
         // options: it is a bridge port, which needs no IPv6 link-local address, so when the node has
         // IPv6 its address generation is turned off first (addrconf, DAD and MLD for that address were
-        // ≈0.15–0.3 ms of every ADD here). The pod end keeps its link-local address, as with the
+        // ≈0.15–0.3 ms of every ADD here, measured with IPv6 off in the node namespace). The pod end keeps its link-local address, as with the
         // reference plugin.
         let mut host = LinkMessage::default();
         host.attributes.push(LinkAttribute::IfName(spec.host_name.clone()));
