@@ -7,9 +7,13 @@
 //!   UpdateRuntimeConfig so far; every other RPC answers `Unimplemented`).
 //! - [`network`]: whether the pod network is ready (the CNI network config as libcni picks it).
 //! - [`image`]: images (so far: references parsed and normalized as containerd does).
+//! - [`oci`]: the OCI runtime spec of a container, built from its CRI config and image config.
+//! - [`cgroup`]: cgroup v1/v2/hybrid layouts, cgroups paths, resources, usage stats, removal.
 
+pub mod cgroup;
 pub mod config;
 pub mod image;
 pub mod network;
+pub mod oci;
 pub mod server;
 pub mod service;
