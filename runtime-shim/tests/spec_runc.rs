@@ -1,0 +1,172 @@
+//! A spec from `oci::spec::build` run by the real runc (root): runc accepts it, the process gets the
+//! user, groups and capabilities the CRI asked for, the CRI mount and the pod's hosts file are there,
+//! and the cgroup runc makes at the spec's cgroupsPath carries the memory limit, read back through
+//! `cgroup::stats` and removed with `cgroup::remove`.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use k8s_cri::v1 as api;
+use keel_shim::cgroup::{self, Layout};
+use keel_shim::oci::spec::{self, PodFiles, PodNamespaces, SpecInput};
+use oci_spec::image::ImageConfiguration;
+
+/// The container (runc state) and its cgroup; removed on drop, also when the test fails.
+struct Container {
+    runc_root: PathBuf,
+    id: String,
+    layout: Layout,
+    cgroups_path: String,
+}
+
+impl Container {
+    fn runc(&self, args: &[&str]) -> std::process::Output {
+        Command::new("runc").arg("--root").arg(&self.runc_root).args(args).output().unwrap()
+    }
+}
+
+impl Drop for Container {
+    fn drop(&mut self) {
+        let _ = self.runc(&["delete", "--force", &self.id]);
+        let _ = cgroup::remove(&self.layout, &self.cgroups_path);
+    }
+}
+
+fn s(items: &[&str]) -> Vec<String> {
+    items.iter().map(|s| (*s).to_owned()).collect()
+}
+
+#[test]
+fn runc_runs_a_built_spec_as_asked() {
+    keel_testbed::require_root().unwrap();
+    let scratch = tempfile::tempdir().unwrap();
+    let bundle = scratch.path().join("bundle");
+    let rootfs = bundle.join("rootfs");
+    for dir in ["bin", "etc", "tmp"] {
+        std::fs::create_dir_all(rootfs.join(dir)).unwrap();
+    }
+    std::fs::copy("/bin/busybox", rootfs.join("bin/busybox")).unwrap();
+    std::fs::write(rootfs.join("etc/passwd"), "root:x:0:0::/:/bin/sh\napp:x:1000:1000::/:/bin/sh\n").unwrap();
+    std::fs::write(rootfs.join("etc/group"), "root:x:0:\napp:x:1000:\nvideo:x:44:app\n").unwrap();
+    let data = scratch.path().join("data");
+    std::fs::create_dir(&data).unwrap();
+    // The container runs as uid 1000 and writes its findings here.
+    std::fs::set_permissions(&data, std::os::unix::fs::PermissionsExt::from_mode(0o777)).unwrap();
+    std::fs::write(data.join("hello"), "hello from the host\n").unwrap();
+    let hosts = scratch.path().join("hosts");
+    std::fs::write(&hosts, "127.0.0.1 localhost pod-host\n").unwrap();
+
+    let id = keel_testbed::unique_prefix();
+    let layout = Layout::host().unwrap();
+    let cgroups_path = cgroup::cgroups_path("/", &id).unwrap();
+    let container = Container {
+        runc_root: scratch.path().join("runc"),
+        id: id.clone(),
+        layout: layout.clone(),
+        cgroups_path: cgroups_path.clone(),
+    };
+
+    let config = api::ContainerConfig {
+        metadata: Some(api::ContainerMetadata { name: "c".into(), attempt: 0 }),
+        command: s(&["/bin/busybox", "sh", "-c"]),
+        args: s(&[
+            "id > /data/id; grep CapBnd /proc/self/status > /data/caps; cat /data/hello /etc/hosts > /data/seen; \
+             echo done > /data/ready; exec /bin/busybox sleep 600",
+        ]),
+        mounts: vec![api::Mount {
+            container_path: "/data".into(),
+            host_path: data.to_string_lossy().into_owned(),
+            ..Default::default()
+        }],
+        linux: Some(api::LinuxContainerConfig {
+            resources: Some(api::LinuxContainerResources {
+                memory_limit_in_bytes: 64 << 20,
+                cpu_shares: 256,
+                ..Default::default()
+            }),
+            security_context: Some(api::LinuxContainerSecurityContext {
+                run_as_username: "app".into(),
+                supplemental_groups: vec![3000],
+                capabilities: Some(api::Capability {
+                    add_capabilities: s(&["NET_BIND_SERVICE"]),
+                    drop_capabilities: s(&["ALL"]),
+                    add_ambient_capabilities: Vec::new(),
+                }),
+                ..Default::default()
+            }),
+        }),
+        ..Default::default()
+    };
+    let sandbox = api::PodSandboxConfig { hostname: "pod-host".into(), ..Default::default() };
+    let image = ImageConfiguration::default();
+    let files = PodFiles { hosts: Some(hosts), ..Default::default() };
+    let input = SpecInput {
+        container: &config,
+        sandbox: &sandbox,
+        image: &image,
+        rootfs: &rootfs,
+        namespaces: &PodNamespaces::default(),
+        files: &files,
+        cgroups_path: &cgroups_path,
+        privileged_allowed: false,
+    };
+    let built = spec::build(&input).unwrap();
+    built.save(bundle.join("config.json")).unwrap();
+
+    let log = std::fs::File::create(scratch.path().join("output")).unwrap();
+    let status = Command::new("runc")
+        .arg("--root")
+        .arg(&container.runc_root)
+        .args(["run", "--detach", "--bundle"])
+        .arg(&bundle)
+        .arg(&id)
+        .stdin(Stdio::null())
+        .stdout(log.try_clone().unwrap())
+        .stderr(log)
+        .status()
+        .unwrap();
+    let output = std::fs::read_to_string(scratch.path().join("output")).unwrap_or_default();
+    assert!(status.success(), "runc run failed: {output}");
+    wait_for(&data.join("ready"));
+
+    let id_line = std::fs::read_to_string(data.join("id")).unwrap();
+    assert!(id_line.starts_with("uid=1000(app) gid=1000(app)"), "{id_line}");
+    for group in ["44(video)", "1000(app)", "3000"] {
+        assert!(id_line.contains(group), "{group} missing: {id_line}");
+    }
+    let caps = std::fs::read_to_string(data.join("caps")).unwrap();
+    assert_eq!(
+        caps.split_whitespace().nth(1),
+        Some("0000000000000400"),
+        "bounding set NET_BIND_SERVICE only: {caps}"
+    );
+    // (Effective ones are empty: a non-root process gets no ambient capabilities, as with containerd.)
+    let seen = std::fs::read_to_string(data.join("seen")).unwrap();
+    assert_eq!(seen, "hello from the host\n127.0.0.1 localhost pod-host\n");
+
+    let stats = cgroup::stats(&layout, &cgroups_path).unwrap();
+    assert_eq!(stats.memory_limit, Some(64 << 20), "{stats:?}");
+    assert!(stats.pids.unwrap_or(0) >= 1, "{stats:?}");
+    let shares =
+        layout.v1_mount("cpu").map(|m| m.join(cgroups_path.trim_start_matches('/')).join("cpu.shares"));
+    if let Some(shares) = shares {
+        assert_eq!(std::fs::read_to_string(shares).unwrap().trim(), "256");
+    }
+
+    let killed = container.runc(&["delete", "--force", &id]);
+    assert!(killed.status.success(), "{}", String::from_utf8_lossy(&killed.stderr));
+    cgroup::remove(&layout, &cgroups_path).unwrap();
+    for mount in layout.mount_points() {
+        let dir = mount.join(cgroups_path.trim_start_matches('/'));
+        assert!(!dir.exists(), "{} is left", dir.display());
+    }
+}
+
+fn wait_for(marker: &Path) {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !marker.exists() {
+        assert!(Instant::now() < deadline, "the container never wrote {}", marker.display());
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
