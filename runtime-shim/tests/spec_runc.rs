@@ -170,3 +170,47 @@ fn wait_for(marker: &Path) {
         std::thread::sleep(Duration::from_millis(20));
     }
 }
+
+/// `host_devices` on a fake /dev made with mknod (root): char and block nodes with their numbers,
+/// mode and owner; skipped directories, FIFOs, symlinks and plain files left out.
+#[test]
+fn host_devices_of_a_fake_dev_tree() {
+    use nix::sys::stat::{Mode, SFlag, makedev, mknod};
+    use oci_spec::runtime::LinuxDeviceType;
+
+    keel_testbed::require_root().unwrap();
+    let root = tempfile::tempdir().unwrap();
+    let dev = root.path().join("dev");
+    for dir in ["dev/net", "dev/pts", "dev/shm"] {
+        std::fs::create_dir_all(root.path().join(dir)).unwrap();
+    }
+    let node = |path: &str, kind: SFlag, mode: u32, major: u64, minor: u64| {
+        mknod(&dev.join(path), kind, Mode::from_bits_truncate(mode), makedev(major, minor)).unwrap();
+        // mknod applies the umask: the mode is set again.
+        std::fs::set_permissions(dev.join(path), std::os::unix::fs::PermissionsExt::from_mode(mode)).unwrap();
+    };
+    node("null", SFlag::S_IFCHR, 0o666, 1, 3);
+    node("loop9", SFlag::S_IFBLK, 0o660, 7, 9);
+    node("net/tun", SFlag::S_IFCHR, 0o600, 10, 200);
+    node("pts/0", SFlag::S_IFCHR, 0o620, 136, 0);
+    node("console", SFlag::S_IFCHR, 0o600, 5, 1);
+    node("fifo", SFlag::S_IFIFO, 0o600, 0, 0);
+    std::os::unix::fs::symlink("null", dev.join("link")).unwrap();
+    std::fs::write(dev.join("plain"), "").unwrap();
+    nix::unistd::chown(&dev.join("loop9"), None, Some(nix::unistd::Gid::from_raw(6))).unwrap();
+
+    let devices = spec::host_devices(root.path()).unwrap();
+    type Summary = (String, LinuxDeviceType, i64, i64, Option<u32>, Option<u32>);
+    let summary: Vec<Summary> = devices
+        .iter()
+        .map(|d| (d.path().display().to_string(), d.typ(), d.major(), d.minor(), d.file_mode(), d.gid()))
+        .collect();
+    assert_eq!(
+        summary,
+        vec![
+            ("/dev/loop9".to_owned(), LinuxDeviceType::B, 7, 9, Some(0o660), Some(6)),
+            ("/dev/net/tun".to_owned(), LinuxDeviceType::C, 10, 200, Some(0o600), Some(0)),
+            ("/dev/null".to_owned(), LinuxDeviceType::C, 1, 3, Some(0o666), Some(0)),
+        ]
+    );
+}

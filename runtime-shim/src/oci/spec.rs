@@ -16,8 +16,8 @@
 //! - mounts (see `mounts`), root (the rootfs, read-only when asked).
 //! - namespaces: net, ipc and uts joined by path when the pod has its own ([`PodNamespaces`]; `None`
 //!   is the host's, so the namespace is left out); pid private, or the pod's (POD with a path), or the
-//!   host's (NODE); a new mount namespace; no user or cgroup namespace (cgroup v1/hybrid hosts: containerd
-//!   adds a cgroup namespace on unified hosts only — not done yet).
+//!   host's (NODE); a new mount namespace; a new cgroup namespace on cgroup v2 (unified) hosts for
+//!   unprivileged containers only, as containerd (none on v1 and hybrid hosts); no user namespace.
 //! - privileged: every capability of keel-shim's bounding set, every host device and all devices
 //!   allowed, no masked or read-only paths, /sys and /sys/fs/cgroup writable. Refused unless the
 //!   pod's security context is privileged and the runtime allows it.
@@ -225,6 +225,9 @@ struct Host {
     capabilities: Capabilities,
     /// The host's hostname (HOSTNAME when the pod has none).
     hostname: String,
+    /// Whether /sys/fs/cgroup is the cgroup2 unified hierarchy (containers then get a cgroup
+    /// namespace, as containerd gives them).
+    unified_cgroups: bool,
 }
 
 impl Host {
@@ -235,6 +238,8 @@ impl Host {
             hostname: nix::unistd::gethostname()
                 .map(|h| h.to_string_lossy().into_owned())
                 .unwrap_or_default(),
+            unified_cgroups: nix::sys::statfs::statfs("/sys/fs/cgroup")
+                .is_ok_and(|fs| fs.filesystem_type() == nix::sys::statfs::CGROUP2_SUPER_MAGIC),
         }
     }
 }
@@ -466,7 +471,11 @@ fn build_on(input: &SpecInput<'_>, host: &Host) -> Result<Spec, SpecError> {
         )
     };
     let mut linux = Linux::default();
-    linux.set_namespaces(Some(namespaces(input.namespaces, sc)?));
+    let mut namespace_list = namespaces(input.namespaces, sc)?;
+    if host.unified_cgroups && !privileged {
+        namespace_list.push(namespace(LinuxNamespaceType::Cgroup, None));
+    }
+    linux.set_namespaces(Some(namespace_list));
     linux.set_resources(Some(resources));
     linux.set_cgroups_path((!input.cgroups_path.is_empty()).then(|| PathBuf::from(input.cgroups_path)));
     linux.set_devices((!devices.is_empty()).then_some(devices));

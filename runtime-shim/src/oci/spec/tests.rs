@@ -112,7 +112,12 @@ impl Case {
 }
 
 fn test_host() -> Host {
-    Host { root: PathBuf::from("/"), capabilities: caps::known(), hostname: "node-1".into() }
+    Host {
+        root: PathBuf::from("/"),
+        capabilities: caps::known(),
+        hostname: "node-1".into(),
+        unified_cgroups: false,
+    }
 }
 
 fn process(spec: &Spec) -> &Process {
@@ -369,6 +374,36 @@ fn namespaces_join_the_pods_or_stay_the_hosts() {
     let shm =
         spec.mounts().as_ref().unwrap().iter().find(|m| m.destination() == Path::new("/dev/shm")).unwrap();
     assert_eq!(shm.source().as_deref(), Some(Path::new("/dev/shm")));
+}
+
+#[test]
+fn unified_hosts_give_unprivileged_containers_a_cgroup_namespace() {
+    let mut case = Case::new();
+    let host = Host { unified_cgroups: true, ..test_host() };
+    let on_unified = |case: &Case| {
+        let input = SpecInput {
+            container: &case.container,
+            sandbox: &case.sandbox,
+            image: &case.image,
+            rootfs: case.rootfs.path(),
+            namespaces: &case.namespaces,
+            files: &case.files,
+            cgroups_path: &case.cgroups_path,
+            privileged_allowed: true,
+        };
+        build_on(&input, &host).unwrap()
+    };
+    let has_cgroup_ns = |spec: &Spec| {
+        namespace_list(spec).iter().any(|(t, p)| *t == LinuxNamespaceType::Cgroup && p.is_none())
+    };
+    assert!(has_cgroup_ns(&on_unified(&case)));
+    assert!(!has_cgroup_ns(&case.build().unwrap()), "not on v1 or hybrid hosts");
+    case.sc().privileged = true;
+    case.sandbox.linux = Some(api::LinuxPodSandboxConfig {
+        security_context: Some(api::LinuxSandboxSecurityContext { privileged: true, ..Default::default() }),
+        ..Default::default()
+    });
+    assert!(!has_cgroup_ns(&on_unified(&case)), "privileged containers see the host's cgroups");
 }
 
 #[test]
