@@ -1,5 +1,6 @@
 //! A spec from `oci::spec::build` run by the real runc (root): runc accepts it, the process gets the
 //! user, groups and capabilities the CRI asked for, the CRI mount and the pod's hosts file are there,
+//! it runs in the pod's network namespace (joined by path) with the pod's sysctl set,
 //! and the cgroup runc makes at the spec's cgroupsPath carries the memory limit, read back through
 //! `cgroup::stats` and removed with `cgroup::remove`.
 
@@ -72,6 +73,8 @@ fn runc_runs_a_built_spec_as_asked() {
         command: s(&["/bin/busybox", "sh", "-c"]),
         args: s(&[
             "id > /data/id; grep CapBnd /proc/self/status > /data/caps; cat /data/hello /etc/hosts > /data/seen; \
+             /bin/busybox readlink /proc/self/ns/net > /data/netns; \
+             cat /proc/sys/net/ipv4/ping_group_range > /data/sysctl; \
              echo done > /data/ready; exec /bin/busybox sleep 600",
         ]),
         mounts: vec![api::Mount {
@@ -98,7 +101,17 @@ fn runc_runs_a_built_spec_as_asked() {
         }),
         ..Default::default()
     };
-    let sandbox = api::PodSandboxConfig { hostname: "pod-host".into(), ..Default::default() };
+    // The pod's network namespace (joined by path); IPC and UTS stay the host's.
+    let netns = keel_testbed::NetNs::create(&keel_testbed::unique_prefix()).unwrap();
+    let namespaces = PodNamespaces { net: Some(netns.path().to_owned()), ..Default::default() };
+    let sandbox = api::PodSandboxConfig {
+        hostname: "pod-host".into(),
+        linux: Some(api::LinuxPodSandboxConfig {
+            sysctls: [("net.ipv4.ping_group_range".to_owned(), "0 2147483647".to_owned())].into(),
+            ..Default::default()
+        }),
+        ..Default::default()
+    };
     let image = ImageConfiguration::default();
     let files = PodFiles { hosts: Some(hosts), ..Default::default() };
     let input = SpecInput {
@@ -106,7 +119,7 @@ fn runc_runs_a_built_spec_as_asked() {
         sandbox: &sandbox,
         image: &image,
         rootfs: &rootfs,
-        namespaces: &PodNamespaces::default(),
+        namespaces: &namespaces,
         files: &files,
         cgroups_path: &cgroups_path,
         privileged_allowed: false,
@@ -144,6 +157,12 @@ fn runc_runs_a_built_spec_as_asked() {
     // (Effective ones are empty: a non-root process gets no ambient capabilities, as with containerd.)
     let seen = std::fs::read_to_string(data.join("seen")).unwrap();
     assert_eq!(seen, "hello from the host\n127.0.0.1 localhost pod-host\n");
+
+    let inode = std::os::unix::fs::MetadataExt::ino(&std::fs::metadata(netns.path()).unwrap());
+    let joined = std::fs::read_to_string(data.join("netns")).unwrap();
+    assert_eq!(joined.trim(), format!("net:[{inode}]"), "the pod's network namespace");
+    let sysctl = std::fs::read_to_string(data.join("sysctl")).unwrap();
+    assert_eq!(sysctl.split_whitespace().collect::<Vec<_>>(), ["0", "2147483647"], "the pod's sysctl");
 
     let stats = cgroup::stats(&layout, &cgroups_path).unwrap();
     assert_eq!(stats.memory_limit, Some(64 << 20), "{stats:?}");
