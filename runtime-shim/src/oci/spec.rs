@@ -9,7 +9,8 @@
 //!
 //! What the spec holds:
 //! - process: args (the CRI command/args merged with the image's Entrypoint/Cmd as Kubernetes
-//!   defines it), env (PATH default, HOSTNAME, image env, then CRI envs replacing by name), cwd, user
+//!   defines it), env (PATH default, TERM=xterm with a tty, HOSTNAME, image env, then CRI envs
+//!   replacing by name), cwd, user
 //!   (see `user`), terminal = tty, no_new_privileges, oom_score_adj, capabilities (see `caps`);
 //!   no rlimits, no AppArmor or SELinux labels (ignored), and no seccomp filter: containers run
 //!   seccomp-unconfined whatever the security context asks (a RuntimeDefault profile is future work).
@@ -258,6 +259,31 @@ pub fn annotate(spec: &mut Spec, sandbox_id: &str, image_name: &str) {
     spec.set_annotations(Some(map));
 }
 
+/// The image's volumes (`Volumes` of its config) that no CRI mount covers, as CRI mounts of fresh
+/// directories `volumes_dir/<n>` (containerd's `volumeMounts`, which gives each an empty directory
+/// under the container's root). The caller adds them to the config's mounts before [`build`], which
+/// creates the directories; removing the container's directory removes them.
+pub fn image_volume_mounts(
+    image: &oci_spec::image::ImageConfiguration,
+    config: &api::ContainerConfig,
+    volumes_dir: &Path,
+) -> Vec<api::Mount> {
+    let mut volumes: Vec<String> =
+        image.config().as_ref().and_then(|c| c.volumes().clone()).unwrap_or_default();
+    volumes.sort();
+    volumes.dedup();
+    volumes
+        .into_iter()
+        .filter(|dst| !config.mounts.iter().any(|m| mounts::clean(&m.container_path) == mounts::clean(dst)))
+        .enumerate()
+        .map(|(n, dst)| api::Mount {
+            container_path: dst,
+            host_path: volumes_dir.join(n.to_string()).to_string_lossy().into_owned(),
+            ..Default::default()
+        })
+        .collect()
+}
+
 /// The process args, as the kubelet documents and containerd's `WithProcessArgs` merges them: a
 /// command replaces the image's Entrypoint and drops its Cmd; args alone replace the Cmd; neither
 /// keeps both. An Entrypoint of `[""]` is no entrypoint (as Docker writes a cleared one).
@@ -385,6 +411,10 @@ fn build_on(input: &SpecInput<'_>, host: &Host) -> Result<Spec, SpecError> {
     )?;
     let hostname = if sandbox.hostname.is_empty() { host.hostname.clone() } else { sandbox.hostname.clone() };
     let mut env = vec![DEFAULT_PATH.to_owned()];
+    if container.tty {
+        // containerd's WithTTY.
+        merge_env(&mut env, ["TERM=xterm".to_owned()]);
+    }
     merge_env(&mut env, [format!("HOSTNAME={hostname}")]);
     merge_env(&mut env, image.env().clone().unwrap_or_default());
     merge_env(&mut env, container.envs.iter().map(|kv| format!("{}={}", kv.key, kv.value)));

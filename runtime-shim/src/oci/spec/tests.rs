@@ -194,6 +194,46 @@ fn env_is_path_hostname_image_then_cri() {
 }
 
 #[test]
+fn a_tty_adds_term_before_the_image_env() {
+    let mut case = Case::new();
+    case.container.tty = true;
+    let spec = case.build().unwrap();
+    assert_eq!(
+        process(&spec).env().as_deref().unwrap(),
+        strings(&[DEFAULT_PATH, "TERM=xterm", "HOSTNAME=pod-host"])
+    );
+    case.image = image(&["/bin/sh"], &[], &["TERM=vt100"], "", "");
+    let spec = case.build().unwrap();
+    assert_eq!(
+        process(&spec).env().as_deref().unwrap(),
+        strings(&[DEFAULT_PATH, "TERM=vt100", "HOSTNAME=pod-host"])
+    );
+}
+
+#[test]
+fn image_volumes_become_mounts_unless_covered() {
+    let config =
+        ConfigBuilder::default().volumes(strings(&["/var/lib/data", "/cache", "/covered/"])).build().unwrap();
+    let image = ImageConfigurationBuilder::default().config(config).build().unwrap();
+    let container = api::ContainerConfig {
+        mounts: vec![api::Mount {
+            container_path: "/covered".into(),
+            host_path: "/x".into(),
+            ..Default::default()
+        }],
+        ..Default::default()
+    };
+    let got = image_volume_mounts(&image, &container, Path::new("/root/containers/c1/volumes"));
+    let pairs: Vec<(&str, &str)> =
+        got.iter().map(|m| (m.container_path.as_str(), m.host_path.as_str())).collect();
+    assert_eq!(
+        pairs,
+        [("/cache", "/root/containers/c1/volumes/0"), ("/var/lib/data", "/root/containers/c1/volumes/1"),]
+    );
+    assert!(image_volume_mounts(&ImageConfiguration::default(), &container, Path::new("/v")).is_empty());
+}
+
+#[test]
 fn working_dir_comes_from_config_then_image_then_root() {
     let mut case = Case::new();
     assert_eq!(process(&case.build().unwrap()).cwd(), Path::new("/"));
