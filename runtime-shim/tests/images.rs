@@ -10,6 +10,7 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{Context as _, Result, ensure};
 use keel_shim::image::{ImageError, ImageStore, rootfs, unpack};
+use keel_testbed::cri::{CriClient, api};
 use keel_testbed::images::busybox_image;
 use keel_testbed::registry::{Registry, skopeo};
 use serde_json::{Value, json};
@@ -457,5 +458,142 @@ fn a_corrupted_blob_is_refused_leaving_nothing_behind() -> Result<()> {
     ensure!(matches!(err, ImageError::Digest { .. }) || err.to_string().contains("igest"), "{err:?}");
     ensure!(store.list().is_empty() && snapshots(&root)?.is_empty());
     ensure!(blobs(&root)?.is_empty(), "{:?}", blobs(&root)?);
+    Ok(())
+}
+
+/// keel-shim serving the CRI from `dir`, pulling over plain HTTP from `insecure`.
+fn start_shim(dir: &Path, insecure: &str) -> Result<keel_testbed::Daemon> {
+    let socket = dir.join("cri.sock");
+    let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_keel-shim"));
+    cmd.arg("--socket").arg(&socket).arg("--root").arg(dir.join("root"));
+    cmd.arg("--cni-conf-dir").arg(dir.join("net.d")).arg("--cni-bin-dir").arg("/usr/lib/cni");
+    cmd.args(["--insecure-registry", insecure]);
+    keel_testbed::Daemon::start(
+        "keel-shim",
+        cmd,
+        keel_testbed::Readiness::UnixSocket(socket),
+        std::time::Duration::from_secs(20),
+    )
+}
+
+fn spec(image: &str) -> Option<api::ImageSpec> {
+    Some(api::ImageSpec { image: image.to_owned(), ..Default::default() })
+}
+
+#[test]
+fn the_image_service_over_cri() -> Result<()> {
+    let registry = Registry::start()?;
+    let busybox = busybox_image()?;
+    let reference = registry.push_oci_layout(&busybox.layout, &busybox.tag, "keel/cri", "v1")?;
+    let manifest = busybox.manifest_digest()?;
+    let dir = tempfile::tempdir()?;
+    let _shim = start_shim(dir.path(), &registry.host())?;
+    let rt = runtime()?;
+    rt.block_on(async {
+        let mut cri = CriClient::connect(&dir.path().join("cri.sock")).await?;
+        let name = format!("{}/keel/cri", registry.host());
+        // Unknown: an empty status, no error; removal succeeds.
+        let status =
+            cri.image.image_status(api::ImageStatusRequest { image: spec(&reference), verbose: false });
+        ensure!(status.await?.into_inner().image.is_none());
+        cri.image.remove_image(api::RemoveImageRequest { image: spec(&reference) }).await?;
+        // A malformed reference is InvalidArgument; an unknown tag NotFound.
+        let err = cri.image.pull_image(api::PullImageRequest { image: spec("Bad:"), ..Default::default() });
+        let err = err.await.unwrap_err();
+        ensure!(err.code() == tonic::Code::InvalidArgument, "{err:?}");
+        let pull = api::PullImageRequest { image: spec(&format!("{name}:nope")), ..Default::default() };
+        let err = cri.image.pull_image(pull).await.unwrap_err();
+        ensure!(err.code() == tonic::Code::NotFound, "{err:?}");
+        // Pulled by tag, then by digest: one image with both names.
+        let pull = api::PullImageRequest { image: spec(&reference), ..Default::default() };
+        let id = cri.image.pull_image(pull).await?.into_inner().image_ref;
+        ensure!(id.starts_with("sha256:"), "{id}");
+        let by_digest = format!("{name}@{manifest}");
+        let pull = api::PullImageRequest { image: spec(&by_digest), ..Default::default() };
+        ensure!(cri.image.pull_image(pull).await?.into_inner().image_ref == id);
+        for name in [reference.as_str(), &id, &id[7..19], &by_digest] {
+            let request = api::ImageStatusRequest { image: spec(name), verbose: true };
+            let status = cri.image.image_status(request).await?.into_inner();
+            let image = status.image.context("no image")?;
+            ensure!(image.id == id && image.repo_tags == [reference.clone()], "{image:?}");
+            ensure!(image.repo_digests == [by_digest.clone()] && image.size > 0, "{image:?}");
+            ensure!(status.info.get("info").is_some_and(|i| i.contains("imageSpec")), "{:?}", status.info);
+        }
+        let listed = cri.image.list_images(api::ListImagesRequest { filter: None }).await?.into_inner();
+        ensure!(listed.images.len() == 1 && listed.images[0].id == id);
+        let filter = Some(api::ImageFilter { image: spec("keel/other") });
+        let listed = cri.image.list_images(api::ListImagesRequest { filter }).await?.into_inner();
+        ensure!(listed.images.is_empty());
+        let fs = cri.image.image_fs_info(api::ImageFsInfoRequest {}).await?.into_inner();
+        let usage = fs.image_filesystems.first().context("no image filesystem")?;
+        ensure!(usage.used_bytes.as_ref().is_some_and(|b| b.value > 0), "{usage:?}");
+        ensure!(usage.inodes_used.as_ref().is_some_and(|i| i.value > 1), "{usage:?}");
+        // Removed by its digest name: gone under every name.
+        cri.image.remove_image(api::RemoveImageRequest { image: spec(&by_digest) }).await?;
+        let status = cri.image.image_status(api::ImageStatusRequest { image: spec(&id), verbose: false });
+        ensure!(status.await?.into_inner().image.is_none());
+        ensure!(blobs(&dir.path().join("root"))?.is_empty());
+        Ok(())
+    })
+}
+
+fn import(path: &Path, root: &Path, base_name: Option<&str>) -> Result<String> {
+    let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_keel-shim"));
+    cmd.arg("import").arg(path).arg("--root").arg(root);
+    if let Some(base) = base_name {
+        cmd.args(["--base-name", base]);
+    }
+    let out = cmd.output()?;
+    ensure!(out.status.success(), "import {}: {}", path.display(), String::from_utf8_lossy(&out.stderr));
+    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+}
+
+#[test]
+fn imports_layouts_and_archives() -> Result<()> {
+    let busybox = busybox_image()?;
+    let dir = tempfile::tempdir()?;
+    let root = dir.path().join("root");
+    // A layout whose names are bare tags takes a base name.
+    let out = import(&busybox.layout, &root, Some("keel.test/busybox"))?;
+    ensure!(out.contains("keel.test/busybox:latest"), "{out}");
+    // An oci-archive, and a docker-archive named by its RepoTags.
+    let oci_archive = dir.path().join("busybox.oci.tar");
+    busybox.image_archive(&oci_archive)?;
+    import(&oci_archive, &root, Some("keel.test/archived"))?;
+    let docker_archive = dir.path().join("busybox.docker.tar");
+    let dest = format!("docker-archive:{}:keel.test/docker:v1", docker_archive.display());
+    skopeo(&["copy", &busybox.oci_reference(), &dest])?;
+    import(&docker_archive, &root, None)?;
+    // A layout naming its image by a full reference, with whiteouts, no base name needed.
+    let mut layout = Layout::new(&dir.path().join("layout"))?;
+    let desc = layout.image(&whiteout_layers()?, true, "amd64")?;
+    layout.tag(desc, "example.com/keel/whiteouts:v2")?;
+    import(&layout.dir, &root, None)?;
+    // A directory that is neither is refused.
+    let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_keel-shim"));
+    let refused = cmd.arg("import").arg(dir.path().join("root/images")).arg("--root").arg(&root).output()?;
+    ensure!(!refused.status.success());
+
+    let store = ImageStore::open(&root, &[])?;
+    let a = store.get("keel.test/busybox")?;
+    let b = store.get("keel.test/archived:latest")?;
+    let c = store.get("keel.test/docker:v1")?;
+    // One image (one config) under three names; the docker archive's uncompressed layer is the
+    // same snapshot as the layout's compressed one.
+    ensure!(a.id == b.id && a.id == c.id && a.repo_tags.len() == 3, "{a:?}");
+    ensure!(c.layers == a.layers && a.layers.len() == 1);
+    ensure!(a.layers.iter().all(|l| l.join("bin/busybox").is_file()));
+    ensure!(c.repo_digests.iter().any(|d| d.starts_with("keel.test/docker@sha256:")), "{c:?}");
+    let w = store.get("example.com/keel/whiteouts:v2")?;
+    let target = dir.path().join("rootfs");
+    rootfs::mount(&w.layers, &dir.path().join("upper"), &dir.path().join("work"), &target)?;
+    let checked = check_merged(&target);
+    rootfs::unmount(&target)?;
+    checked?;
+    let rt = runtime()?;
+    for image in store.list() {
+        rt.block_on(store.remove(&image.id))?;
+    }
+    ensure!(blobs(&root)?.is_empty() && snapshots(&root)?.is_empty());
     Ok(())
 }

@@ -323,6 +323,11 @@ impl ImageStore {
         pulling.await
     }
 
+    /// Holds the collection lock shared while an import writes.
+    pub(crate) async fn writing(&self) -> tokio::sync::RwLockReadGuard<'_, ()> {
+        self.inner.gc.read().await
+    }
+
     /// Records an image whose blobs and snapshots are all in place under `names` (normalized repo tags
     /// and digests). Tags move from any other image; an image left with no name is removed.
     pub(crate) fn commit(&self, mut record: Record, names: &[String]) -> Result<Image, ImageError> {
@@ -391,8 +396,38 @@ impl ImageStore {
     /// # Errors
     /// [`ImageError::NotFound`] when no image has that name.
     pub fn get(&self, image: &str) -> Result<Image, ImageError> {
-        let images = self.inner.images.read().map_err(|_| poisoned())?;
-        self.resolve(&images, image).map(|entry| self.image(entry))
+        let found = {
+            let images = self.inner.images.read().map_err(|_| poisoned())?;
+            self.resolve(&images, image).map(|entry| self.image(entry))
+        };
+        match found {
+            Err(ImageError::NotFound(_)) if self.load_new() => {
+                let images = self.inner.images.read().map_err(|_| poisoned())?;
+                self.resolve(&images, image).map(|entry| self.image(entry))
+            }
+            found => found,
+        }
+    }
+
+    /// Loads the records written by another process (`keel-shim import`) since the store was
+    /// opened; whether there were any.
+    fn load_new(&self) -> bool {
+        let Ok(entries) = std::fs::read_dir(self.records_dir()) else { return false };
+        let Ok(mut images) = self.inner.images.write() else { return false };
+        let mut loaded = false;
+        for entry in entries.flatten() {
+            let path = entry.path();
+            let Some(stem) = path.file_stem().and_then(|s| s.to_str()) else { continue };
+            if path.extension().is_none_or(|e| e != "json") || images.contains_key(&format!("sha256:{stem}"))
+            {
+                continue;
+            }
+            if let Ok(new) = self.load_record(&path) {
+                images.insert(new.record.id.clone(), new);
+                loaded = true;
+            }
+        }
+        loaded
     }
 
     /// The full record of `image` (resolved as [`Self::get`]).
@@ -439,6 +474,7 @@ impl ImageStore {
     /// Every image, by id.
     #[must_use]
     pub fn list(&self) -> Vec<Image> {
+        self.load_new();
         match self.inner.images.read() {
             Ok(images) => images.values().map(|e| self.image(e)).collect(),
             Err(_) => Vec::new(),
