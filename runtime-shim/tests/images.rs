@@ -9,6 +9,7 @@ use std::os::unix::fs::{FileTypeExt as _, MetadataExt as _};
 use std::path::{Path, PathBuf};
 
 use anyhow::{Context as _, Result, ensure};
+use base64::Engine as _;
 use keel_shim::image::{ImageError, ImageStore, rootfs, unpack};
 use keel_testbed::cri::{CriClient, api};
 use keel_testbed::images::busybox_image;
@@ -595,5 +596,52 @@ fn imports_layouts_and_archives() -> Result<()> {
         rt.block_on(store.remove(&image.id))?;
     }
     ensure!(blobs(&root)?.is_empty() && snapshots(&root)?.is_empty());
+    Ok(())
+}
+
+#[test]
+fn credentials_log_in_to_a_registry_with_basic_auth() -> Result<()> {
+    let dir = tempfile::tempdir()?;
+    // A bcrypt hash (cost 4, so the registry checks it quickly), by the C library's crypt(3) through
+    // Python (no htpasswd tool here).
+    let hash = std::process::Command::new("python3")
+        .args([
+            "-c",
+            "import crypt; print(crypt.crypt('s3cret', crypt.mksalt(crypt.METHOD_BLOWFISH, rounds=16)))",
+        ])
+        .output()?;
+    let hash = String::from_utf8(hash.stdout)?.trim().replacen("$2b$", "$2y$", 1);
+    ensure!(hash.starts_with("$2y$"), "no bcrypt: {hash}");
+    let htpasswd = dir.path().join("htpasswd");
+    std::fs::write(&htpasswd, format!("keel:{hash}\n"))?;
+    let registry = Registry::start_with_htpasswd(&htpasswd)?;
+    let busybox = busybox_image()?;
+    let reference = format!("{}/keel/private:v1", registry.host());
+    let dest = format!("docker://{reference}");
+    skopeo(&[
+        "copy",
+        "--dest-tls-verify=false",
+        "--dest-creds",
+        "keel:s3cret",
+        &busybox.oci_reference(),
+        &dest,
+    ])?;
+    let root = dir.path().join("root");
+    let store = ImageStore::open(&root, &[registry.host()])?;
+    let rt = runtime()?;
+    // Anonymous and wrong credentials are refused, leaving nothing.
+    let err = rt.block_on(store.pull(&reference, None)).unwrap_err();
+    ensure!(matches!(err, ImageError::Registry(_)), "{err:?}");
+    let wrong = api::AuthConfig { username: "keel".into(), password: "wrong".into(), ..Default::default() };
+    let err = rt.block_on(store.pull(&reference, Some(&wrong))).unwrap_err();
+    ensure!(matches!(err, ImageError::Registry(_)), "{err:?}");
+    ensure!(blobs(&root)?.is_empty() && store.list().is_empty());
+    // Username and password, then base64 `auth`.
+    let login = api::AuthConfig { username: "keel".into(), password: "s3cret".into(), ..Default::default() };
+    let image = rt.block_on(store.pull(&reference, Some(&login)))?;
+    rt.block_on(store.remove(&image.id))?;
+    let auth = base64::engine::general_purpose::STANDARD.encode("keel:s3cret");
+    let login = api::AuthConfig { auth, ..Default::default() };
+    ensure!(rt.block_on(store.pull(&reference, Some(&login)))?.id == image.id);
     Ok(())
 }
