@@ -318,6 +318,32 @@ fn pulls_by_tag_and_digest_then_removes_and_collects() -> Result<()> {
     ensure!(files_under(&root.join("images"))?.is_empty());
     // Removing an unknown image succeeds.
     rt.block_on(store.remove(&reference))?;
+    // A Docker schema 2 manifest (with Docker media types) pulls as the OCI one did.
+    let v2s2 = format!("{}/keel/docker:v1", registry.host());
+    skopeo(&[
+        "copy",
+        "--format",
+        "v2s2",
+        "--dest-tls-verify=false",
+        &busybox.oci_reference(),
+        &format!("docker://{v2s2}"),
+    ])?;
+    let served = skopeo(&["inspect", "--tls-verify=false", "--raw", &format!("docker://{v2s2}")])?;
+    ensure!(served.contains("application/vnd.docker.distribution.manifest.v2+json"), "{served}");
+    let docker = rt.block_on(store.pull(&v2s2, None))?;
+    ensure!(docker.layers.iter().all(|l| l.join("bin/busybox").is_file()));
+    // A tag moves to the image pulled last; the image it left keeps its other names.
+    let mut layout = Layout::new(&dir.path().join("layout"))?;
+    let desc = layout.image(&[layer(&[Item::File("other", "x")])?], true, "amd64")?;
+    layout.tag(desc, "v1")?;
+    push_all(&registry, &layout.dir, "v1", "keel/docker")?;
+    let other = rt.block_on(store.pull(&v2s2, None))?;
+    ensure!(other.id != docker.id && other.repo_tags == [v2s2.clone()]);
+    let left = store.get(&docker.id)?;
+    ensure!(left.repo_tags.is_empty() && left.repo_digests.len() == 1, "{left:?}");
+    rt.block_on(store.remove(&docker.id))?;
+    rt.block_on(store.remove(&other.id))?;
+    ensure!(blobs(&root)?.is_empty() && snapshots(&root)?.is_empty());
     // A malformed reference is InvalidArgument; an unknown tag NotFound.
     let err = rt.block_on(store.pull("Bad/Name", None)).unwrap_err();
     ensure!(err.code() == keel_shim::image::Code::InvalidArgument, "{err:?}");
