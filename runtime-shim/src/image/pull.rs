@@ -275,3 +275,54 @@ async fn fetch_blob(
     }
     result
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn credentials_from_auth_config() {
+        let auth = |a: api::AuthConfig| registry_auth(Some(&a));
+        assert!(matches!(registry_auth(None), Ok(RegistryAuth::Anonymous)));
+        let given = api::AuthConfig { username: "u".into(), password: "p".into(), ..Default::default() };
+        assert!(matches!(auth(given), Ok(RegistryAuth::Basic(u, p)) if u == "u" && p == "p"));
+        let encoded = api::AuthConfig { auth: "dTpwOmFzcw==".into(), ..Default::default() };
+        assert!(matches!(auth(encoded), Ok(RegistryAuth::Basic(u, p)) if u == "u" && p == "p:ass"));
+        let token = api::AuthConfig { registry_token: "t".into(), ..Default::default() };
+        assert!(matches!(auth(token), Ok(RegistryAuth::Bearer(t)) if t == "t"));
+        let bad = api::AuthConfig { auth: "not base64!".into(), ..Default::default() };
+        assert!(matches!(auth(bad), Err(ImageError::Invalid(_))));
+        let identity = api::AuthConfig { identity_token: "refresh".into(), ..Default::default() };
+        assert!(matches!(auth(identity), Err(ImageError::Invalid(_))));
+    }
+
+    #[test]
+    fn platform_selection() {
+        let index = |entries: &[(&str, &str, Option<&str>)]| {
+            let manifests: Vec<serde_json::Value> = entries
+                .iter()
+                .enumerate()
+                .map(|(i, (os, arch, variant))| {
+                    let mut platform = serde_json::json!({ "os": os, "architecture": arch });
+                    if let Some(v) = variant {
+                        platform["variant"] = serde_json::json!(v);
+                    }
+                    serde_json::json!({
+                        "mediaType": OCI_IMAGE_MEDIA_TYPE,
+                        "digest": format!("sha256:{}", format!("{i}").repeat(64)),
+                        "size": 1,
+                        "platform": platform,
+                    })
+                })
+                .collect();
+            serde_json::json!({ "schemaVersion": 2, "manifests": manifests }).to_string()
+        };
+        let arch = host_arch();
+        let multi = index(&[("windows", arch, None), ("linux", "s390x", None), ("linux", arch, None)]);
+        assert!(is_index(multi.as_bytes()).unwrap());
+        assert_eq!(select_platform(multi.as_bytes()).unwrap(), format!("sha256:{}", "2".repeat(64)));
+        let none = index(&[("linux", "s390x", None)]);
+        assert!(matches!(select_platform(none.as_bytes()), Err(ImageError::NotFound(_))));
+        assert!(!is_index(br#"{"schemaVersion":2,"config":{},"layers":[]}"#).unwrap());
+    }
+}

@@ -314,3 +314,18 @@ fn set_xattr(path: &Path, name: &str, value: &[u8]) -> Result<(), ImageError> {
     }
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn chain_ids_chain_diff_ids() {
+        let a = format!("sha256:{}", "a".repeat(64));
+        let b = format!("sha256:{}", "b".repeat(64));
+        let chain = chain_ids(&[a.clone(), b.clone()]);
+        assert_eq!(chain[0], a);
+        assert_eq!(chain[1], sha256_digest(format!("{a} {b}").as_bytes()));
+        assert!(chain_ids(&[]).is_empty());
+    }
+}
