@@ -671,3 +671,29 @@ fn credentials_log_in_to_a_registry_with_basic_auth() -> Result<()> {
     ensure!(rt.block_on(store.pull(&reference, Some(&login)))?.id == image.id);
     Ok(())
 }
+
+#[test]
+fn an_overlay_of_more_layers_than_mount_options_hold() -> Result<()> {
+    let dir = tempfile::tempdir()?;
+    let long = dir.path().join("a-long-directory-name-for-snapshots-".repeat(3));
+    let mut layers = Vec::new();
+    for i in 0..64 {
+        let fs = long.join(format!("{i:064}/fs"));
+        std::fs::create_dir_all(&fs)?;
+        std::fs::write(fs.join(format!("f{i}")), format!("{i}"))?;
+        std::fs::write(fs.join("top"), format!("{i}"))?;
+        layers.push(fs);
+    }
+    let total: usize = layers.iter().map(|l| l.as_os_str().len() + 1).sum();
+    ensure!(total > 4096, "{total} bytes of lowerdirs fit a page");
+    let target = dir.path().join("rootfs");
+    rootfs::mount(&layers, &dir.path().join("upper"), &dir.path().join("work"), &target)?;
+    let checked = (|| {
+        ensure!(std::fs::read_to_string(target.join("f0"))? == "0");
+        ensure!(std::fs::read_to_string(target.join("f63"))? == "63");
+        ensure!(std::fs::read_to_string(target.join("top"))? == "63", "the last layer is on top");
+        Ok(())
+    })();
+    rootfs::unmount(&target)?;
+    checked
+}

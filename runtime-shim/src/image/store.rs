@@ -561,9 +561,12 @@ impl ImageStore {
 
 /// The lower directories of the overlay mounts in this mount namespace.
 fn mounted_lowerdirs() -> HashSet<PathBuf> {
-    let Ok(mountinfo) = std::fs::read_to_string("/proc/self/mountinfo") else {
-        return HashSet::new();
-    };
+    std::fs::read_to_string("/proc/self/mountinfo").map(|m| lowerdirs_in(&m)).unwrap_or_default()
+}
+
+/// The lower directories of the overlay mounts in `mountinfo` (`/proc/self/mountinfo`'s text): from
+/// `lowerdir=a:b` (mount(2)) and `lowerdir+=a` options (the new mount API's, one per layer).
+fn lowerdirs_in(mountinfo: &str) -> HashSet<PathBuf> {
     let mut dirs = HashSet::new();
     for line in mountinfo.lines() {
         let Some((_, after)) = line.split_once(" - ") else { continue };
@@ -574,7 +577,11 @@ fn mounted_lowerdirs() -> HashSet<PathBuf> {
         let Some(options) = fields.nth(1) else { continue };
         for option in options.split(',') {
             if let Some(lower) = option.strip_prefix("lowerdir=") {
-                dirs.extend(lower.split(':').map(|d| PathBuf::from(unescape_mountinfo(d))));
+                dirs.extend(
+                    lower.split(':').filter(|d| !d.is_empty()).map(|d| PathBuf::from(unescape_mountinfo(d))),
+                );
+            } else if let Some(lower) = option.strip_prefix("lowerdir+=") {
+                dirs.insert(PathBuf::from(unescape_mountinfo(lower)));
             }
         }
     }
@@ -616,4 +623,23 @@ fn remove_temps(dir: &Path) {
 
 fn poisoned() -> ImageError {
     ImageError::Io("the image store's lock is poisoned".to_owned())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn lower_directories_of_overlay_mounts() {
+        let mountinfo = "\
+22 1 8:1 / / rw,relatime - ext4 /dev/sda1 rw
+90 22 0:40 / /c1/rootfs rw,relatime - overlay overlay rw,lowerdir=/s/2/fs:/s/1/fs,upperdir=/c1/upper,workdir=/c1/work
+91 22 0:41 / /c2/rootfs rw,relatime - overlay none rw,lowerdir+=/s/3/fs,lowerdir+=/s/a\\040b/fs,upperdir=/u,workdir=/w
+92 22 0:42 / /other rw - tmpfs tmpfs rw,lowerdir=/not/overlay
+";
+        let dirs = lowerdirs_in(mountinfo);
+        let expected: HashSet<PathBuf> =
+            ["/s/2/fs", "/s/1/fs", "/s/3/fs", "/s/a b/fs"].into_iter().map(PathBuf::from).collect();
+        assert_eq!(dirs, expected);
+    }
 }
