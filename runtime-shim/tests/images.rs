@@ -310,6 +310,15 @@ fn pulls_by_tag_and_digest_then_removes_and_collects() -> Result<()> {
     let store = ImageStore::open(&root, &insecure)?;
     ensure!(store.get(&reference)?.layers == image.layers);
     ensure!(store.list().len() == 1);
+    // Snapshots a container holds stay after the image goes, until released.
+    let held: std::collections::HashSet<PathBuf> = image.layers.iter().cloned().collect();
+    store.in_use(held);
+    rt.block_on(store.remove(&image.id))?;
+    ensure!(store.list().is_empty() && blobs(&root)?.is_empty());
+    ensure!(image.layers.iter().all(|l| l.join("bin/busybox").is_file()), "held snapshots are kept");
+    store.in_use(std::collections::HashSet::new());
+    ensure!(snapshots(&root)?.is_empty(), "released snapshots are collected");
+    rt.block_on(store.pull(&reference, None))?;
     // Removed by a tag, all its names go, then its blobs and snapshots.
     rt.block_on(store.remove(&reference))?;
     ensure!(store.list().is_empty());

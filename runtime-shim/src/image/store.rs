@@ -4,7 +4,9 @@
 //! Garbage collection runs after every removal: blobs and snapshots that no image record references
 //! are deleted, except snapshots an overlay mount still uses as a lower directory (read from
 //! `/proc/self/mountinfo`, so a container's mounted root filesystem keeps its layers whatever
-//! happened to the image, as containerd's snapshot leases do, and also across a keel-shim restart).
+//! happened to the image, as containerd's snapshot leases do, and also across a keel-shim restart)
+//! and snapshots the container module declares in use ([`ImageStore::in_use`]: containers whose root
+//! filesystem is not mounted, e.g. created or exited ones).
 //! Pulls and imports hold the store's collection lock shared while they write, a collection holds it
 //! exclusively, so a collection never deletes what a pull has written but not yet recorded.
 
@@ -87,6 +89,8 @@ struct Inner {
     images: RwLock<BTreeMap<String, Entry>>,
     pulls: Mutex<HashMap<String, PullFuture>>,
     gc: tokio::sync::RwLock<()>,
+    /// Snapshot directories containers use, as [`ImageStore::in_use`] last set them.
+    held: Mutex<HashSet<PathBuf>>,
 }
 
 #[derive(Clone)]
@@ -134,6 +138,7 @@ impl ImageStore {
                 images: RwLock::new(BTreeMap::new()),
                 pulls: Mutex::new(HashMap::new()),
                 gc: tokio::sync::RwLock::new(()),
+                held: Mutex::new(HashSet::new()),
             }),
         };
         for dir in [store.blobs_dir(), store.records_dir(), store.snapshots_dir()] {
@@ -502,6 +507,29 @@ impl ImageStore {
         self.collect()
     }
 
+    /// Sets the snapshot directories (`Image::layers` entries) containers use, mounted or not: the
+    /// container module calls it with all of them whenever the set changes (after creating or removing
+    /// a container, and once its records are restored). Collections keep these whatever happens to
+    /// their images; snapshots the new set releases are collected at once unless a pull is writing
+    /// (then at the next removal).
+    pub fn in_use(&self, snapshots: HashSet<PathBuf>) {
+        let released = match self.inner.held.lock() {
+            Ok(mut held) => {
+                let released = held.iter().any(|s| !snapshots.contains(s));
+                *held = snapshots;
+                released
+            }
+            Err(_) => return,
+        };
+        // `_collecting` holds the lock through the collection.
+        if released
+            && let Ok(_collecting) = self.inner.gc.try_write()
+            && let Err(e) = self.collect()
+        {
+            tracing::warn!(error = %e, "collecting released snapshots");
+        }
+    }
+
     /// Deletes blobs and snapshots no record references and no overlay mount uses. The caller holds
     /// the collection lock exclusively.
     fn collect(&self) -> Result<(), ImageError> {
@@ -529,7 +557,8 @@ impl ImageStore {
             }
             (blobs, snapshots)
         };
-        let in_use = mounted_lowerdirs();
+        let mut in_use = mounted_lowerdirs();
+        in_use.extend(self.inner.held.lock().map_err(|_| poisoned())?.iter().cloned());
         let sweep = |dir: PathBuf, keep: &HashSet<String>, is_snapshot: bool| -> Result<(), ImageError> {
             let entries = std::fs::read_dir(&dir)
                 .map_err(|e| ImageError::io(format!("reading {}", dir.display()), e))?;
