@@ -4,9 +4,9 @@
 //! - [`config`]: the command line and its validation.
 //! - [`server`]: the socket (stale and live sockets, mode, removal on shutdown) and the tonic server.
 //! - [`service`]: the RuntimeService and ImageService (Version, Status, RuntimeConfig and
-//!   UpdateRuntimeConfig so far; every other RPC answers `Unimplemented`).
+//!   UpdateRuntimeConfig, and the ImageService; every other RPC answers `Unimplemented`).
 //! - [`network`]: whether the pod network is ready (the CNI network config as libcni picks it).
-//! - [`image`]: images (so far: references parsed and normalized as containerd does).
+//! - [`image`]: images: references, the content store, pulls, layer snapshots, overlay root filesystems.
 //! - [`oci`]: the OCI runtime spec of a container, built from its CRI config and image config.
 //! - [`cgroup`]: cgroup v1/v2/hybrid layouts, cgroups paths, resources, usage stats, removal.
 

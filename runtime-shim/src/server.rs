@@ -55,7 +55,7 @@ impl Listener {
     pub async fn serve(self, shutdown: impl Future<Output = ()> + Send) -> Result<()> {
         let Listener { listener, identity, config } = self;
         let socket = config.socket.clone();
-        let shim = Shim::new(config);
+        let shim = Shim::new(config)?;
         let incoming = futures::stream::unfold(listener, |listener| async move {
             let accepted = listener.accept().await.map(|(stream, _)| stream);
             Some((accepted, listener))

@@ -1,6 +1,6 @@
 //! The CRI v1 RuntimeService and ImageService of keel-shim. Implemented so far: Version, Status,
-//! RuntimeConfig and UpdateRuntimeConfig; every other RPC answers `Unimplemented` with a message naming
-//! it (the server is built RPC by RPC).
+//! RuntimeConfig, UpdateRuntimeConfig and the ImageService (delegated to [`crate::image`]); every
+//! other RPC answers `Unimplemented` with a message naming it (the server is built RPC by RPC).
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -13,6 +13,7 @@ use serde_json::json;
 use tonic::{Request, Response, Status};
 
 use crate::config::{Config, DEFAULT_HANDLER};
+use crate::image::ImageStore;
 use crate::network;
 
 /// The runtime name Version reports.
@@ -34,12 +35,23 @@ struct Inner {
     config: Config,
     /// The pod CIDRs kubelet last sent in UpdateRuntimeConfig (comma-separated, as sent).
     pod_cidr: Mutex<String>,
+    /// The images under `DIR/content`, `DIR/images` and `DIR/snapshots`.
+    images: ImageStore,
 }
 
 impl Shim {
-    /// The services for `config`.
-    pub fn new(config: Config) -> Shim {
-        Shim { inner: Arc::new(Inner { config, pod_cidr: Mutex::new(String::new()) }) }
+    /// The services for `config`, opening the image store under its root.
+    ///
+    /// # Errors
+    /// The image store cannot be opened.
+    pub fn new(config: Config) -> Result<Shim, crate::image::ImageError> {
+        let images = ImageStore::open(&config.root, &config.insecure_registries)?;
+        Ok(Shim { inner: Arc::new(Inner { config, pod_cidr: Mutex::new(String::new()), images }) })
+    }
+
+    /// The image store.
+    pub fn images(&self) -> &ImageStore {
+        &self.inner.images
     }
 
     /// The pod CIDRs recorded by UpdateRuntimeConfig (empty until one is sent).
@@ -336,36 +348,36 @@ impl RuntimeService for Shim {
 impl ImageService for Shim {
     async fn list_images(
         &self,
-        _request: Request<api::ListImagesRequest>,
+        request: Request<api::ListImagesRequest>,
     ) -> Result<Response<api::ListImagesResponse>, Status> {
-        Err(unimplemented("ImageService", "ListImages"))
+        Ok(Response::new(self.inner.images.list_images(request.get_ref())))
     }
 
     async fn image_status(
         &self,
-        _request: Request<api::ImageStatusRequest>,
+        request: Request<api::ImageStatusRequest>,
     ) -> Result<Response<api::ImageStatusResponse>, Status> {
-        Err(unimplemented("ImageService", "ImageStatus"))
+        self.inner.images.image_status(request.get_ref()).map(Response::new)
     }
 
     async fn pull_image(
         &self,
-        _request: Request<api::PullImageRequest>,
+        request: Request<api::PullImageRequest>,
     ) -> Result<Response<api::PullImageResponse>, Status> {
-        Err(unimplemented("ImageService", "PullImage"))
+        self.inner.images.pull_image(request.get_ref()).await.map(Response::new)
     }
 
     async fn remove_image(
         &self,
-        _request: Request<api::RemoveImageRequest>,
+        request: Request<api::RemoveImageRequest>,
     ) -> Result<Response<api::RemoveImageResponse>, Status> {
-        Err(unimplemented("ImageService", "RemoveImage"))
+        self.inner.images.remove_image(request.get_ref()).await.map(Response::new)
     }
 
     async fn image_fs_info(
         &self,
         _request: Request<api::ImageFsInfoRequest>,
     ) -> Result<Response<api::ImageFsInfoResponse>, Status> {
-        Err(unimplemented("ImageService", "ImageFsInfo"))
+        self.inner.images.image_fs_info().await.map(Response::new)
     }
 }

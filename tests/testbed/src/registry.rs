@@ -1,4 +1,5 @@
-//! [`Registry`]: a Distribution 2.8 `docker-registry` on 127.0.0.1 with filesystem storage and no auth.
+//! [`Registry`]: a Distribution 2.8 `docker-registry` on 127.0.0.1 with filesystem storage, without auth
+//! or (`start_with_htpasswd`) with HTTP basic auth.
 
 use std::net::SocketAddr;
 use std::path::Path;
@@ -40,6 +41,13 @@ impl Registry {
         }
     }
 
+    /// Starts a registry on 127.0.0.1 with a free port whose clients must log in with HTTP basic auth
+    /// as a user of the htpasswd file `htpasswd` (bcrypt hashes), over plain HTTP.
+    pub fn start_with_htpasswd(htpasswd: &Path) -> Result<Registry> {
+        let addr = free_local_addr()?;
+        Registry::start_config(None, addr, Some(htpasswd))
+    }
+
     /// Starts a registry listening on `addr` (e.g. a fixed port for a long-running dev cluster), and waits
     /// until `GET /v2/` answers 200.
     pub fn start_at(addr: SocketAddr) -> Result<Registry> {
@@ -49,16 +57,30 @@ impl Registry {
     /// Starts a registry inside the network namespace `ns` (the machine's own when `None`), listening on
     /// `addr` there.
     pub fn start_in(ns: Option<&NetNsFd>, addr: SocketAddr) -> Result<Registry> {
+        Registry::start_config(ns, addr, None)
+    }
+
+    fn start_config(ns: Option<&NetNsFd>, addr: SocketAddr, htpasswd: Option<&Path>) -> Result<Registry> {
         let dir =
             tempfile::Builder::new().prefix("keel-registry-").tempdir().context("creating registry dir")?;
         let storage = dir.path().join("storage");
         std::fs::create_dir(&storage).with_context(|| format!("creating {}", storage.display()))?;
         let config = dir.path().join("config.yml");
-        std::fs::write(&config, config_yaml(&storage, addr))
+        let mut yaml = config_yaml(&storage, addr);
+        if let Some(htpasswd) = htpasswd {
+            let path = serde_json::Value::String(htpasswd.to_string_lossy().into_owned());
+            yaml.push_str(&format!("auth:\n  htpasswd:\n    realm: keel-testbed\n    path: {path}\n"));
+        }
+        std::fs::write(&config, yaml)
             .with_context(|| format!("writing registry config {}", config.display()))?;
         let mut cmd = Command::new("docker-registry");
         cmd.arg("serve").arg(&config);
-        let mut ready = Readiness::Http { addr, path: "/v2/".into() };
+        // With auth, `GET /v2/` answers 401 until a client logs in: a TCP connect is the probe.
+        let mut ready = if htpasswd.is_some() {
+            Readiness::Tcp(addr)
+        } else {
+            Readiness::Http { addr, path: "/v2/".into() }
+        };
         if let Some(ns) = ns {
             ns.enter_on_spawn(&mut cmd);
             ready = Readiness::InNetNs(ns.clone(), Box::new(ready));
