@@ -7,9 +7,11 @@
 //!   UpdateRuntimeConfig so far; every other RPC answers `Unimplemented`).
 //! - [`network`]: whether the pod network is ready (the CNI network config as libcni picks it).
 //! - [`image`]: images (so far: references parsed and normalized as containerd does).
+//! - [`streaming`]: the streaming server of Exec, Attach and PortForward (SPDY/3.1 and websocket).
 
 pub mod config;
 pub mod image;
 pub mod network;
 pub mod server;
 pub mod service;
+pub mod streaming;

@@ -1,0 +1,196 @@
+//! Channels over a websocket, as apimachinery's `wsstream.Conn` serves them: every message carries one
+//! channel's bytes, prefixed by the channel number — a byte in binary protocols (`channel.k8s.io`,
+//! `v4.channel.k8s.io`, `v5.channel.k8s.io`), an ASCII digit followed by base64 text in the base64
+//! ones (`base64.channel.k8s.io`, `v4.base64.channel.k8s.io`). In v5 a message on channel 255 whose
+//! payload is a channel number half-closes that channel (the client's end of stdin).
+
+use std::collections::HashMap;
+
+use base64::Engine;
+use futures::{SinkExt, StreamExt};
+use hyper::upgrade::Upgraded;
+use hyper_util::rt::TokioIo;
+use tokio::sync::mpsc;
+use tokio_tungstenite::WebSocketStream;
+use tokio_tungstenite::tungstenite::Message;
+use tokio_tungstenite::tungstenite::protocol::Role;
+
+use super::spdy::ChannelReader;
+
+/// The v5 channel whose messages half-close another channel.
+const CLOSE_CHANNEL: u8 = 255;
+
+/// How a negotiated subprotocol frames its channels.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Framing {
+    /// Base64 text messages instead of binary ones.
+    pub base64: bool,
+    /// v5: channel 255 closes channels.
+    pub close_channel: bool,
+}
+
+/// The framing of a subprotocol name (binary for "" and the plain and v4/v5 binary names).
+pub fn framing(protocol: &str) -> Framing {
+    Framing { base64: protocol.contains("base64."), close_channel: protocol.starts_with("v5.") }
+}
+
+/// Picks the first of the client's protocols (in its order) that the server supports, as wsstream's
+/// handshake; a client that names none gets "" when "" is supported.
+pub fn negotiate<'a>(offered: &[&str], supported: &[&'a str]) -> Option<&'a str> {
+    if offered.is_empty() {
+        return supported.iter().copied().find(|protocol| protocol.is_empty());
+    }
+    offered.iter().find_map(|wanted| supported.iter().copied().find(|protocol| protocol == wanted))
+}
+
+/// Writes one channel's bytes to the client (cheap to clone).
+#[derive(Debug, Clone)]
+pub struct ChannelWriter {
+    channel: u8,
+    framing: Framing,
+    messages: mpsc::Sender<Message>,
+}
+
+impl ChannelWriter {
+    /// Sends `data` as one message; false once the connection is gone.
+    pub async fn write(&self, data: &[u8]) -> bool {
+        let message = if self.framing.base64 {
+            let mut text = String::from(char::from(b'0' + self.channel % 10));
+            base64::engine::general_purpose::STANDARD.encode_string(data, &mut text);
+            Message::text(text)
+        } else {
+            let mut bytes = Vec::with_capacity(data.len() + 1);
+            bytes.push(self.channel);
+            bytes.extend_from_slice(data);
+            Message::binary(bytes)
+        };
+        self.messages.send(message).await.is_ok()
+    }
+}
+
+/// An upgraded websocket connection split into channels.
+#[derive(Debug)]
+pub struct Channels {
+    /// The readers of the readable channels, by channel number.
+    pub readers: HashMap<u8, ChannelReader>,
+    /// The writers of the writable channels, by channel number.
+    pub writers: HashMap<u8, ChannelWriter>,
+    messages: mpsc::Sender<Message>,
+    writer: tokio::task::JoinHandle<()>,
+}
+
+impl Channels {
+    /// Serves `readable` and `writable` channels on the upgraded connection with `framing`.
+    pub async fn start(upgraded: Upgraded, framing: Framing, readable: &[u8], writable: &[u8]) -> Channels {
+        let ws = WebSocketStream::from_raw_socket(TokioIo::new(upgraded), Role::Server, None).await;
+        Self::start_on(ws, framing, readable, writable)
+    }
+
+    fn start_on<S>(ws: WebSocketStream<S>, framing: Framing, readable: &[u8], writable: &[u8]) -> Channels
+    where
+        S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+    {
+        let (sink, stream) = ws.split();
+        let (messages, rx) = mpsc::channel(64);
+        let mut senders = HashMap::new();
+        let mut readers = HashMap::new();
+        for &channel in readable {
+            let (tx, reader) = ChannelReader::new();
+            senders.insert(channel, tx);
+            readers.insert(channel, reader);
+        }
+        let writers = writable
+            .iter()
+            .map(|&channel| (channel, ChannelWriter { channel, framing, messages: messages.clone() }))
+            .collect();
+        let writer = tokio::spawn(write_messages(sink, rx));
+        tokio::spawn(read_messages(stream, framing, senders));
+        Channels { readers, writers, messages, writer }
+    }
+
+    /// Closes the connection (a close frame) once every writer's messages are sent.
+    pub async fn close(self) {
+        drop(self.writers);
+        drop(self.messages);
+        let _ = self.writer.await;
+    }
+}
+
+async fn write_messages<S>(mut sink: S, mut messages: mpsc::Receiver<Message>)
+where
+    S: futures::Sink<Message> + Unpin,
+{
+    while let Some(message) = messages.recv().await {
+        if sink.send(message).await.is_err() {
+            return;
+        }
+    }
+    let _ = sink.send(Message::Close(None)).await;
+    let _ = sink.close().await;
+}
+
+async fn read_messages<S>(
+    mut stream: S,
+    framing: Framing,
+    mut senders: HashMap<u8, mpsc::UnboundedSender<Vec<u8>>>,
+) where
+    S: futures::Stream<Item = Result<Message, tokio_tungstenite::tungstenite::Error>> + Unpin,
+{
+    while let Some(Ok(message)) = stream.next().await {
+        let (channel, data) = match message {
+            // x/net/websocket's Message.Receive takes text frames as bytes too.
+            Message::Binary(bytes) if !framing.base64 => match bytes.split_first() {
+                Some((&channel, data)) => (channel, data.to_vec()),
+                None => continue,
+            },
+            Message::Text(text) if !framing.base64 => match text.as_bytes().split_first() {
+                Some((&channel, data)) => (channel, data.to_vec()),
+                None => continue,
+            },
+            Message::Text(text) if framing.base64 => {
+                let text = text.as_str();
+                let Some(digit) = text.bytes().next().filter(u8::is_ascii_digit) else { continue };
+                let Ok(data) = base64::engine::general_purpose::STANDARD.decode(&text[1..]) else { continue };
+                (digit - b'0', data)
+            }
+            Message::Close(_) => break,
+            _ => continue,
+        };
+        if channel == CLOSE_CHANNEL && framing.close_channel {
+            if let Some(closed) = data.first() {
+                senders.remove(closed);
+            }
+            continue;
+        }
+        if let Some(tx) = senders.get(&channel)
+            && !data.is_empty()
+        {
+            let _ = tx.send(data);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn negotiation_follows_the_clients_order() {
+        let supported = ["", "channel.k8s.io", "v4.channel.k8s.io", "v5.channel.k8s.io"];
+        assert_eq!(
+            negotiate(&["v5.channel.k8s.io", "v4.channel.k8s.io"], &supported),
+            Some("v5.channel.k8s.io")
+        );
+        assert_eq!(negotiate(&["x", "v4.channel.k8s.io"], &supported), Some("v4.channel.k8s.io"));
+        assert_eq!(negotiate(&[], &supported), Some(""));
+        assert_eq!(negotiate(&["x"], &supported), None);
+        assert_eq!(negotiate(&[], &["v4.channel.k8s.io"]), None);
+    }
+
+    #[test]
+    fn framing_of_each_protocol() {
+        assert_eq!(framing("v5.channel.k8s.io"), Framing { base64: false, close_channel: true });
+        assert_eq!(framing("v4.base64.channel.k8s.io"), Framing { base64: true, close_channel: false });
+        assert_eq!(framing(""), Framing { base64: false, close_channel: false });
+    }
+}
