@@ -388,6 +388,8 @@ async fn python_websocket_tty_resize() {
 struct ApiFront {
     addr: std::net::SocketAddr,
     urls: Arc<Mutex<VecDeque<String>>>,
+    /// The `Upgrade` header of each forwarded request, in order.
+    upgrades: Arc<Mutex<Vec<String>>>,
     task: tokio::task::JoinHandle<()>,
 }
 
@@ -411,13 +413,14 @@ impl ApiFront {
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
         let urls: Arc<Mutex<VecDeque<String>>> = Arc::default();
-        let queue = urls.clone();
+        let upgrades: Arc<Mutex<Vec<String>>> = Arc::default();
+        let (queue, seen) = (urls.clone(), upgrades.clone());
         let task = tokio::spawn(async move {
             while let Ok((tcp, _)) = listener.accept().await {
-                tokio::spawn(front_connection(tcp, queue.clone()));
+                tokio::spawn(front_connection(tcp, queue.clone(), seen.clone()));
             }
         });
-        ApiFront { addr, urls, task }
+        ApiFront { addr, urls, upgrades, task }
     }
 
     fn push(&self, url: String) {
@@ -425,7 +428,11 @@ impl ApiFront {
     }
 }
 
-async fn front_connection(tcp: TcpStream, urls: Arc<Mutex<VecDeque<String>>>) {
+async fn front_connection(
+    tcp: TcpStream,
+    urls: Arc<Mutex<VecDeque<String>>>,
+    upgrades: Arc<Mutex<Vec<String>>>,
+) {
     let mut reader = tokio::io::BufReader::new(tcp);
     loop {
         let mut head = String::new();
@@ -443,6 +450,11 @@ async fn front_connection(tcp: TcpStream, urls: Arc<Mutex<VecDeque<String>>>) {
         let route = path.split('?').next().unwrap_or_default();
         if route.ends_with("/exec") || route.ends_with("/attach") || route.ends_with("/portforward") {
             let Some(url) = urls.lock().unwrap().pop_front() else { return };
+            let upgrade = head.lines().find_map(|line| {
+                let (name, value) = line.split_once(':')?;
+                name.eq_ignore_ascii_case("upgrade").then(|| value.trim().to_owned())
+            });
+            upgrades.lock().unwrap().push(upgrade.unwrap_or_default());
             let url_path = path_of(&url);
             let target = url.strip_prefix("http://").unwrap().split('/').next().unwrap().to_owned();
             let head = head.replacen(&path, &url_path, 1);
@@ -478,11 +490,16 @@ async fn front_connection(tcp: TcpStream, urls: Arc<Mutex<VecDeque<String>>>) {
 
 /// kubectl 1.27 (SPDY only: websockets came in 1.29 behind a gate) aimed at `front`.
 fn kubectl(front: &ApiFront, dir: &tempfile::TempDir) -> tokio::process::Command {
+    kubectl_minor(27, front, dir)
+}
+
+/// kubectl 1.`minor` aimed at `front`.
+fn kubectl_minor(minor: u32, front: &ApiFront, dir: &tempfile::TempDir) -> tokio::process::Command {
     let kubectl = keel_testbed::kubectl::installed()
         .into_iter()
-        .find(|k| k.minor == 27)
+        .find(|k| k.minor == minor)
         .map(|k| k.path)
-        .unwrap_or_else(|| PathBuf::from("/usr/lib/google-cloud-sdk/bin/kubectl.1.27"));
+        .unwrap_or_else(|| PathBuf::from(format!("/usr/lib/google-cloud-sdk/bin/kubectl.1.{minor}")));
     let mut command = tokio::process::Command::new(kubectl);
     command
         .env("KUBECONFIG", dir.path().join("kubeconfig"))
@@ -516,6 +533,7 @@ async fn kubectl_spdy_exec_attach_and_exit_codes() {
     assert!(stderr.contains("err:hello\n"), "{stderr}");
     assert!(stderr.contains("command terminated with exit code 3"), "{stderr}");
     assert_eq!(output.status.code(), Some(3));
+    assert_eq!(front.upgrades.lock().unwrap()[0], "SPDY/3.1");
 
     front.push(server.get_exec(&exec_request(&["sh", "-c", "echo fine"], false, false)).unwrap().url);
     let output =
@@ -696,4 +714,68 @@ async fn kubectl_spdy_port_forward_two_ports_and_errors() {
     }
     assert!(stderr.contains(&wanted), "{stderr}");
     child.kill().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn kubectl_133_exec_over_websocket_v5() {
+    let server = server().await;
+    let front = ApiFront::start().await;
+    let dir = tempfile::tempdir().unwrap();
+    // cat ends at stdin's EOF, which only v5's close channel carries over a websocket.
+    let script = "cat; echo done >&2; exit 4";
+    front.push(server.get_exec(&exec_request(&["sh", "-c", script], true, false)).unwrap().url);
+    let mut child = kubectl_minor(33, &front, &dir)
+        .args(["exec", "-i", "p", "-c", "c", "--", "sh", "-c", script])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    stdin.write_all(b"one\ntwo\n").await.unwrap();
+    drop(stdin);
+    let output = child.wait_with_output().await.unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(String::from_utf8_lossy(&output.stdout), "one\ntwo\n", "{stderr}");
+    assert!(stderr.contains("done\n"), "{stderr}");
+    assert_eq!(output.status.code(), Some(4), "{stderr}");
+    assert_eq!(front.upgrades.lock().unwrap()[0].to_ascii_lowercase(), "websocket");
+}
+
+const PY_PORT_FORWARD: &str = r#"
+import json, sys
+from kubernetes.client import Configuration
+from kubernetes.stream.ws_client import portforward_call
+url, echo, closed = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+pf = portforward_call(Configuration(), "GET", "%s?ports=%d,%d" % (url, echo, closed))
+out = {}
+s = pf.socket(echo)
+s.setblocking(True)
+s.sendall(b"over the websocket")
+got = b""
+while len(got) < 18:
+    chunk = s.recv(1024)
+    if not chunk:
+        break
+    got += chunk
+out["echo"] = got.decode()
+c = pf.socket(closed)
+c.setblocking(True)
+while c.recv(1024):
+    pass
+out["error"] = pf.error(closed)
+print(json.dumps(out))
+"#;
+
+#[tokio::test(flavor = "multi_thread")]
+async fn python_websocket_port_forward() {
+    let server = server().await;
+    let (echo, closed) = (echo_server().await, closed_port().await);
+    let pf =
+        api::PortForwardRequest { pod_sandbox_id: "sandbox1".into(), port: vec![echo.into(), closed.into()] };
+    let url = server.get_port_forward(&pf).unwrap().url;
+    let out = python(PY_PORT_FORWARD, &[&url, &echo.to_string(), &closed.to_string()]).await;
+    assert_eq!(out["echo"], "over the websocket");
+    let error = out["error"].as_str().unwrap_or_default();
+    assert!(error.starts_with(&format!("error forwarding port {closed} to pod sandbox1")), "{out}");
 }

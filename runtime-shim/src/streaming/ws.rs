@@ -13,7 +13,9 @@ use hyper_util::rt::TokioIo;
 use tokio::sync::mpsc;
 use tokio_tungstenite::WebSocketStream;
 use tokio_tungstenite::tungstenite::Message;
+use tokio_tungstenite::tungstenite::protocol::CloseFrame;
 use tokio_tungstenite::tungstenite::protocol::Role;
+use tokio_tungstenite::tungstenite::protocol::frame::coding::CloseCode;
 
 use super::spdy::ChannelReader;
 
@@ -125,7 +127,9 @@ where
             return;
         }
     }
-    let _ = sink.send(Message::Close(None)).await;
+    // A normal closure (1000): client-go's websocket reader takes only that as the streams' EOF.
+    let close = CloseFrame { code: CloseCode::Normal, reason: "".into() };
+    let _ = sink.send(Message::Close(Some(close))).await;
     let _ = sink.close().await;
 }
 
