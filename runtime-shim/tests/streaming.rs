@@ -779,3 +779,32 @@ async fn python_websocket_port_forward() {
     let error = out["error"].as_str().unwrap_or_default();
     assert!(error.starts_with(&format!("error forwarding port {closed} to pod sandbox1")), "{out}");
 }
+
+/// Megabytes both ways through `cat`: nothing waits for a window (SPDY) or loses a frame.
+#[tokio::test(flavor = "multi_thread")]
+async fn kubectl_large_transfers_over_spdy_and_websocket() {
+    let server = server().await;
+    let front = ApiFront::start().await;
+    let dir = tempfile::tempdir().unwrap();
+    let payload: Vec<u8> = (0..4u32 << 20).map(|i| (i % 251) as u8).collect();
+    for minor in [27, 33] {
+        front.push(server.get_exec(&exec_request(&["cat"], true, false)).unwrap().url);
+        let mut child = kubectl_minor(minor, &front, &dir)
+            .args(["exec", "-i", "p", "--", "cat"])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut stdin = child.stdin.take().unwrap();
+        let sent = payload.clone();
+        let writer = tokio::spawn(async move {
+            stdin.write_all(&sent).await.unwrap();
+        });
+        let output = child.wait_with_output().await.unwrap();
+        writer.await.unwrap();
+        assert_eq!(output.status.code(), Some(0), "{}", String::from_utf8_lossy(&output.stderr));
+        assert_eq!(output.stdout.len(), payload.len(), "kubectl 1.{minor}");
+        assert!(output.stdout == payload, "kubectl 1.{minor}: the bytes differ");
+    }
+}
