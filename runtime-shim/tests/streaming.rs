@@ -100,6 +100,18 @@ fn set_size(fd: &OwnedFd, size: TerminalSize) {
     unsafe { libc::ioctl(fd.as_raw_fd(), libc::TIOCSWINSZ, &winsize) };
 }
 
+/// Kills the tty session's process if the session is dropped before it exited (a failed test).
+struct KillOnDrop(Option<u32>);
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        if let Some(pid) = self.0.and_then(|pid| i32::try_from(pid).ok()) {
+            // SAFETY: kill has no memory effects; the pid is our unreaped child's.
+            unsafe { libc::kill(pid, libc::SIGKILL) };
+        }
+    }
+}
+
 async fn exec_tty(cmd: &[String], streams: Streams) -> Result<i32, BackendError> {
     use std::os::unix::process::CommandExt;
     let (program, args) = cmd.split_first().ok_or("empty command")?;
@@ -125,6 +137,7 @@ async fn exec_tty(cmd: &[String], streams: Streams) -> Result<i32, BackendError>
         });
     }
     let mut child = command.spawn()?;
+    let mut guard = KillOnDrop(Some(child.id()));
     drop(command);
     drop(slave);
     if let Some(mut resize) = streams.resize {
@@ -172,6 +185,7 @@ async fn exec_tty(cmd: &[String], streams: Streams) -> Result<i32, BackendError>
         let _ = stdout.shutdown().await;
     });
     let status = tokio::task::spawn_blocking(move || child.wait()).await??;
+    guard.0 = None;
     output.await?;
     Ok(status.code().unwrap_or(128))
 }

@@ -562,4 +562,84 @@ mod tests {
         }
         assert!(inflater.block(b"\x00\x01garbage").is_err() || inflater.block(b"garbage").is_err());
     }
+
+    fn syn_stream(deflater: &mut Deflater, id: u32, headers: &[(&str, &str)], fin: bool) -> Vec<u8> {
+        let block = deflater.block(headers).unwrap();
+        let mut frame = header(SYN_STREAM, if fin { FLAG_FIN } else { 0 }, 10 + block.len()).to_vec();
+        frame.extend_from_slice(&id.to_be_bytes());
+        frame.extend_from_slice(&[0, 0, 0, 0, 0, 0]);
+        frame.extend_from_slice(&block);
+        frame
+    }
+
+    fn data(id: u32, payload: &[u8], fin: bool) -> Vec<u8> {
+        let mut frame = id.to_be_bytes().to_vec();
+        frame.extend_from_slice(&u32::try_from(payload.len()).unwrap().to_be_bytes());
+        frame[4] = if fin { FLAG_FIN } else { 0 };
+        frame.extend_from_slice(payload);
+        frame
+    }
+
+    async fn read_frame(client: &mut (impl AsyncRead + Unpin)) -> ([u8; 8], Vec<u8>) {
+        let mut head = [0u8; 8];
+        client.read_exact(&mut head).await.unwrap();
+        let mut payload = vec![0u8; u32::from_be_bytes([0, head[5], head[6], head[7]]) as usize];
+        client.read_exact(&mut payload).await.unwrap();
+        (head, payload)
+    }
+
+    #[tokio::test]
+    async fn a_session_replies_echoes_pings_and_ends_streams() {
+        let (mut client, server) = tokio::io::duplex(1 << 16);
+        let mut session = Session::start(server);
+        let mut deflater = Deflater::new().unwrap();
+        let mut bytes = syn_stream(&mut deflater, 1, &[("streamType", "stdin")], false);
+        bytes.extend(data(1, b"hello", false));
+        bytes.extend(data(1, b" world", true));
+        bytes.extend(syn_stream(&mut deflater, 3, &[("streamType", "error")], false));
+        bytes.extend(&header(PING, 0, 4));
+        bytes.extend(7u32.to_be_bytes());
+        client.write_all(&bytes).await.unwrap();
+
+        let mut stdin = session.streams.recv().await.unwrap();
+        assert_eq!((stdin.id, stdin.header("STREAMTYPE")), (1, Some("stdin")));
+        let mut read = String::new();
+        stdin.reader.read_to_string(&mut read).await.unwrap();
+        assert_eq!(read, "hello world");
+        let error = session.streams.recv().await.unwrap();
+        // The PING comes back first: nothing else was queued before it.
+        let (head, payload) = read_frame(&mut client).await;
+        assert_eq!((u16::from_be_bytes([head[2], head[3]]), payload), (PING, 7u32.to_be_bytes().to_vec()));
+        error.out.reply().await;
+        error.out.write(b"status").await;
+        error.out.close().await;
+        let (head, payload) = read_frame(&mut client).await;
+        assert_eq!(u16::from_be_bytes([head[2], head[3]]), SYN_REPLY);
+        assert_eq!(&payload[..4], &3u32.to_be_bytes());
+        let (head, payload) = read_frame(&mut client).await;
+        assert_eq!((&head[..4], head[4], payload.as_slice()), (&3u32.to_be_bytes()[..], 0, &b"status"[..]));
+        let (head, payload) = read_frame(&mut client).await;
+        assert_eq!((head[4], payload.len()), (FLAG_FIN, 0));
+        session.close().await;
+        let (head, _) = read_frame(&mut client).await;
+        assert_eq!(u16::from_be_bytes([head[2], head[3]]), GOAWAY);
+        let mut rest = Vec::new();
+        client.read_to_end(&mut rest).await.unwrap();
+        assert!(rest.is_empty());
+    }
+
+    #[tokio::test]
+    async fn garbage_ends_the_session_without_panicking() {
+        for garbage in [
+            &b"\x80\x03\x00\x01\x00\x00\x00\x0anot zlib!!"[..],
+            b"\x80\x03\x00\x01\x00\x00\x00\x02ab",
+            b"GET / HTTP/1.1\r\n\r\n",
+        ] {
+            let (mut client, server) = tokio::io::duplex(1 << 16);
+            let mut session = Session::start(server);
+            client.write_all(garbage).await.unwrap();
+            drop(client);
+            assert!(session.streams.recv().await.is_none());
+        }
+    }
 }
