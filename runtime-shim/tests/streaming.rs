@@ -329,6 +329,14 @@ url, protocol, mode = sys.argv[1], sys.argv[2], sys.argv[3]
 ws = WSClient(Configuration(), "ws" + url[4:], {"sec-websocket-protocol": protocol}, capture_all=True)
 out = {"subprotocol": ws.subprotocol}
 if mode == "stdio":
+    # Nothing is written before stdin arrives but the empty "open" message: a ping gets its pong.
+    from websocket import ABNF
+    ws.sock.ping(b"keel")
+    for _ in range(5):
+        op, frame = ws.sock.recv_data_frame(True)
+        if op == ABNF.OPCODE_PONG:
+            out["pong"] = frame.data.decode()
+            break
     ws.write_stdin("hello\n")
 elif mode == "close":
     ws.write_stdin("first\nsecond\n")
@@ -375,6 +383,7 @@ async fn python_websocket_exec_v4_and_v5() {
         let url = server.get_exec(&exec_request(&script, true, false)).unwrap().url;
         let out = python(PY_EXEC, &[&url, protocol, "stdio"]).await;
         assert_eq!(out["subprotocol"], protocol);
+        assert_eq!(out["pong"], "keel");
         assert_eq!(out["stdout"], "out:hello\n");
         assert_eq!(out["stderr"], "err:hello\n");
         assert_eq!(out["returncode"], 3, "{out}");

@@ -197,4 +197,45 @@ mod tests {
         assert_eq!(framing("v4.base64.channel.k8s.io"), Framing { base64: true, close_channel: false });
         assert_eq!(framing(""), Framing { base64: false, close_channel: false });
     }
+
+    async fn pair(protocol: &str) -> (Channels, WebSocketStream<tokio::io::DuplexStream>) {
+        let (client, server) = tokio::io::duplex(1 << 16);
+        let server = WebSocketStream::from_raw_socket(server, Role::Server, None).await;
+        let client = WebSocketStream::from_raw_socket(client, Role::Client, None).await;
+        (Channels::start_on(server, framing(protocol), &[0, 4], &[1, 3]), client)
+    }
+
+    #[tokio::test]
+    async fn base64_channels_are_digits_and_base64_text() {
+        use tokio::io::AsyncReadExt;
+        let (mut channels, mut client) = pair("v4.base64.channel.k8s.io").await;
+        client.send(Message::text("0aGVsbG8=")).await.unwrap();
+        let mut stdin = channels.readers.remove(&0).unwrap();
+        let mut buf = [0u8; 5];
+        stdin.read_exact(&mut buf).await.unwrap();
+        assert_eq!(&buf, b"hello");
+        assert!(channels.writers[&1].write(b"hi").await);
+        assert_eq!(client.next().await.unwrap().unwrap(), Message::text("1aGk="));
+        channels.close().await;
+        assert!(matches!(client.next().await.unwrap().unwrap(), Message::Close(Some(_))));
+    }
+
+    #[tokio::test]
+    async fn v5_close_channel_ends_stdin_only() {
+        use tokio::io::AsyncReadExt;
+        let (mut channels, mut client) = pair("v5.channel.k8s.io").await;
+        client.send(Message::binary(b"\x00abc".to_vec())).await.unwrap();
+        client.send(Message::binary(vec![CLOSE_CHANNEL, 0])).await.unwrap();
+        client.send(Message::binary(b"\x04{}".to_vec())).await.unwrap();
+        let mut stdin = channels.readers.remove(&0).unwrap();
+        let mut read = Vec::new();
+        stdin.read_to_end(&mut read).await.unwrap();
+        assert_eq!(read, b"abc");
+        let mut resize = channels.readers.remove(&4).unwrap();
+        let mut buf = [0u8; 2];
+        resize.read_exact(&mut buf).await.unwrap();
+        assert_eq!(&buf, b"{}");
+        assert!(channels.writers[&3].write(b"x").await);
+        assert_eq!(client.next().await.unwrap().unwrap(), Message::binary(b"\x03x".to_vec()));
+    }
 }
