@@ -57,7 +57,8 @@ impl ChannelWriter {
     /// Sends `data` as one message; false once the connection is gone.
     pub async fn write(&self, data: &[u8]) -> bool {
         let message = if self.framing.base64 {
-            let mut text = String::from(char::from(b'0' + self.channel % 10));
+            // '0' + channel, as wsstream writes it (past 9 the "digit" is just the next character).
+            let mut text = String::from(char::from(b'0'.wrapping_add(self.channel)));
             base64::engine::general_purpose::STANDARD.encode_string(data, &mut text);
             Message::text(text)
         } else {
@@ -153,9 +154,9 @@ async fn read_messages<S>(
             },
             Message::Text(text) if framing.base64 => {
                 let text = text.as_str();
-                let Some(digit) = text.bytes().next().filter(u8::is_ascii_digit) else { continue };
-                let Ok(data) = base64::engine::general_purpose::STANDARD.decode(&text[1..]) else { continue };
-                (digit - b'0', data)
+                let Some((&first, rest)) = text.as_bytes().split_first() else { continue };
+                let Ok(data) = base64::engine::general_purpose::STANDARD.decode(rest) else { continue };
+                (first.wrapping_sub(b'0'), data)
             }
             Message::Close(_) => break,
             _ => continue,
