@@ -376,7 +376,7 @@ async fn python(script: &str, args: &[&str]) -> Value {
 }
 
 #[tokio::test(flavor = "multi_thread")]
-async fn python_websocket_exec_v4_and_v5() {
+async fn python_websocket_exec_v4_and_v5_and_attach() {
     let server = server().await;
     let script = ["sh", "-c", "read line; echo out:$line; echo err:$line >&2; exit 3"];
     for protocol in ["v4.channel.k8s.io", "v5.channel.k8s.io"] {
@@ -390,6 +390,14 @@ async fn python_websocket_exec_v4_and_v5() {
     }
     // v5's close channel ends stdin: cat sees EOF and exits 0.
     let url = server.get_exec(&exec_request(&["cat"], true, false)).unwrap().url;
+    let out = python(PY_EXEC, &[&url, "v5.channel.k8s.io", "close"]).await;
+    assert_eq!(out["stdout"], "first\nsecond\n");
+    assert_eq!(out["returncode"], 0, "{out}");
+
+    // Attach the same way (the test backend's container echoes stdin until it closes).
+    let attach =
+        api::AttachRequest { container_id: "c1".into(), stdin: true, stdout: true, ..Default::default() };
+    let url = server.get_attach(&attach).unwrap().url;
     let out = python(PY_EXEC, &[&url, "v5.channel.k8s.io", "close"]).await;
     assert_eq!(out["stdout"], "first\nsecond\n");
     assert_eq!(out["returncode"], 0, "{out}");
