@@ -15,7 +15,9 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use k8s_cri::v1 as api;
-use keel_shim::streaming::{Backend, BackendError, DEFAULT_ADDR, Server, Streams, TerminalSize};
+use keel_shim::streaming::{
+    Backend, BackendError, DEFAULT_ADDR, Server, StreamConfig, Streams, TerminalSize,
+};
 use serde_json::Value;
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, DuplexStream};
 use tokio::net::{TcpListener, TcpStream};
@@ -328,6 +330,10 @@ from kubernetes.stream.ws_client import WSClient, RESIZE_CHANNEL
 url, protocol, mode = sys.argv[1], sys.argv[2], sys.argv[3]
 ws = WSClient(Configuration(), "ws" + url[4:], {"sec-websocket-protocol": protocol}, capture_all=True)
 out = {"subprotocol": ws.subprotocol}
+if mode == "idle":
+    ws.run_forever(timeout=120)
+    print(json.dumps({"open": ws.is_open()}))
+    sys.exit(0)
 if mode == "stdio":
     # Nothing is written before stdin arrives but the empty "open" message: a ping gets its pong.
     from websocket import ABNF
@@ -838,4 +844,15 @@ async fn kubectl_large_transfers_over_spdy_and_websocket() {
         assert_eq!(output.stdout.len(), payload.len(), "kubectl 1.{minor}");
         assert!(output.stdout == payload, "kubectl 1.{minor}: the bytes differ");
     }
+}
+
+/// A session nobody writes to is closed after the idle timeout (1 s here, 4 h by default); the
+/// command's stdin then ends.
+#[tokio::test(flavor = "multi_thread")]
+async fn idle_websocket_sessions_are_closed() {
+    let config = StreamConfig { idle_timeout: Duration::from_secs(1), ..StreamConfig::default() };
+    let server = Server::start_with(DEFAULT_ADDR, config, HostBackend).await.unwrap();
+    let url = server.get_exec(&exec_request(&["cat"], true, false)).unwrap().url;
+    let out = python(PY_EXEC, &[&url, "v5.channel.k8s.io", "idle"]).await;
+    assert_eq!(out["open"], false);
 }

@@ -15,6 +15,7 @@
 
 pub mod cache;
 mod http;
+mod idle;
 mod portforward;
 mod remotecommand;
 pub mod spdy;
@@ -23,6 +24,7 @@ pub mod ws;
 use std::future::Future;
 use std::net::SocketAddr;
 use std::sync::Arc;
+use std::time::Duration;
 
 use futures::future::BoxFuture;
 use k8s_cri::v1 as api;
@@ -37,6 +39,24 @@ use cache::{Cached, RequestCache};
 /// The address the streaming server listens on unless configured: loopback, any free port (the
 /// kubelet proxies streams to it, as it does for containerd's default).
 pub const DEFAULT_ADDR: SocketAddr = SocketAddr::new(std::net::IpAddr::V4(std::net::Ipv4Addr::LOCALHOST), 0);
+
+/// The server's timeouts (the kubelet's streaming `Config`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct StreamConfig {
+    /// A connection with no frame either way for this long is closed (`StreamIdleTimeout`: 4 h).
+    pub idle_timeout: Duration,
+    /// How long a SPDY client has to open its streams (`StreamCreationTimeout`: 30 s).
+    pub stream_creation_timeout: Duration,
+}
+
+impl Default for StreamConfig {
+    fn default() -> StreamConfig {
+        StreamConfig {
+            idle_timeout: Duration::from_secs(4 * 3600),
+            stream_creation_timeout: Duration::from_secs(30),
+        }
+    }
+}
 
 /// An error a [`Backend`] returns (any error, with its message).
 pub type BackendError = Box<dyn std::error::Error + Send + Sync>;
@@ -160,6 +180,7 @@ impl<B: Backend> DynBackend for B {
 
 /// What the HTTP handlers share.
 struct Shared {
+    config: StreamConfig,
     cache: RequestCache,
     backend: Arc<dyn DynBackend>,
 }
@@ -184,11 +205,21 @@ impl Drop for Server {
 }
 
 impl Server {
-    /// Listens on `addr` ([`DEFAULT_ADDR`]: loopback, a free port) and serves streams with `backend`.
+    /// Listens on `addr` ([`DEFAULT_ADDR`]: loopback, a free port) and serves streams with `backend`
+    /// and the kubelet's default timeouts.
     pub async fn start(addr: SocketAddr, backend: impl Backend) -> std::io::Result<Server> {
+        Server::start_with(addr, StreamConfig::default(), backend).await
+    }
+
+    /// [`Server::start`] with other timeouts.
+    pub async fn start_with(
+        addr: SocketAddr,
+        config: StreamConfig,
+        backend: impl Backend,
+    ) -> std::io::Result<Server> {
         let listener = TcpListener::bind(addr).await?;
         let addr = listener.local_addr()?;
-        let shared = Arc::new(Shared { cache: RequestCache::default(), backend: Arc::new(backend) });
+        let shared = Arc::new(Shared { config, cache: RequestCache::default(), backend: Arc::new(backend) });
         let accept = tokio::spawn(http::accept(listener, shared.clone()));
         Ok(Server { shared, addr, accept })
     }

@@ -9,7 +9,6 @@
 
 use std::collections::HashMap;
 use std::sync::Arc;
-use std::time::Duration;
 
 use hyper::body::Incoming;
 use hyper::{Request, Response, StatusCode};
@@ -27,8 +26,6 @@ use super::ws::{self, Channels};
 const SPDY_PROTOCOLS: &[&str] = &["portforward.k8s.io"];
 /// Websocket subprotocols served ("" = a client naming none).
 const WS_PROTOCOLS: &[&str] = &["v4.channel.k8s.io", "v4.base64.channel.k8s.io", ""];
-/// How long the second stream of a pair may take (apimachinery's `DefaultStreamCreationTimeout`).
-const PAIR_TIMEOUT: Duration = Duration::from_secs(30);
 /// Bytes buffered between the backend and a client stream.
 const PIPE: usize = 64 << 10;
 
@@ -59,7 +56,9 @@ pub(super) fn serve(
             let count = u8::try_from(ports.len() * 2).unwrap_or(0);
             let data: Vec<u8> = (0..count).step_by(2).collect();
             let all: Vec<u8> = (0..count).collect();
-            let mut channels = Channels::start(upgraded, ws::framing(protocol), &data, &all).await;
+            let mut channels =
+                Channels::start(upgraded, ws::framing(protocol), &data, &all, shared.config.idle_timeout)
+                    .await;
             let mut forwards = Vec::new();
             for (index, port) in ports.iter().enumerate() {
                 let channel = u8::try_from(index * 2).unwrap_or(0);
@@ -96,7 +95,7 @@ pub(super) fn serve(
     let upgrade = hyper::upgrade::on(&mut req);
     tokio::spawn(async move {
         let Ok(upgraded) = upgrade.await else { return };
-        let mut session = Session::start(TokioIo::new(upgraded));
+        let mut session = Session::start(TokioIo::new(upgraded), shared.config.idle_timeout);
         serve_spdy(&shared, &sandbox, &mut session).await;
         session.close().await;
     });
@@ -155,6 +154,7 @@ struct Pair {
 
 async fn serve_spdy(shared: &Arc<Shared>, sandbox: &str, session: &mut Session) {
     let mut pairs: HashMap<String, Pair> = HashMap::new();
+    let pair_timeout = shared.config.stream_creation_timeout;
     let (expired_tx, mut expired) = tokio::sync::mpsc::unbounded_channel::<String>();
     loop {
         let stream = tokio::select! {
@@ -183,7 +183,7 @@ async fn serve_spdy(shared: &Arc<Shared>, sandbox: &str, session: &mut Session) 
             let expired_tx = expired_tx.clone();
             let request_id = request_id.clone();
             tokio::spawn(async move {
-                tokio::time::sleep(PAIR_TIMEOUT).await;
+                tokio::time::sleep(pair_timeout).await;
                 let _ = expired_tx.send(request_id);
             });
             Pair::default()

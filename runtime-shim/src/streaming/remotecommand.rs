@@ -4,14 +4,12 @@
 //! v5 a JSON `metav1.Status` (Success; Failure with reason NonZeroExitCode and an ExitCode cause;
 //! InternalError), in older versions the error's text only.
 
-use std::sync::Arc;
-use std::time::Duration;
-
 use hyper::body::Incoming;
 use hyper::{Request, Response};
 use hyper_util::rt::TokioIo;
 use k8s_cri::v1 as api;
 use serde_json::json;
+use std::sync::Arc;
 use tokio::io::{AsyncRead, AsyncReadExt};
 use tokio::sync::mpsc;
 
@@ -32,8 +30,6 @@ const WS_PROTOCOLS: &[&str] = &[
     "base64.channel.k8s.io",
     "",
 ];
-/// How long a SPDY client has to open its streams (apimachinery's `DefaultStreamCreationTimeout`).
-pub const STREAM_CREATION_TIMEOUT: Duration = Duration::from_secs(30);
 /// Bytes buffered between the backend and a client stream.
 const PIPE: usize = 64 << 10;
 
@@ -148,7 +144,14 @@ fn serve(
             if options.stderr {
                 writable.push(STDERR);
             }
-            let mut channels = Channels::start(upgraded, ws::framing(protocol), &readable, &writable).await;
+            let mut channels = Channels::start(
+                upgraded,
+                ws::framing(protocol),
+                &readable,
+                &writable,
+                shared.config.idle_timeout,
+            )
+            .await;
             let take = |channel| channels.writers.get(&channel).cloned().map(Sink::Ws);
             let (stdout, stderr, error) = (take(STDOUT), take(STDERR), take(ERROR));
             let opened = Opened {
@@ -175,12 +178,13 @@ fn serve(
     let upgrade = hyper::upgrade::on(&mut req);
     tokio::spawn(async move {
         let Ok(upgraded) = upgrade.await else { return };
-        let mut session = Session::start(TokioIo::new(upgraded));
+        let mut session = Session::start(TokioIo::new(upgraded), shared.config.idle_timeout);
         let resize = options.tty && protocol != "v2.channel.k8s.io" && protocol != "channel.k8s.io";
         let expected =
             1 + [options.stdin, options.stdout, options.stderr, resize].iter().filter(|b| **b).count();
         let opened =
-            tokio::time::timeout(STREAM_CREATION_TIMEOUT, spdy_streams(&mut session, expected)).await;
+            tokio::time::timeout(shared.config.stream_creation_timeout, spdy_streams(&mut session, expected))
+                .await;
         if let Ok(Some(mut opened)) = opened {
             session.accept_rest();
             opened.json_status = protocol == "v4.channel.k8s.io";

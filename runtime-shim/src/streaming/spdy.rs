@@ -16,12 +16,16 @@
 use std::collections::HashMap;
 use std::io;
 use std::pin::Pin;
+use std::sync::Arc;
 use std::sync::OnceLock;
 use std::task::{Context, Poll};
+use std::time::Duration;
 
 use flate2::{Compress, Compression, Decompress, FlushCompress, FlushDecompress};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, ReadBuf};
 use tokio::sync::mpsc;
+
+use super::idle::Idle;
 
 /// The protocol version in every control frame.
 const VERSION: u16 = 3;
@@ -270,16 +274,18 @@ pub struct Session {
 }
 
 impl Session {
-    /// Serves SPDY/3.1 on `io` (the upgraded connection): a reader task and a writer task.
-    pub fn start<IO>(io: IO) -> Session
+    /// Serves SPDY/3.1 on `io` (the upgraded connection): a reader task and a writer task; the
+    /// connection closes after `idle_timeout` without a frame either way.
+    pub fn start<IO>(io: IO, idle_timeout: Duration) -> Session
     where
         IO: AsyncRead + AsyncWrite + Send + 'static,
     {
         let (read, write) = tokio::io::split(io);
         let (frames_tx, frames_rx) = mpsc::channel(64);
         let (streams_tx, streams) = mpsc::unbounded_channel();
-        let writer = tokio::spawn(write_frames(write, frames_rx));
-        tokio::spawn(read_frames(read, streams_tx, frames_tx.clone()));
+        let idle = Idle::start(idle_timeout);
+        let writer = tokio::spawn(write_frames(write, frames_rx, idle.clone()));
+        tokio::spawn(read_frames(read, streams_tx, frames_tx.clone(), idle));
         Session { streams, frames: frames_tx, writer }
     }
 
@@ -350,9 +356,18 @@ impl Deflater {
     }
 }
 
-async fn write_frames<W: AsyncWrite + Unpin>(mut write: W, mut frames: mpsc::Receiver<Frame>) {
+async fn write_frames<W: AsyncWrite + Unpin>(
+    mut write: W,
+    mut frames: mpsc::Receiver<Frame>,
+    idle: Arc<Idle>,
+) {
     let Ok(mut deflater) = Deflater::new() else { return };
-    while let Some(frame) = frames.recv().await {
+    loop {
+        let frame = tokio::select! {
+            frame = frames.recv() => match frame { Some(frame) => frame, None => break },
+            () = idle.expired.cancelled() => break,
+        };
+        idle.touch();
         let mut bytes = Vec::new();
         match frame {
             Frame::Reply(id) => {
@@ -457,9 +472,23 @@ fn parse_block(block: &[u8]) -> io::Result<Vec<(String, String)>> {
 }
 
 async fn read_frames<R: AsyncRead + Unpin>(
+    read: R,
+    streams: mpsc::UnboundedSender<SpdyStream>,
+    frames: mpsc::Sender<Frame>,
+    idle: Arc<Idle>,
+) {
+    tokio::select! {
+        () = read_loop(read, streams, frames, &idle) => {}
+        () = idle.expired.cancelled() => {}
+    }
+    idle.finish();
+}
+
+async fn read_loop<R: AsyncRead + Unpin>(
     mut read: R,
     streams: mpsc::UnboundedSender<SpdyStream>,
     frames: mpsc::Sender<Frame>,
+    idle: &Idle,
 ) {
     let mut inflater = Inflater(Decompress::new(true));
     let mut open: HashMap<u32, mpsc::UnboundedSender<Vec<u8>>> = HashMap::new();
@@ -477,6 +506,7 @@ async fn read_frames<R: AsyncRead + Unpin>(
         if read.read_exact(&mut payload).await.is_err() {
             break;
         }
+        idle.touch();
         let fin = flags & FLAG_FIN != 0;
         if head[0] & 0x80 == 0 {
             let id = u32::from_be_bytes([head[0], head[1], head[2], head[3]]);
@@ -591,7 +621,7 @@ mod tests {
     #[tokio::test]
     async fn a_session_replies_echoes_pings_and_ends_streams() {
         let (mut client, server) = tokio::io::duplex(1 << 16);
-        let mut session = Session::start(server);
+        let mut session = Session::start(server, Duration::from_secs(3600));
         let mut deflater = Deflater::new().unwrap();
         let mut bytes = syn_stream(&mut deflater, 1, &[("streamType", "stdin")], false);
         bytes.extend(data(1, b"hello", false));
@@ -636,10 +666,28 @@ mod tests {
             b"GET / HTTP/1.1\r\n\r\n",
         ] {
             let (mut client, server) = tokio::io::duplex(1 << 16);
-            let mut session = Session::start(server);
+            let mut session = Session::start(server, Duration::from_secs(3600));
             client.write_all(garbage).await.unwrap();
             drop(client);
             assert!(session.streams.recv().await.is_none());
         }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn an_idle_session_is_closed_and_a_pinged_one_is_not() {
+        let (mut client, server) = tokio::io::duplex(1 << 16);
+        let mut session = Session::start(server, Duration::from_secs(60));
+        for id in 0..5u32 {
+            tokio::time::sleep(Duration::from_secs(50)).await;
+            let mut ping = header(PING, 0, 4).to_vec();
+            ping.extend(id.to_be_bytes());
+            client.write_all(&ping).await.unwrap();
+            let (_, payload) = read_frame(&mut client).await;
+            assert_eq!(payload, id.to_be_bytes());
+        }
+        assert!(session.streams.recv().await.is_none());
+        let mut rest = Vec::new();
+        client.read_to_end(&mut rest).await.unwrap();
+        assert!(rest.is_empty());
     }
 }

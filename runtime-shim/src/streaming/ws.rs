@@ -5,6 +5,8 @@
 //! payload is a channel number half-closes that channel (the client's end of stdin).
 
 use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
 
 use base64::Engine;
 use futures::{SinkExt, StreamExt};
@@ -17,6 +19,7 @@ use tokio_tungstenite::tungstenite::protocol::CloseFrame;
 use tokio_tungstenite::tungstenite::protocol::Role;
 use tokio_tungstenite::tungstenite::protocol::frame::coding::CloseCode;
 
+use super::idle::Idle;
 use super::spdy::ChannelReader;
 
 /// The v5 channel whose messages half-close another channel.
@@ -83,13 +86,26 @@ pub struct Channels {
 }
 
 impl Channels {
-    /// Serves `readable` and `writable` channels on the upgraded connection with `framing`.
-    pub async fn start(upgraded: Upgraded, framing: Framing, readable: &[u8], writable: &[u8]) -> Channels {
+    /// Serves `readable` and `writable` channels on the upgraded connection with `framing`; the
+    /// connection closes after `idle_timeout` without a message either way.
+    pub async fn start(
+        upgraded: Upgraded,
+        framing: Framing,
+        readable: &[u8],
+        writable: &[u8],
+        idle_timeout: Duration,
+    ) -> Channels {
         let ws = WebSocketStream::from_raw_socket(TokioIo::new(upgraded), Role::Server, None).await;
-        Self::start_on(ws, framing, readable, writable)
+        Self::start_on(ws, framing, readable, writable, idle_timeout)
     }
 
-    fn start_on<S>(ws: WebSocketStream<S>, framing: Framing, readable: &[u8], writable: &[u8]) -> Channels
+    fn start_on<S>(
+        ws: WebSocketStream<S>,
+        framing: Framing,
+        readable: &[u8],
+        writable: &[u8],
+        idle_timeout: Duration,
+    ) -> Channels
     where
         S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
     {
@@ -106,8 +122,15 @@ impl Channels {
             .iter()
             .map(|&channel| (channel, ChannelWriter { channel, framing, messages: messages.clone() }))
             .collect();
-        let writer = tokio::spawn(write_messages(sink, rx));
-        tokio::spawn(read_messages(stream, framing, senders));
+        let idle = Idle::start(idle_timeout);
+        let writer = tokio::spawn(write_messages(sink, rx, idle.clone()));
+        tokio::spawn(async move {
+            tokio::select! {
+                () = read_messages(stream, framing, senders, &idle) => {}
+                () = idle.expired.cancelled() => {}
+            }
+            idle.finish();
+        });
         Channels { readers, writers, messages, writer }
     }
 
@@ -119,11 +142,19 @@ impl Channels {
     }
 }
 
-async fn write_messages<S>(mut sink: S, mut messages: mpsc::Receiver<Message>)
+async fn write_messages<S>(mut sink: S, mut messages: mpsc::Receiver<Message>, idle: Arc<Idle>)
 where
     S: futures::Sink<Message> + Unpin,
 {
-    while let Some(message) = messages.recv().await {
+    loop {
+        let message = tokio::select! {
+            message = messages.recv() => match message { Some(message) => message, None => break },
+            () = idle.expired.cancelled() => {
+                let _ = sink.close().await;
+                return;
+            }
+        };
+        idle.touch();
         if sink.send(message).await.is_err() {
             return;
         }
@@ -138,10 +169,12 @@ async fn read_messages<S>(
     mut stream: S,
     framing: Framing,
     mut senders: HashMap<u8, mpsc::UnboundedSender<Vec<u8>>>,
+    idle: &Idle,
 ) where
     S: futures::Stream<Item = Result<Message, tokio_tungstenite::tungstenite::Error>> + Unpin,
 {
     while let Some(Ok(message)) = stream.next().await {
+        idle.touch();
         let (channel, data) = match message {
             // x/net/websocket's Message.Receive takes text frames as bytes too.
             Message::Binary(bytes) if !framing.base64 => match bytes.split_first() {
@@ -203,7 +236,7 @@ mod tests {
         let (client, server) = tokio::io::duplex(1 << 16);
         let server = WebSocketStream::from_raw_socket(server, Role::Server, None).await;
         let client = WebSocketStream::from_raw_socket(client, Role::Client, None).await;
-        (Channels::start_on(server, framing(protocol), &[0, 4], &[1, 3]), client)
+        (Channels::start_on(server, framing(protocol), &[0, 4], &[1, 3], Duration::from_secs(3600)), client)
     }
 
     #[tokio::test]
