@@ -9,6 +9,7 @@
 //! - [`image`]: images: references, the content store, pulls, layer snapshots, overlay root filesystems.
 //! - [`oci`]: the OCI runtime spec of a container, built from its CRI config and image config.
 //! - [`cgroup`]: cgroup v1/v2/hybrid layouts, cgroups paths, resources, usage stats, removal.
+//! - [`streaming`]: the streaming server of Exec, Attach and PortForward (SPDY/3.1 and websocket).
 
 pub mod cgroup;
 pub mod config;
@@ -17,3 +18,4 @@ pub mod network;
 pub mod oci;
 pub mod server;
 pub mod service;
+pub mod streaming;
