@@ -7,9 +7,15 @@
 //!   UpdateRuntimeConfig so far; every other RPC answers `Unimplemented`).
 //! - [`network`]: whether the pod network is ready (the CNI network config as libcni picks it).
 //! - [`image`]: images (so far: references parsed and normalized as containerd does).
+//! - [`oci`]: the OCI runtime binary's driver (runc, crun).
+//! - [`monitor`]: the per-container monitor process (`keel-shim monitor`).
+//! - [`container`]: containers' records and lifecycle.
 
 pub mod config;
+pub mod container;
 pub mod image;
+pub mod monitor;
 pub mod network;
+pub mod oci;
 pub mod server;
 pub mod service;

@@ -1,0 +1,3 @@
+//! OCI: the runtime binary's driver ([`runtime`]).
+
+pub mod runtime;
