@@ -165,6 +165,10 @@ fn log_lines(path: &Path) -> Vec<(String, String, String)> {
         .collect()
 }
 
+fn request_log(fixture: &Fixture, id: &str) -> PathBuf {
+    fixture.root.path().join("logs").join(format!("{id}.log"))
+}
+
 fn process_gone(pid: i32) -> bool {
     !Path::new(&format!("/proc/{pid}")).exists()
         || std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|stat| stat.contains(") Z "))
@@ -372,11 +376,14 @@ async fn attach_reads_output_and_writes_stdin() {
 #[tokio::test(flavor = "multi_thread")]
 async fn a_restarted_keel_shim_readopts_a_running_container() {
     let mut fixture = Fixture::new();
-    let request =
-        fixture.request("runc", &["sh", "-c", "trap 'exit 5' TERM; while true; do sleep 0.1; done"]);
+    let request = fixture
+        .request("runc", &["sh", "-c", "trap 'exit 5' TERM; echo ready; while true; do sleep 0.1; done"]);
     let id = request.id.clone();
     fixture.containers.create(request).await.expect("create");
+    let log = request_log(&fixture, &id);
     fixture.containers.start(&id).await.expect("start");
+    // TERM is trapped once the shell said so (a PID 1 ignores signals it has no handler for).
+    eventually("ready in the log", || log_lines(&log).iter().any(|(_, _, text)| text == "ready")).await;
     fixture.reopen();
     let mut events = fixture.containers.events();
     assert_eq!(state(&fixture.containers, &id), api::ContainerState::ContainerRunning);
@@ -405,4 +412,124 @@ async fn bad_creates_leave_nothing_behind() {
     assert!(!fixture.root.path().join("containers").join(&id).exists());
     assert!(!fixture.runtime_state_dir("runc", &id).exists());
     assert!(fixture.containers.list(None).is_empty());
+}
+
+fn memory_limit(bytes: i64) -> oci_spec::runtime::LinuxResources {
+    let memory = oci_spec::runtime::LinuxMemoryBuilder::default().limit(bytes).build().expect("memory");
+    oci_spec::runtime::LinuxResourcesBuilder::default().memory(memory).build().expect("resources")
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_oom_kill_is_reported_and_resources_update() {
+    let mut fixture = Fixture::new();
+    let mut request = fixture.request("runc", &["busybox", "tail", "-c", "400000000", "/dev/zero"]);
+    if let Some(linux) = request.spec.linux_mut() {
+        linux.set_resources(Some(memory_limit(32 << 20)));
+    }
+    let id = request.id.clone();
+    fixture.containers.create(request).await.expect("create");
+    fixture.containers.start(&id).await.expect("start");
+    let status = wait_exited(&fixture.containers, &id).await;
+    assert_eq!((status.exit_code, status.reason.as_str()), (137, "OOMKilled"));
+    fixture.containers.remove(&id).await.expect("remove");
+
+    let request = fixture.request("runc", &["sh", "-c", "while true; do sleep 1; done"]);
+    let id = request.id.clone();
+    fixture.containers.create(request).await.expect("create");
+    fixture.containers.start(&id).await.expect("start");
+    fixture.containers.update_resources(&id, memory_limit(64 << 20)).await.expect("update");
+    let limit =
+        std::fs::read_to_string(format!("/sys/fs/cgroup/memory/keel-shim-test-{id}/memory.limit_in_bytes"))
+            .expect("the memory cgroup");
+    assert_eq!(limit.trim(), (64u64 << 20).to_string());
+    fixture.containers.remove(&id).await.expect("remove");
+    let error = fixture.containers.update_resources(&id, memory_limit(64 << 20)).await.expect_err("gone");
+    assert_eq!(error.code(), tonic::Code::NotFound);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn exec_streams_with_pipes_and_a_terminal() {
+    let mut fixture = Fixture::new();
+    let request = fixture.request("crun", &["sh", "-c", "while true; do sleep 1; done"]);
+    let id = request.id.clone();
+    fixture.containers.create(request).await.expect("create");
+    fixture.containers.start(&id).await.expect("start");
+
+    let (out_writer, mut out_reader) = tokio::io::duplex(64 * 1024);
+    let (err_writer, mut err_reader) = tokio::io::duplex(64 * 1024);
+    let io = StreamIo {
+        stdin: Some(Box::new(std::io::Cursor::new(b"abc".to_vec()))),
+        stdout: Some(Box::new(out_writer)),
+        stderr: Some(Box::new(err_writer)),
+        resize: None,
+    };
+    let cmd: Vec<String> = ["sh", "-c", "cat; echo e >&2; exit 2"].map(str::to_owned).to_vec();
+    let code = fixture.containers.exec(&id, &cmd, false, io).await.expect("exec");
+    let (mut out, mut err) = (String::new(), String::new());
+    out_reader.read_to_string(&mut out).await.expect("stdout");
+    err_reader.read_to_string(&mut err).await.expect("stderr");
+    assert_eq!((out.as_str(), err.as_str(), code), ("abc", "e\n", 2));
+
+    let (out_writer, mut out_reader) = tokio::io::duplex(64 * 1024);
+    let io = StreamIo { stdout: Some(Box::new(out_writer)), ..Default::default() };
+    let cmd: Vec<String> = ["sh", "-c", "[ -t 1 ] && echo a-tty; exit 4"].map(str::to_owned).to_vec();
+    let code = fixture.containers.exec(&id, &cmd, true, io).await.expect("exec with a tty");
+    let mut out = String::new();
+    out_reader.read_to_string(&mut out).await.expect("stdout");
+    assert_eq!((out.trim(), code), ("a-tty", 4));
+    fixture.containers.remove(&id).await.expect("remove");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn attach_to_a_terminal_follows_resizes_under_runc() {
+    attach_to_a_terminal("runc").await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn attach_to_a_terminal_follows_resizes_under_crun() {
+    attach_to_a_terminal("crun").await;
+}
+
+async fn attach_to_a_terminal(handler: &str) {
+    use tokio::io::AsyncWriteExt;
+    let mut fixture = Fixture::new();
+    let script = "while read x; do [ \"$x\" = q ] && exit 0; busybox stty size; done";
+    let mut request = fixture.request(handler, &["sh", "-c", script]);
+    request.tty = true;
+    request.stdin = true;
+    let (id, log) = (request.id.clone(), request.log_path.clone().expect("log"));
+    fixture.containers.create(request).await.expect("create");
+    fixture.containers.start(&id).await.expect("start");
+    let (mut stdin, stdin_reader) = tokio::io::duplex(1024);
+    let (out_writer, mut out_reader) = tokio::io::duplex(64 * 1024);
+    let (resize, resizes) = tokio::sync::mpsc::channel(4);
+    let io = StreamIo {
+        stdin: Some(Box::new(stdin_reader)),
+        stdout: Some(Box::new(out_writer)),
+        stderr: None,
+        resize: Some(resizes),
+    };
+    let containers = fixture.containers.clone();
+    let attach_id = id.clone();
+    let attached = tokio::spawn(async move { containers.attach(&attach_id, io).await });
+    resize.send(keel_shim::container::TerminalSize { width: 100, height: 30 }).await.expect("resize");
+    let mut seen = String::new();
+    let mut buf = vec![0u8; 4096];
+    for _ in 0..200 {
+        stdin.write_all(b"s\n").await.expect("stdin");
+        if let Ok(Ok(n)) = tokio::time::timeout(Duration::from_millis(50), out_reader.read(&mut buf)).await {
+            seen.push_str(&String::from_utf8_lossy(&buf[..n]));
+        }
+        if seen.contains("30 100") {
+            break;
+        }
+    }
+    assert!(seen.contains("30 100"), "{seen:?}");
+    stdin.write_all(b"q\n").await.expect("stdin");
+    attached.await.expect("join").expect("attach");
+    let status = wait_exited(&fixture.containers, &id).await;
+    assert_eq!(status.exit_code, 0);
+    // A terminal's output is logged as stdout.
+    assert!(log_lines(&log).iter().any(|(stream, _, text)| stream == "stdout" && text == "30 100"));
+    fixture.containers.remove(&id).await.expect("remove");
 }

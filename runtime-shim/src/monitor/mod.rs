@@ -31,7 +31,7 @@ use crate::oci::runtime::OciRuntime;
 pub const ATTACH_SOCKET: &str = "attach.sock";
 /// The control socket's name in the container directory.
 pub const CONTROL_SOCKET: &str = "control.sock";
-/// The console socket's name (tty containers) in the container directory.
+/// The console socket's name (tty containers) in the bundle directory (the runtime dials it from there).
 pub const CONSOLE_SOCKET: &str = "console.sock";
 /// The longest log line written as one entry; longer lines are cut into partial (`P`) entries.
 pub const MAX_LINE: usize = 16 * 1024;
@@ -450,12 +450,16 @@ fn start_container(args: &MonitorArgs, status: &mut Option<File>) -> anyhow::Res
     let mut copiers = Vec::new();
     let input;
     if args.tty {
-        let _ = std::fs::remove_file(CONSOLE_SOCKET);
-        let console = UnixListener::bind(CONSOLE_SOCKET).context("binding the console socket")?;
+        // The runtime changes into the bundle before it dials the socket: bind it there, by a path
+        // relative to ours (short whatever the state root), and name it relative to the bundle.
+        let bundle = args.bundle.strip_prefix(&dir).unwrap_or(&args.bundle);
+        let console_path = bundle.join(CONSOLE_SOCKET);
+        let _ = std::fs::remove_file(&console_path);
+        let console = UnixListener::bind(&console_path).context("binding the console socket")?;
         let stdio = [Stdio::null(), Stdio::null(), Stdio::null()];
         let created =
             runtime.create(&args.id, &args.bundle, &pid_file, Some(Path::new(CONSOLE_SOCKET)), stdio);
-        let _ = std::fs::remove_file(CONSOLE_SOCKET);
+        let _ = std::fs::remove_file(&console_path);
         created?;
         let master = receive_master(&console).context("receiving the container's terminal")?;
         let output = master.try_clone()?;
