@@ -533,3 +533,41 @@ async fn attach_to_a_terminal(handler: &str) {
     assert!(log_lines(&log).iter().any(|(stream, _, text)| stream == "stdout" && text == "30 100"));
     fixture.containers.remove(&id).await.expect("remove");
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_container_sharing_a_pid_namespace_ends_with_its_init() {
+    let mut fixture = Fixture::new();
+    let request = fixture.request("runc", &["sh", "-c", "while true; do sleep 1; done"]);
+    let pod = request.id.clone();
+    fixture.containers.create(request).await.expect("create");
+    fixture.containers.start(&pod).await.expect("start");
+    let pod_init: i32 =
+        std::fs::read_to_string(fixture.root.path().join("containers").join(&pod).join("init.pid"))
+            .expect("pid")
+            .trim()
+            .parse()
+            .expect("pid");
+
+    // A second container in the first one's PID namespace leaves a child behind that holds its
+    // stdout: the monitor kills it when the init exits.
+    let mut request = fixture.request("runc", &["sh", "-c", "busybox sleep 1234 & echo started; exit 0"]);
+    if let Some(linux) = request.spec.linux_mut() {
+        let mut namespaces = linux.namespaces().clone().unwrap_or_default();
+        for ns in &mut namespaces {
+            if ns.typ() == oci_spec::runtime::LinuxNamespaceType::Pid {
+                ns.set_path(Some(PathBuf::from(format!("/proc/{pod_init}/ns/pid"))));
+            }
+        }
+        linux.set_namespaces(Some(namespaces));
+    }
+    let id = request.id.clone();
+    fixture.containers.create(request).await.expect("create");
+    fixture.containers.start(&id).await.expect("start");
+    let status = wait_exited(&fixture.containers, &id).await;
+    assert_eq!((status.exit_code, status.reason.as_str()), (0, "Completed"));
+    let (out, _, _) =
+        fixture.containers.exec_sync(&pod, &["ps".to_owned()], Duration::ZERO).await.expect("ps");
+    assert!(!String::from_utf8_lossy(&out).contains("sleep 1234"), "{}", String::from_utf8_lossy(&out));
+    fixture.containers.remove(&id).await.expect("remove");
+    fixture.containers.remove(&pod).await.expect("remove");
+}

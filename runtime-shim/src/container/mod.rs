@@ -210,7 +210,8 @@ fn is_mount_point(path: &Path) -> bool {
 
 impl Containers {
     /// Opens the containers under `root` (`root/containers`, the runtimes' state in
-    /// `root/runtime/<handler>`), re-executing this binary (`/proc/self/exe`) as the monitor.
+    /// `root/runtime/<handler>`), re-executing this binary (`/proc/self/exe`) as the monitor. Call it
+    /// inside a tokio runtime: it watches the re-adopted containers' monitors.
     pub fn open(root: &Path, runtimes: &BTreeMap<String, PathBuf>) -> io::Result<Containers> {
         Containers::open_with_monitor(root, runtimes, Path::new("/proc/self/exe"))
     }
@@ -512,7 +513,25 @@ impl Containers {
         }
         let runtime = self.runtime(&record.handler)?;
         let cid = record.id.clone();
-        blocking(move || runtime.start(&cid)).await?;
+        let rt = runtime.clone();
+        if let Err(e) = blocking(move || rt.start(&cid)).await {
+            // As containerd: a container that failed to start is exited (StartError, 128), and its
+            // init (still waiting in the runtime) goes.
+            let record = {
+                let mut current = entry.record.lock().unwrap_or_else(PoisonError::into_inner);
+                current.state = State::Exited;
+                current.finished_at = monitor::now().1;
+                current.exit_code = 128;
+                current.reason = "StartError".to_owned();
+                current.message = e.message().to_owned();
+                let _ = save(&self.inner.dir.join(&current.id), &current);
+                current.clone()
+            };
+            let cid = record.id.clone();
+            let _ = blocking(move || runtime.delete(&cid, true)).await;
+            self.emit(api::ContainerEventType::ContainerStoppedEvent, &record);
+            return Err(e);
+        }
         let record = {
             let mut current = entry.record.lock().unwrap_or_else(PoisonError::into_inner);
             current.started_at = monitor::now().1;

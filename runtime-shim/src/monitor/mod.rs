@@ -402,6 +402,13 @@ fn read_oom_kills(file: &Path) -> Option<u64> {
     text.lines().find_map(|line| line.strip_prefix("oom_kill ")).and_then(|n| n.trim().parse().ok())
 }
 
+/// Whether the bundle's spec gives the container a PID namespace of its own (one without a path).
+fn owns_pid_namespace(bundle: &Path) -> bool {
+    let Ok(spec) = oci_spec::runtime::Spec::load(bundle.join("config.json")) else { return true };
+    let namespaces = spec.linux().as_ref().and_then(|linux| linux.namespaces().clone()).unwrap_or_default();
+    namespaces.iter().any(|ns| ns.typ() == oci_spec::runtime::LinuxNamespaceType::Pid && ns.path().is_none())
+}
+
 fn report(status: &mut Option<File>, line: &str) {
     if let Some(mut pipe) = status.take() {
         let _ = pipe.write_all(line.as_bytes());
@@ -525,10 +532,21 @@ fn start_container(args: &MonitorArgs, status: &mut Option<File>) -> anyhow::Res
     };
     let oom_killed =
         oom.is_some_and(|(file, before)| read_oom_kills(&file).is_some_and(|after| after > before));
-    // The output ends when the last writer (the init and whatever it left behind) is gone.
-    for copier in copiers {
-        let _ = copier.join();
+    // Without a PID namespace of its own, the container's other processes outlive its init (and
+    // would hold its output open): kill them, as containerd's shim does.
+    if !owns_pid_namespace(&args.bundle) {
+        let _ = runtime.kill(&args.id, libc::SIGKILL, true);
     }
+    // The output ends when the last writer is gone; a writer that escaped the container (a process
+    // that kept the pipe) does not hold the exit back for long.
+    let (done, copied) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for copier in copiers {
+            let _ = copier.join();
+        }
+        let _ = done.send(());
+    });
+    let _ = copied.recv_timeout(std::time::Duration::from_secs(5));
     let (finished_at, finished_at_ns) = now();
     let reason = if oom_killed {
         "OOMKilled"
