@@ -176,7 +176,12 @@ fn process_gone(pid: i32) -> bool {
 
 fn next_event(events: &mut broadcast::Receiver<api::ContainerEventResponse>) -> api::ContainerEventType {
     let event = events.try_recv().expect("an event");
-    assert_eq!(event.containers_statuses.len(), 1);
+    let kind = api::ContainerEventType::try_from(event.container_event_type).expect("an event type");
+    if kind == api::ContainerEventType::ContainerDeletedEvent {
+        assert!(event.containers_statuses.iter().all(|status| status.id != event.container_id));
+    } else {
+        assert_eq!(event.containers_statuses[0].id, event.container_id);
+    }
     api::ContainerEventType::try_from(event.container_event_type).expect("an event type")
 }
 
@@ -570,4 +575,40 @@ async fn a_container_sharing_a_pid_namespace_ends_with_its_init() {
     assert!(!String::from_utf8_lossy(&out).contains("sleep 1234"), "{}", String::from_utf8_lossy(&out));
     fixture.containers.remove(&id).await.expect("remove");
     fixture.containers.remove(&pod).await.expect("remove");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_exit_while_keel_shim_is_away_is_read_from_the_exit_file() {
+    let mut fixture = Fixture::new();
+    let request = fixture.request("runc", &["sh", "-c", "while true; do sleep 1; done"]);
+    let id = request.id.clone();
+    fixture.containers.create(request).await.expect("create");
+    fixture.containers.start(&id).await.expect("start");
+    // "keel-shim is away": the Containers that watched the container is gone (one elsewhere replaces
+    // it), and the container is killed meanwhile.
+    let elsewhere = fixture.root.path().join("elsewhere");
+    let old = std::mem::replace(
+        &mut fixture.containers,
+        Containers::open_with_monitor(&elsewhere, &runtimes(), monitor_binary()).expect("open"),
+    );
+    drop(old);
+    let state = fixture.root.path().join("runtime/runc");
+    let status = std::process::Command::new(RUNC)
+        .arg("--root")
+        .arg(&state)
+        .args(["kill", &id, "KILL"])
+        .status()
+        .expect("runc kill");
+    assert!(status.success());
+    let dir = fixture.root.path().join("containers").join(&id);
+    eventually("the exit file", || dir.join("exit.json").exists()).await;
+    let record = std::fs::read_to_string(dir.join("container.json")).expect("record");
+    assert!(record.contains("\"Running\""), "nobody updated the record meanwhile");
+    fixture.reopen();
+    let status = fixture.containers.status(&id).expect("status");
+    assert_eq!(status.state, api::ContainerState::ContainerExited as i32);
+    assert_eq!((status.exit_code, status.reason.as_str()), (137, "Error"));
+    assert!(status.finished_at > 0);
+    fixture.containers.remove(&id).await.expect("remove");
+    assert!(!fixture.runtime_state_dir("runc", &id).exists());
 }

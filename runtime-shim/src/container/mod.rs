@@ -142,10 +142,14 @@ struct Inner {
     entries: Mutex<HashMap<String, Arc<Entry>>>,
     events: broadcast::Sender<api::ContainerEventResponse>,
     unmount: Mutex<Option<RootfsHook>>,
+    sandbox_status: Mutex<Option<SandboxStatusHook>>,
 }
 
 /// Called by [`Containers::remove`] with the rootfs path before the container's directory goes.
 pub type RootfsHook = Arc<dyn Fn(&Path) -> io::Result<()> + Send + Sync>;
+
+/// Gives the status of a pod sandbox (by id) for container events.
+pub type SandboxStatusHook = Arc<dyn Fn(&str) -> Option<api::PodSandboxStatus> + Send + Sync>;
 
 /// The containers of one keel-shim (Clone: a handle).
 #[derive(Clone)]
@@ -236,6 +240,7 @@ impl Containers {
                 entries: Mutex::new(HashMap::new()),
                 events,
                 unmount: Mutex::new(None),
+                sandbox_status: Mutex::new(None),
             }),
         };
         for entry in std::fs::read_dir(&dir)? {
@@ -258,6 +263,11 @@ impl Containers {
     /// Sets what [`Containers::remove`] calls with the rootfs mount point (the image store's unmount).
     pub fn set_rootfs_unmounter(&self, hook: RootfsHook) {
         *self.inner.unmount.lock().unwrap_or_else(PoisonError::into_inner) = Some(hook);
+    }
+
+    /// Sets where container events get their pod's status (the sandbox store).
+    pub fn set_sandbox_status(&self, hook: SandboxStatusHook) {
+        *self.inner.sandbox_status.lock().unwrap_or_else(PoisonError::into_inner) = Some(hook);
     }
 
     fn adopt(&self, record: Record) {
@@ -889,13 +899,32 @@ fn on_monitor_exit(inner: &Inner, entry: &Entry) {
     emit(inner, api::ContainerEventType::ContainerStoppedEvent, &record);
 }
 
+/// Sends an event as containerd 1.7 does for the evented PLEG: the statuses of every container of
+/// the pod (the deleted one no longer among them), the event's container first, and the pod's status
+/// from the sandbox hook.
 fn emit(inner: &Inner, kind: api::ContainerEventType, record: &Record) {
+    if inner.events.receiver_count() == 0 {
+        return;
+    }
+    let entries: Vec<Arc<Entry>> =
+        inner.entries.lock().unwrap_or_else(PoisonError::into_inner).values().cloned().collect();
+    let mut statuses = Vec::new();
+    if kind != api::ContainerEventType::ContainerDeletedEvent {
+        statuses.push(status_of(record));
+    }
+    for entry in entries {
+        let other = entry.record();
+        if other.sandbox_id == record.sandbox_id && other.id != record.id {
+            statuses.push(status_of(&other));
+        }
+    }
+    let hook = inner.sandbox_status.lock().unwrap_or_else(PoisonError::into_inner).clone();
     let _ = inner.events.send(api::ContainerEventResponse {
         container_id: record.id.clone(),
         container_event_type: kind as i32,
         created_at: monitor::now().1,
-        pod_sandbox_status: None,
-        containers_statuses: vec![status_of(record)],
+        pod_sandbox_status: hook.and_then(|hook| hook(&record.sandbox_id)),
+        containers_statuses: statuses,
     });
 }
 
