@@ -453,9 +453,18 @@ async fn an_oom_kill_is_reported_and_resources_update() {
 }
 
 #[tokio::test(flavor = "multi_thread")]
-async fn exec_streams_with_pipes_and_a_terminal() {
+async fn exec_streams_with_pipes_and_a_terminal_under_runc() {
+    exec_streams("runc").await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn exec_streams_with_pipes_and_a_terminal_under_crun() {
+    exec_streams("crun").await;
+}
+
+async fn exec_streams(handler: &str) {
     let mut fixture = Fixture::new();
-    let request = fixture.request("crun", &["sh", "-c", "while true; do sleep 1; done"]);
+    let request = fixture.request(handler, &["sh", "-c", "while true; do sleep 1; done"]);
     let id = request.id.clone();
     fixture.containers.create(request).await.expect("create");
     fixture.containers.start(&id).await.expect("start");
@@ -482,6 +491,24 @@ async fn exec_streams_with_pipes_and_a_terminal() {
     let mut out = String::new();
     out_reader.read_to_string(&mut out).await.expect("stdout");
     assert_eq!((out.trim(), code), ("a-tty", 4));
+
+    // A terminal exec follows resizes.
+    let (stdin_writer, stdin_reader) = tokio::io::duplex(1024);
+    let (out_writer, out_reader) = tokio::io::duplex(64 * 1024);
+    let (resize, resizes) = tokio::sync::mpsc::channel(4);
+    let io = StreamIo {
+        stdin: Some(Box::new(stdin_reader)),
+        stdout: Some(Box::new(out_writer)),
+        stderr: None,
+        resize: Some(resizes),
+    };
+    let (containers, exec_id) = (fixture.containers.clone(), id.clone());
+    let cmd: Vec<String> = ["sh", "-c", TERMINAL_LOOP].map(str::to_owned).to_vec();
+    let exec = tokio::spawn(async move { containers.exec(&exec_id, &cmd, true, io).await });
+    resize.send(keel_shim::container::TerminalSize { width: 100, height: 30 }).await.expect("resize");
+    let (mut stdin, mut out) = (stdin_writer, out_reader);
+    resize_seen(&mut stdin, &mut out).await;
+    assert_eq!(exec.await.expect("join").expect("exec"), 0);
     fixture.containers.remove(&id).await.expect("remove");
 }
 
@@ -495,11 +522,36 @@ async fn attach_to_a_terminal_follows_resizes_under_crun() {
     attach_to_a_terminal("crun").await;
 }
 
-async fn attach_to_a_terminal(handler: &str) {
+/// Asks the shell loop of [`TERMINAL_LOOP`] for its terminal's size until it answers `30 100`, then
+/// makes it exit.
+async fn resize_seen(stdin: &mut tokio::io::DuplexStream, out: &mut tokio::io::DuplexStream) {
     use tokio::io::AsyncWriteExt;
+    let mut seen = String::new();
+    let mut buf = vec![0u8; 4096];
+    // Ask every 100 ms (the shell may not run yet, and a resize may land after a first answer); give up
+    // after a minute.
+    let give_up = tokio::time::Instant::now() + Duration::from_secs(60);
+    let mut ask = tokio::time::interval(Duration::from_millis(100));
+    while !seen.contains("30 100") && tokio::time::Instant::now() < give_up {
+        tokio::select! {
+            _ = ask.tick() => stdin.write_all(b"s\n").await.expect("stdin"),
+            read = out.read(&mut buf) => {
+                let n = read.expect("output");
+                assert!(n > 0, "the output ended: {seen:?}");
+                seen.push_str(&String::from_utf8_lossy(&buf[..n]));
+            }
+        }
+    }
+    assert!(seen.contains("30 100"), "{seen:?}");
+    stdin.write_all(b"q\n").await.expect("stdin");
+}
+
+/// A shell that prints its terminal's size for every line and exits on `q`.
+const TERMINAL_LOOP: &str = "while read x; do [ \"$x\" = q ] && exit 0; busybox stty size; done";
+
+async fn attach_to_a_terminal(handler: &str) {
     let mut fixture = Fixture::new();
-    let script = "while read x; do [ \"$x\" = q ] && exit 0; busybox stty size; done";
-    let mut request = fixture.request(handler, &["sh", "-c", script]);
+    let mut request = fixture.request(handler, &["sh", "-c", TERMINAL_LOOP]);
     request.tty = true;
     request.stdin = true;
     let (id, log) = (request.id.clone(), request.log_path.clone().expect("log"));
@@ -518,19 +570,7 @@ async fn attach_to_a_terminal(handler: &str) {
     let attach_id = id.clone();
     let attached = tokio::spawn(async move { containers.attach(&attach_id, io).await });
     resize.send(keel_shim::container::TerminalSize { width: 100, height: 30 }).await.expect("resize");
-    let mut seen = String::new();
-    let mut buf = vec![0u8; 4096];
-    for _ in 0..200 {
-        stdin.write_all(b"s\n").await.expect("stdin");
-        if let Ok(Ok(n)) = tokio::time::timeout(Duration::from_millis(50), out_reader.read(&mut buf)).await {
-            seen.push_str(&String::from_utf8_lossy(&buf[..n]));
-        }
-        if seen.contains("30 100") {
-            break;
-        }
-    }
-    assert!(seen.contains("30 100"), "{seen:?}");
-    stdin.write_all(b"q\n").await.expect("stdin");
+    resize_seen(&mut stdin, &mut out_reader).await;
     attached.await.expect("join").expect("attach");
     let status = wait_exited(&fixture.containers, &id).await;
     assert_eq!(status.exit_code, 0);

@@ -451,7 +451,7 @@ impl Containers {
                 return Err(Status::internal(format!("creating container {}: {message}", request.id)));
             }
         };
-        let (created_at, _) = (monitor::now().1, ());
+        let created_at = monitor::now().1;
         let record = Record {
             id: request.id.clone(),
             sandbox_id: request.sandbox_id,
@@ -895,8 +895,9 @@ fn on_monitor_exit(inner: &Inner, entry: &Entry) {
         let _ = save(&dir, &record);
         record.clone()
     };
-    entry.exited.send_replace(true);
+    // The event first: whoever waited for the exit finds it sent.
     emit(inner, api::ContainerEventType::ContainerStoppedEvent, &record);
+    entry.exited.send_replace(true);
 }
 
 /// Sends an event as containerd 1.7 does for the evented PLEG: the statuses of every container of

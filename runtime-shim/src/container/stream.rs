@@ -11,7 +11,7 @@ use tokio::sync::mpsc;
 use tonic::Status;
 
 use crate::monitor::frame;
-use crate::oci::runtime::{ExecOptions, OciRuntime};
+use crate::oci::runtime::{ExecOptions, Flavor, OciRuntime};
 
 /// A terminal size (columns, rows).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -177,6 +177,11 @@ pub(super) async fn exec(
         return Ok(super::exit_code(status));
     }
 
+    if runtime.flavor() == Flavor::Runc {
+        return exec_behind_a_terminal(runtime, id, process, StreamIo { stdin, stdout, stderr, resize })
+            .await;
+    }
+
     // A terminal: the runtime sends the pty master over a console socket in the container directory
     // (bound through /proc/self/fd, reached by the runtime relative to its working directory).
     let name = format!(
@@ -252,6 +257,96 @@ pub(super) async fn exec(
     };
     let ((), status) = tokio::join!(copy_out, child.wait());
     cleanup(&log);
+    let status = status.map_err(|e| internal("waiting for the runtime's exec", &e))?;
+    Ok(super::exit_code(status))
+}
+
+/// A pty pair (master, slave).
+fn openpty() -> io::Result<(OwnedFd, OwnedFd)> {
+    let (mut master, mut slave) = (-1, -1);
+    // SAFETY: openpty writes two descriptors into the given integers; the other arguments may be null.
+    let rc = unsafe {
+        libc::openpty(&mut master, &mut slave, std::ptr::null_mut(), std::ptr::null(), std::ptr::null())
+    };
+    if rc != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: fresh descriptors owned by nothing else.
+    let (master, slave) = unsafe { (OwnedFd::from_raw_fd(master), OwnedFd::from_raw_fd(slave)) };
+    for fd in [&master, &slave] {
+        // SAFETY: fcntl on a descriptor we own.
+        unsafe {
+            libc::fcntl(fd.as_raw_fd(), libc::F_SETFD, libc::FD_CLOEXEC);
+        }
+    }
+    Ok((master, slave))
+}
+
+/// A terminal exec through runc, which hands a console socket's pty only to a detached process (whose
+/// exit nobody could then wait for): runc runs attached, in a session of its own whose controlling
+/// terminal is a pty of ours. runc puts that terminal in raw mode, copies between it and the
+/// container's pty, and follows its size (SIGWINCH when we resize it); its exit status is the
+/// process's.
+async fn exec_behind_a_terminal(
+    runtime: &OciRuntime,
+    id: &str,
+    process: &Path,
+    io: StreamIo,
+) -> Result<i32, Status> {
+    use std::os::unix::process::CommandExt;
+    let internal = |context: &str, e: &dyn std::fmt::Display| Status::internal(format!("{context}: {e}"));
+    let StreamIo { stdin, stdout, stderr: _, resize } = io;
+    let (master, slave) = openpty().map_err(|e| internal("opening a terminal", &e))?;
+    let options = ExecOptions { process, pid_file: None, console_socket: None, detach: false };
+    let (mut command, log) = runtime.exec_command(id, &options);
+    let clone = |fd: &OwnedFd| fd.try_clone().map_err(|e| internal("exec", &e));
+    command.stdin(clone(&slave)?).stdout(clone(&slave)?).stderr(slave);
+    // SAFETY: setsid and ioctl are async-signal-safe; fd 0 is the pty slave set above.
+    unsafe {
+        command.pre_exec(|| {
+            if libc::setsid() < 0 || libc::ioctl(0, libc::TIOCSCTTY, 0) < 0 {
+                return Err(io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+    let mut command = tokio::process::Command::from(command);
+    command.kill_on_drop(true);
+    let spawned = command.spawn();
+    drop(command);
+    let mut child = match spawned {
+        Ok(child) => child,
+        Err(e) => {
+            let _ = std::fs::remove_file(&log);
+            return Err(internal("running the runtime's exec", &e));
+        }
+    };
+    let raw = master.as_raw_fd();
+    if let Some(mut resize) = resize {
+        tokio::spawn(async move {
+            while let Some(size) = resize.recv().await {
+                let ws =
+                    libc::winsize { ws_col: size.width, ws_row: size.height, ws_xpixel: 0, ws_ypixel: 0 };
+                // SAFETY: TIOCSWINSZ reads the winsize; a stale descriptor only makes the ioctl fail.
+                unsafe {
+                    libc::ioctl(raw, libc::TIOCSWINSZ, &ws);
+                }
+            }
+        });
+    }
+    let file = std::fs::File::from(master);
+    let writer = file.try_clone().map_err(|e| internal("exec", &e))?;
+    if let Some(from) = stdin {
+        tokio::spawn(pump(from, tokio::fs::File::from_std(writer)));
+    }
+    let copy_out = async {
+        match stdout {
+            Some(to) => pump(tokio::fs::File::from_std(file), to).await,
+            None => pump(tokio::fs::File::from_std(file), tokio::io::sink()).await,
+        }
+    };
+    let ((), status) = tokio::join!(copy_out, child.wait());
+    let _ = std::fs::remove_file(&log);
     let status = status.map_err(|e| internal("waiting for the runtime's exec", &e))?;
     Ok(super::exit_code(status))
 }

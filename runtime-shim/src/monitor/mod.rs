@@ -18,6 +18,7 @@
 use std::fs::File;
 use std::io::{self, BufRead, BufReader, Read, Write};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::unix::fs::OpenOptionsExt;
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::{Path, PathBuf};
 use std::process::{ExitCode, Stdio};
@@ -121,8 +122,6 @@ pub fn open_dir(dir: &Path) -> io::Result<OwnedFd> {
         std::fs::OpenOptions::new().read(true).custom_flags(libc::O_PATH | libc::O_DIRECTORY).open(dir)?;
     Ok(OwnedFd::from(file))
 }
-
-use std::os::unix::fs::OpenOptionsExt;
 
 /// The current time as RFC3339 with nanoseconds (trailing zeros trimmed, as Go's RFC3339Nano) and as
 /// nanoseconds since the epoch.
@@ -270,6 +269,8 @@ fn serve_attach(listener: &UnixListener, sinks: &Sinks, input: &Arc<Input>) {
     for client in listener.incoming() {
         let Ok(client) = client else { continue };
         let Ok(writer) = client.try_clone() else { continue };
+        // A client that stops reading is dropped rather than holding the container's output back.
+        let _ = writer.set_write_timeout(Some(std::time::Duration::from_secs(10)));
         sinks.clients.lock().unwrap_or_else(PoisonError::into_inner).push(writer);
         let input = Arc::clone(input);
         std::thread::spawn(move || attach_client(client, &input));
