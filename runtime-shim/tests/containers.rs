@@ -57,6 +57,18 @@ impl Fixture {
     fn request(&mut self, handler: &str, args: &[&str]) -> CreateRequest {
         let id = format!("{:016x}{:08x}", rand_u64(), std::process::id());
         self.created.push((handler.to_owned(), id.clone()));
+        request_for(self.root.path(), &self.rootfs, &id, handler, args)
+    }
+
+    fn runtime_state_dir(&self, handler: &str, id: &str) -> PathBuf {
+        self.root.path().join("runtime").join(handler).join(id)
+    }
+}
+
+/// A request for container `id` running `args` on `rootfs`, logging under `root/logs`.
+fn request_for(root: &Path, rootfs: &Path, id: &str, handler: &str, args: &[&str]) -> CreateRequest {
+    {
+        let id = id.to_owned();
         let mut spec = Spec::default();
         if let Some(process) = spec.process_mut() {
             process.set_args(Some(args.iter().map(|arg| (*arg).to_owned()).collect()));
@@ -74,20 +86,16 @@ impl Fixture {
             image_id: "sha256:id".to_owned(),
             labels: HashMap::from([("app".to_owned(), "test".to_owned())]),
             annotations: HashMap::from([("note".to_owned(), "yes".to_owned())]),
-            log_path: Some(self.root.path().join("logs").join(format!("{id}.log"))),
+            log_path: Some(root.join("logs").join(format!("{id}.log"))),
             spec,
             handler: handler.to_owned(),
             tty: false,
             stdin: false,
             stdin_once: false,
-            rootfs_mounted_at: self.rootfs.clone(),
+            rootfs_mounted_at: rootfs.to_owned(),
             mounts: Vec::new(),
             stop_signal: None,
         }
-    }
-
-    fn runtime_state_dir(&self, handler: &str, id: &str) -> PathBuf {
-        self.root.path().join("runtime").join(handler).join(id)
     }
 }
 
@@ -649,6 +657,48 @@ async fn an_exit_while_keel_shim_is_away_is_read_from_the_exit_file() {
     assert_eq!(status.state, api::ContainerState::ContainerExited as i32);
     assert_eq!((status.exit_code, status.reason.as_str()), (137, "Error"));
     assert!(status.finished_at > 0);
+    fixture.containers.remove(&id).await.expect("remove");
+    assert!(!fixture.runtime_state_dir("runc", &id).exists());
+}
+
+/// The environment variable that makes [`keel_shim_process_that_creates_a_container`] run.
+const CHILD_ENV: &str = "KEEL_SHIM_TEST_CHILD";
+
+/// Run only as a child of [`a_container_outlives_the_keel_shim_process_that_made_it`]: creates and starts
+/// a container (`KEEL_SHIM_TEST_CHILD=root,rootfs,id`), then exits, leaving its monitor behind.
+#[tokio::test(flavor = "multi_thread")]
+#[ignore = "run by a_container_outlives_the_keel_shim_process_that_made_it"]
+async fn keel_shim_process_that_creates_a_container() {
+    let Ok(spec) = std::env::var(CHILD_ENV) else { return };
+    let parts: Vec<&str> = spec.split(',').collect();
+    let (root, rootfs, id) = (Path::new(parts[0]), Path::new(parts[1]), parts[2]);
+    let containers = Containers::open_with_monitor(root, &runtimes(), monitor_binary()).expect("open");
+    let args = ["sh", "-c", "trap 'exit 6' TERM; echo ready; while true; do sleep 0.1; done"];
+    containers.create(request_for(root, rootfs, id, "runc", &args)).await.expect("create");
+    containers.start(id).await.expect("start");
+    let log = root.join("logs").join(format!("{id}.log"));
+    eventually("ready in the log", || log_lines(&log).iter().any(|(_, _, text)| text == "ready")).await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_container_outlives_the_keel_shim_process_that_made_it() {
+    let mut fixture = Fixture::new();
+    let id = format!("{:016x}{:08x}", rand_u64(), std::process::id());
+    fixture.created.push(("runc".to_owned(), id.clone()));
+    let child = std::process::Command::new(std::env::current_exe().expect("the test binary"))
+        .args(["--exact", "keel_shim_process_that_creates_a_container", "--ignored", "--nocapture"])
+        .env(CHILD_ENV, format!("{},{},{id}", fixture.root.path().display(), fixture.rootfs.display()))
+        .stdout(std::process::Stdio::null())
+        .status()
+        .expect("the child keel-shim");
+    assert!(child.success(), "the child failed");
+    fixture.reopen();
+    assert_eq!(state(&fixture.containers, &id), api::ContainerState::ContainerRunning);
+    let mut events = fixture.containers.events();
+    fixture.containers.stop(&id, Duration::from_secs(60)).await.expect("stop");
+    let status = fixture.containers.status(&id).expect("status");
+    assert_eq!((status.exit_code, status.reason.as_str()), (6, "Error"));
+    assert_eq!(next_event(&mut events), api::ContainerEventType::ContainerStoppedEvent);
     fixture.containers.remove(&id).await.expect("remove");
     assert!(!fixture.runtime_state_dir("runc", &id).exists());
 }
