@@ -702,3 +702,22 @@ async fn a_container_outlives_the_keel_shim_process_that_made_it() {
     fixture.containers.remove(&id).await.expect("remove");
     assert!(!fixture.runtime_state_dir("runc", &id).exists());
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_create_cut_short_by_a_crash_is_cleaned_up_at_open() {
+    let mut fixture = Fixture::new();
+    // What a keel-shim that died inside create leaves: a created container, no record.
+    let request = fixture.request("runc", &["sh", "-c", "while true; do sleep 1; done"]);
+    let id = request.id.clone();
+    fixture.containers.create(request).await.expect("create");
+    let dir = fixture.root.path().join("containers").join(&id);
+    let monitor: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(dir.join("container.json")).expect("record")).expect("json");
+    let monitor = monitor["monitor_pid"].as_i64().expect("pid") as i32;
+    std::fs::remove_file(dir.join("container.json")).expect("remove the record");
+    fixture.reopen();
+    assert!(!dir.exists(), "the directory is left");
+    assert!(!fixture.runtime_state_dir("runc", &id).exists(), "the runtime still knows it");
+    eventually("the monitor's end", || process_gone(monitor)).await;
+    assert!(fixture.containers.list(None).is_empty());
+}

@@ -252,12 +252,35 @@ impl Containers {
                     tracing::warn!("skipping {}: {e}", path.display());
                     continue;
                 }
-                Err(e) if e.kind() == io::ErrorKind::NotFound => continue,
+                Err(e) if e.kind() == io::ErrorKind::NotFound => {
+                    containers.clean_up_interrupted_create(&entry.path());
+                    continue;
+                }
                 Err(e) => return Err(e),
             };
             containers.adopt(record);
         }
         Ok(containers)
+    }
+
+    /// A container directory without a record is a create that keel-shim did not finish (it died
+    /// meanwhile): the runtimes forget the container (its init dies, and its monitor with it) and the
+    /// directory goes, unless a rootfs is still mounted in it (the image store's to unmount first).
+    fn clean_up_interrupted_create(&self, dir: &Path) {
+        let Some(id) = dir.file_name().and_then(|name| name.to_str()) else { return };
+        for (handler, binary) in &self.inner.runtimes {
+            if let Ok(runtime) = OciRuntime::new(binary, &self.inner.runtime_root.join(handler)) {
+                let _ = runtime.delete(id, true);
+            }
+        }
+        let rootfs = dir.join("bundle/rootfs");
+        if is_mount_point(&rootfs) {
+            tracing::warn!("{}: an unfinished container whose rootfs is still mounted; left", dir.display());
+            return;
+        }
+        if let Err(e) = std::fs::remove_dir_all(dir) {
+            tracing::warn!("removing the unfinished container {}: {e}", dir.display());
+        }
     }
 
     /// Sets what [`Containers::remove`] calls with the rootfs mount point (the image store's unmount).
@@ -321,6 +344,15 @@ impl Containers {
             .runtimes
             .get(handler)
             .ok_or_else(|| Status::invalid_argument(format!("no runtime for handler {handler:?}")))?;
+        OciRuntime::new(binary, &self.inner.runtime_root.join(handler))
+            .map_err(|e| internal("preparing the runtime's state directory", e))
+    }
+
+    /// The runtime of an existing container: its handler's, or the binary it was created with when the
+    /// handler is no longer configured (so that it can still be stopped and removed).
+    fn runtime_of(&self, record: &Record) -> Result<OciRuntime, Status> {
+        let handler = if record.handler.is_empty() { DEFAULT_HANDLER } else { &record.handler };
+        let binary = self.inner.runtimes.get(handler).unwrap_or(&record.runtime);
         OciRuntime::new(binary, &self.inner.runtime_root.join(handler))
             .map_err(|e| internal("preparing the runtime's state directory", e))
     }
@@ -521,7 +553,7 @@ impl Containers {
                 record.id, record.state
             )));
         }
-        let runtime = self.runtime(&record.handler)?;
+        let runtime = self.runtime_of(&record)?;
         let cid = record.id.clone();
         let rt = runtime.clone();
         if let Err(e) = blocking(move || rt.start(&cid)).await {
@@ -564,7 +596,7 @@ impl Containers {
         if record.state != State::Running {
             return Ok(());
         }
-        let runtime = self.runtime(&record.handler)?;
+        let runtime = self.runtime_of(&record)?;
         let mut exited = entry.exited.subscribe();
         if !timeout.is_zero() {
             let signal = record.stop_signal.as_deref().and_then(parse_signal).unwrap_or(nix::libc::SIGTERM);
@@ -590,7 +622,7 @@ impl Containers {
         };
         let _op = entry.op.lock().await;
         let record = entry.record();
-        let runtime = self.runtime(&record.handler)?;
+        let runtime = self.runtime_of(&record)?;
         if record.state == State::Running {
             self.stop(&record.id, Duration::ZERO).await?;
         }
@@ -706,7 +738,7 @@ impl Containers {
         timeout: Duration,
     ) -> Result<(Vec<u8>, Vec<u8>, i32), Status> {
         let (_, record) = self.running(id)?;
-        let runtime = self.runtime(&record.handler)?;
+        let runtime = self.runtime_of(&record)?;
         let process = self.exec_process(&record, cmd, false)?;
         let pid_file = process.with_extension("pid");
         let options =
@@ -809,7 +841,7 @@ impl Containers {
         if record.state == State::Exited {
             return Err(Status::failed_precondition(format!("container {} is not running", record.id)));
         }
-        let runtime = self.runtime(&record.handler)?;
+        let runtime = self.runtime_of(&record)?;
         let (cid, res) = (record.id.clone(), resources.clone());
         blocking(move || runtime.update(&cid, &res)).await?;
         let config = self.inner.dir.join(&record.id).join("bundle/config.json");
@@ -838,7 +870,7 @@ impl Containers {
     /// exit code.
     pub async fn exec(&self, id: &str, cmd: &[String], tty: bool, io: StreamIo) -> Result<i32, Status> {
         let (_, record) = self.running(id)?;
-        let runtime = self.runtime(&record.handler)?;
+        let runtime = self.runtime_of(&record)?;
         let process = self.exec_process(&record, cmd, tty)?;
         let dir = self.inner.dir.join(&record.id);
         let result = stream::exec(&runtime, &record.id, &dir, &process, tty, io).await;
