@@ -41,9 +41,10 @@ pub struct CreateRequest {
     pub sandbox_id: String,
     /// The CRI metadata (name, attempt).
     pub metadata: api::ContainerMetadata,
-    /// The image as the kubelet named it (ContainerConfig.image).
+    /// The image as ContainerStatus reports it (containerd 1.6: the image's first repo tag, else
+    /// ContainerConfig.image as the kubelet sent it).
     pub image: api::ImageSpec,
-    /// The image's repo digest (or id).
+    /// The image reference ContainerStatus reports (containerd 1.6: the first repo digest, else the id).
     pub image_ref: String,
     /// The image id (`sha256:<config digest>`).
     pub image_id: String,
