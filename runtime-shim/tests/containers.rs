@@ -721,3 +721,26 @@ async fn a_create_cut_short_by_a_crash_is_cleaned_up_at_open() {
     eventually("the monitor's end", || process_gone(monitor)).await;
     assert!(fixture.containers.list(None).is_empty());
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn stop_sends_the_image_stop_signal() {
+    let mut fixture = Fixture::new();
+    let script = "trap 'exit 3' QUIT; trap '' TERM; echo ready; while true; do sleep 0.1; done";
+    let mut request = fixture.request("runc", &["sh", "-c", script]);
+    request.stop_signal = Some("SIGQUIT".to_owned());
+    let (id, log) = (request.id.clone(), request.log_path.clone().expect("log"));
+    fixture.containers.create(request).await.expect("create");
+    // Stopping a created container leaves it as it is (containerd 1.6).
+    fixture.containers.stop(&id, Duration::from_secs(1)).await.expect("stop of a created container");
+    assert_eq!(state(&fixture.containers, &id), api::ContainerState::ContainerCreated);
+    fixture.containers.start(&id).await.expect("start");
+    eventually("ready in the log", || log_lines(&log).iter().any(|(_, _, text)| text == "ready")).await;
+    fixture.containers.stop(&id, Duration::from_secs(60)).await.expect("stop");
+    let status = fixture.containers.status(&id).expect("status");
+    assert_eq!((status.exit_code, status.reason.as_str()), (3, "Error"));
+    let by_sandbox = api::ContainerFilter { pod_sandbox_id: "sandbox-1".to_owned(), ..Default::default() };
+    assert_eq!(fixture.containers.list(Some(&by_sandbox)).len(), 1);
+    let other_sandbox = api::ContainerFilter { pod_sandbox_id: "other".to_owned(), ..Default::default() };
+    assert!(fixture.containers.list(Some(&other_sandbox)).is_empty());
+    fixture.containers.remove(&id).await.expect("remove");
+}

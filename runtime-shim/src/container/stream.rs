@@ -215,14 +215,22 @@ pub(super) async fn exec(
         }
     };
     let master = tokio::select! {
+        biased;
         accepted = listener.accept() => match accepted {
             Ok((stream, _)) => receive_fd(stream).await,
             Err(e) => Err(e),
         },
-        status = child.wait() => Err(io::Error::other(format!(
-            "the runtime exited ({status:?}) before sending a terminal: {}",
-            crate::oci::runtime::log_errors(&std::fs::read_to_string(&log).unwrap_or_default())
-        ))),
+        status = child.wait() => {
+            // A short process: the runtime may have sent the terminal and exited already, its
+            // connection waiting in the backlog.
+            match tokio::time::timeout(std::time::Duration::from_millis(200), listener.accept()).await {
+                Ok(Ok((stream, _))) => receive_fd(stream).await,
+                _ => Err(io::Error::other(format!(
+                    "the runtime exited ({status:?}) before sending a terminal: {}",
+                    crate::oci::runtime::log_errors(&std::fs::read_to_string(&log).unwrap_or_default())
+                ))),
+            }
+        }
     };
     let _ = std::fs::remove_file(dir.join(&name));
     let master = match master {
