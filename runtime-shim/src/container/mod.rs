@@ -788,9 +788,20 @@ impl Containers {
                     Ok((out, err, code))
                 }
                 None => {
-                    if let Some(pid) =
+                    // Kill the process itself (killing the runtime would orphan it); a runtime still
+                    // starting it writes its pid soon, or fails.
+                    let read_pid = || -> Option<i32> {
                         std::fs::read_to_string(&pid_file).ok().and_then(|p| p.trim().parse().ok())
-                    {
+                    };
+                    let mut pid = read_pid();
+                    for _ in 0..500 {
+                        if pid.is_some() || matches!(child.try_wait(), Ok(Some(_)) | Err(_)) {
+                            break;
+                        }
+                        tokio::time::sleep(Duration::from_millis(10)).await;
+                        pid = read_pid();
+                    }
+                    if let Some(pid) = pid {
                         let _ = nix::sys::signal::kill(
                             nix::unistd::Pid::from_raw(pid),
                             nix::sys::signal::Signal::SIGKILL,

@@ -96,12 +96,22 @@ pub(super) async fn attach(socket: tokio::net::UnixStream, io: StreamIo) -> io::
             let mut header = [0u8; 5];
             match read.read_exact(&mut header).await {
                 Ok(_) => {}
-                Err(e) if e.kind() == io::ErrorKind::UnexpectedEof => return Ok(()),
+                // A monitor that exits with our last input unread resets the connection; what it
+                // sent before is read first all the same (the reset is reported on an empty queue).
+                Err(e)
+                    if matches!(e.kind(), io::ErrorKind::UnexpectedEof | io::ErrorKind::ConnectionReset) =>
+                {
+                    return Ok(());
+                }
                 Err(e) => return Err(e),
             }
             let len = u32::from_be_bytes([header[1], header[2], header[3], header[4]]) as usize;
             let mut payload = vec![0u8; len];
-            read.read_exact(&mut payload).await?;
+            match read.read_exact(&mut payload).await {
+                Ok(_) => {}
+                Err(e) if e.kind() == io::ErrorKind::ConnectionReset => return Ok(()),
+                Err(e) => return Err(e),
+            }
             let sink = match header[0] {
                 frame::STDOUT => stdout.as_mut(),
                 frame::STDERR => stderr.as_mut(),
