@@ -64,7 +64,7 @@ pub struct CreateRequest {
     pub stdin: bool,
     /// Close stdin after the first attach ends.
     pub stdin_once: bool,
-    /// Where the caller mounted the rootfs (DIR/containers/<id>/bundle/rootfs by convention).
+    /// Where the caller mounted the rootfs (`DIR/containers/<id>/bundle/rootfs` by convention).
     pub rootfs_mounted_at: PathBuf,
     /// The CRI mounts, reported back by ContainerStatus.
     pub mounts: Vec<api::Mount>,
