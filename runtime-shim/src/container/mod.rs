@@ -227,6 +227,12 @@ impl Containers {
         runtimes: &BTreeMap<String, PathBuf>,
         monitor: &Path,
     ) -> io::Result<Containers> {
+        // The monitor works in the container's directory: every path it is given must be absolute.
+        let root = std::path::absolute(root)?;
+        let runtimes = runtimes
+            .iter()
+            .map(|(handler, binary)| Ok((handler.clone(), std::path::absolute(binary)?)))
+            .collect::<io::Result<BTreeMap<String, PathBuf>>>()?;
         let dir = root.join("containers");
         std::fs::create_dir_all(&dir)?;
         let runtime_root = root.join("runtime");
@@ -236,8 +242,8 @@ impl Containers {
             inner: Arc::new(Inner {
                 dir: dir.clone(),
                 runtime_root,
-                runtimes: runtimes.clone(),
-                monitor: monitor.to_owned(),
+                runtimes,
+                monitor: std::path::absolute(monitor)?,
                 entries: Mutex::new(HashMap::new()),
                 events,
                 unmount: Mutex::new(None),
@@ -417,6 +423,12 @@ impl Containers {
     ) -> Result<api::ContainerStatus, Status> {
         let bundle = dir.join("bundle");
         std::fs::create_dir_all(&bundle).map_err(|e| internal("creating the bundle", e))?;
+        let mut request = request;
+        let absolute = |path: &Path| std::path::absolute(path).map_err(|e| internal("resolving a path", e));
+        request.rootfs_mounted_at = absolute(&request.rootfs_mounted_at)?;
+        if let Some(log) = &request.log_path {
+            request.log_path = Some(absolute(log)?);
+        }
         let mut spec = request.spec;
         let mut root = spec.root().clone().unwrap_or_default();
         root.set_path(request.rootfs_mounted_at.clone());
