@@ -7,13 +7,17 @@
 //!   UpdateRuntimeConfig, and the ImageService; every other RPC answers `Unimplemented`).
 //! - [`network`]: whether the pod network is ready (the CNI network config as libcni picks it).
 //! - [`image`]: images: references, the content store, pulls, layer snapshots, overlay root filesystems.
-//! - [`oci`]: the OCI runtime spec of a container, built from its CRI config and image config.
+//! - [`oci`]: OCI runtime specs built from CRI and image configs, and the runtime binary's driver.
 //! - [`cgroup`]: cgroup v1/v2/hybrid layouts, cgroups paths, resources, usage stats, removal.
 //! - [`streaming`]: the streaming server of Exec, Attach and PortForward (SPDY/3.1 and websocket).
+//! - [`monitor`]: the per-container monitor process (`keel-shim monitor`).
+//! - [`container`]: containers' records and lifecycle.
 
 pub mod cgroup;
 pub mod config;
+pub mod container;
 pub mod image;
+pub mod monitor;
 pub mod network;
 pub mod oci;
 pub mod server;

@@ -49,6 +49,11 @@ fn import(args: &ImportArgs) -> ExitCode {
 }
 
 fn main() -> ExitCode {
+    // The hidden `keel-shim monitor ...`: one per container, started by keel-shim itself.
+    if std::env::args_os().nth(1).is_some_and(|arg| arg == "monitor") {
+        let args = keel_shim::monitor::MonitorArgs::parse_from(std::env::args_os().skip(1));
+        return keel_shim::monitor::run(&args);
+    }
     tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_default_env()

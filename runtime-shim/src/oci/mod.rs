@@ -1,3 +1,5 @@
-//! OCI runtime specs: [`spec`] builds a container's `config.json` from its CRI config and its image.
+//! OCI: the runtime spec of a container ([`spec`], built from its CRI config and its image) and the
+//! OCI runtime binary's driver ([`runtime`], runc or crun).
 
+pub mod runtime;
 pub mod spec;
