@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use k8s_cri::v1 as api;
-use keel_shim::container::{Containers, CreateRequest, StreamIo};
+use keel_shim::container::{Containers, CreateRequest, Streams};
 use oci_spec::runtime::Spec;
 use tokio::io::AsyncReadExt;
 use tokio::sync::broadcast;
@@ -369,7 +369,7 @@ async fn attach_reads_output_and_writes_stdin() {
     fixture.containers.start(&id).await.expect("start");
     let (out_writer, mut out_reader) = tokio::io::duplex(64 * 1024);
     let (err_writer, mut err_reader) = tokio::io::duplex(64 * 1024);
-    let io = StreamIo {
+    let io = Streams {
         stdin: Some(Box::new(std::io::Cursor::new(b"hello\n".to_vec()))),
         stdout: Some(Box::new(out_writer)),
         stderr: Some(Box::new(err_writer)),
@@ -479,7 +479,7 @@ async fn exec_streams(handler: &str) {
 
     let (out_writer, mut out_reader) = tokio::io::duplex(64 * 1024);
     let (err_writer, mut err_reader) = tokio::io::duplex(64 * 1024);
-    let io = StreamIo {
+    let io = Streams {
         stdin: Some(Box::new(std::io::Cursor::new(b"abc".to_vec()))),
         stdout: Some(Box::new(out_writer)),
         stderr: Some(Box::new(err_writer)),
@@ -493,7 +493,7 @@ async fn exec_streams(handler: &str) {
     assert_eq!((out.as_str(), err.as_str(), code), ("abc", "e\n", 2));
 
     let (out_writer, mut out_reader) = tokio::io::duplex(64 * 1024);
-    let io = StreamIo { stdout: Some(Box::new(out_writer)), ..Default::default() };
+    let io = Streams { stdout: Some(Box::new(out_writer)), ..Default::default() };
     let cmd: Vec<String> = ["sh", "-c", "[ -t 1 ] && echo a-tty; exit 4"].map(str::to_owned).to_vec();
     let code = fixture.containers.exec(&id, &cmd, true, io).await.expect("exec with a tty");
     let mut out = String::new();
@@ -504,7 +504,7 @@ async fn exec_streams(handler: &str) {
     let (stdin_writer, stdin_reader) = tokio::io::duplex(1024);
     let (out_writer, out_reader) = tokio::io::duplex(64 * 1024);
     let (resize, resizes) = tokio::sync::mpsc::channel(4);
-    let io = StreamIo {
+    let io = Streams {
         stdin: Some(Box::new(stdin_reader)),
         stdout: Some(Box::new(out_writer)),
         stderr: None,
@@ -568,7 +568,7 @@ async fn attach_to_a_terminal(handler: &str) {
     let (mut stdin, stdin_reader) = tokio::io::duplex(1024);
     let (out_writer, mut out_reader) = tokio::io::duplex(64 * 1024);
     let (resize, resizes) = tokio::sync::mpsc::channel(4);
-    let io = StreamIo {
+    let io = Streams {
         stdin: Some(Box::new(stdin_reader)),
         stdout: Some(Box::new(out_writer)),
         stderr: None,

@@ -29,7 +29,7 @@ use crate::config::DEFAULT_HANDLER;
 use crate::monitor::{self, ExitRecord};
 use crate::oci::runtime::{ExecOptions, OciRuntime};
 
-pub use stream::{StreamIo, TerminalSize};
+pub use stream::{Streams, TerminalSize};
 
 /// What [`Containers::create`] needs (the CRI's CreateContainer, resolved by the caller: the image
 /// looked up, the rootfs mounted, the OCI spec built).
@@ -880,7 +880,7 @@ impl Containers {
 
     /// Attaches `io` to a running container's stdio through its monitor, until the container's output
     /// ends or the client's output goes away.
-    pub async fn attach(&self, id: &str, io: StreamIo) -> Result<(), Status> {
+    pub async fn attach(&self, id: &str, io: Streams) -> Result<(), Status> {
         let (_, record) = self.running(id)?;
         let dir =
             monitor::open_dir(&self.inner.dir.join(&record.id)).map_err(|e| internal("attaching", e))?;
@@ -892,7 +892,7 @@ impl Containers {
 
     /// Runs `cmd` in a running container with `io` as its stdio (a terminal when `tty`), returning its
     /// exit code.
-    pub async fn exec(&self, id: &str, cmd: &[String], tty: bool, io: StreamIo) -> Result<i32, Status> {
+    pub async fn exec(&self, id: &str, cmd: &[String], tty: bool, io: Streams) -> Result<i32, Status> {
         let (_, record) = self.running(id)?;
         let runtime = self.runtime_of(&record)?;
         let process = self.exec_process(&record, cmd, tty)?;

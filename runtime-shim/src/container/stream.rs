@@ -1,4 +1,4 @@
-//! The streams of attach and exec: a client's stdio ([`StreamIo`]) joined to a container's attach
+//! The streams of attach and exec: a client's stdio ([`Streams`], the streaming server's) joined to a container's attach
 //! socket (the monitor's frames) or to a `<runtime> exec` process (pipes, or a pty received over a
 //! console socket).
 
@@ -13,44 +13,13 @@ use tonic::Status;
 use crate::monitor::frame;
 use crate::oci::runtime::{ExecOptions, Flavor, OciRuntime};
 
-/// A terminal size (columns, rows).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct TerminalSize {
-    /// Columns.
-    pub width: u16,
-    /// Rows.
-    pub height: u16,
-}
-
-/// A client's side of attach or exec: what it sends to the container's stdin, where the container's
-/// stdout and stderr go (a terminal has stdout only), and terminal resizes.
-#[derive(Default)]
-pub struct StreamIo {
-    /// The client's input (None: the container's stdin is not used).
-    pub stdin: Option<Box<dyn AsyncRead + Send + Unpin>>,
-    /// Where the container's stdout (or terminal) goes.
-    pub stdout: Option<Box<dyn AsyncWrite + Send + Unpin>>,
-    /// Where the container's stderr goes.
-    pub stderr: Option<Box<dyn AsyncWrite + Send + Unpin>>,
-    /// Terminal resizes.
-    pub resize: Option<mpsc::Receiver<TerminalSize>>,
-}
-
-impl std::fmt::Debug for StreamIo {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("StreamIo")
-            .field("stdin", &self.stdin.is_some())
-            .field("stdout", &self.stdout.is_some())
-            .field("stderr", &self.stderr.is_some())
-            .finish_non_exhaustive()
-    }
-}
+pub use crate::streaming::{Streams, TerminalSize};
 
 /// Joins `io` to the monitor's attach socket until the container's output ends (the monitor closes
 /// the socket) or the client's output fails.
-pub(super) async fn attach(socket: tokio::net::UnixStream, io: StreamIo) -> io::Result<()> {
+pub(super) async fn attach(socket: tokio::net::UnixStream, io: Streams) -> io::Result<()> {
     let (mut read, mut write) = socket.into_split();
-    let StreamIo { stdin, mut stdout, mut stderr, resize } = io;
+    let Streams { stdin, mut stdout, mut stderr, resize } = io;
     let (frames, mut outgoing) = mpsc::channel::<Vec<u8>>(16);
     if let Some(mut stdin) = stdin {
         let frames = frames.clone();
@@ -151,10 +120,10 @@ pub(super) async fn exec(
     dir: &Path,
     process: &Path,
     tty: bool,
-    io: StreamIo,
+    io: Streams,
 ) -> Result<i32, Status> {
     let internal = |context: &str, e: &dyn std::fmt::Display| Status::internal(format!("{context}: {e}"));
-    let StreamIo { stdin, stdout, stderr, resize } = io;
+    let Streams { stdin, stdout, stderr, resize } = io;
     if !tty {
         let options = ExecOptions { process, pid_file: None, console_socket: None, detach: false };
         let (command, log) = runtime.exec_command(id, &options);
@@ -188,7 +157,7 @@ pub(super) async fn exec(
     }
 
     if runtime.flavor() == Flavor::Runc {
-        return exec_behind_a_terminal(runtime, id, process, StreamIo { stdin, stdout, stderr, resize })
+        return exec_behind_a_terminal(runtime, id, process, Streams { stdin, stdout, stderr, resize })
             .await;
     }
 
@@ -309,11 +278,11 @@ async fn exec_behind_a_terminal(
     runtime: &OciRuntime,
     id: &str,
     process: &Path,
-    io: StreamIo,
+    io: Streams,
 ) -> Result<i32, Status> {
     use std::os::unix::process::CommandExt;
     let internal = |context: &str, e: &dyn std::fmt::Display| Status::internal(format!("{context}: {e}"));
-    let StreamIo { stdin, stdout, stderr: _, resize } = io;
+    let Streams { stdin, stdout, stderr: _, resize } = io;
     let (master, slave) = openpty().map_err(|e| internal("opening a terminal", &e))?;
     let options = ExecOptions { process, pid_file: None, console_socket: None, detach: false };
     let (mut command, log) = runtime.exec_command(id, &options);

@@ -72,7 +72,9 @@ pub struct TerminalSize {
     pub height: u16,
 }
 
-/// The streams of an exec or attach session, as the client asked for them.
+/// The streams of an exec or attach session, as the client asked for them (the container module
+/// joins them to a container's attach socket or to a `<runtime> exec` process).
+#[derive(Default)]
 pub struct Streams {
     /// The client's stdin (EOF when the client closes it), if asked for.
     pub stdin: Option<Box<dyn AsyncRead + Send + Unpin>>,
