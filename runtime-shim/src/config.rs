@@ -44,6 +44,10 @@ pub struct Args {
     /// A registry pulled from over plain HTTP; repeatable.
     #[arg(long = "insecure-registry", value_name = "HOST:PORT")]
     pub insecure_registries: Vec<String>,
+    /// Where the streaming server (the URLs Exec, Attach and PortForward answer) listens; port 0 picks
+    /// a free one (containerd's stream_server_address and stream_server_port).
+    #[arg(long, value_name = "IP:PORT", default_value = "127.0.0.1:0")]
+    pub stream_address: std::net::SocketAddr,
 }
 
 /// A command line that cannot be served.
@@ -92,6 +96,8 @@ pub struct Config {
     pub runtimes: BTreeMap<String, PathBuf>,
     /// Registries pulled from over plain HTTP (`HOST:PORT`).
     pub insecure_registries: Vec<String>,
+    /// The streaming server's address.
+    pub stream_address: std::net::SocketAddr,
 }
 
 impl Config {
@@ -148,6 +154,7 @@ impl Config {
             cni_bin_dir: args.cni_bin_dir,
             runtimes,
             insecure_registries: args.insecure_registries,
+            stream_address: args.stream_address,
         })
     }
 }

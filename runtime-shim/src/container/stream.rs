@@ -157,8 +157,7 @@ pub(super) async fn exec(
     }
 
     if runtime.flavor() == Flavor::Runc {
-        return exec_behind_a_terminal(runtime, id, process, Streams { stdin, stdout, stderr, resize })
-            .await;
+        return exec_behind_a_terminal(runtime, id, process, Streams { stdin, stdout, stderr, resize }).await;
     }
 
     // A terminal: the runtime sends the pty master over a console socket in the container directory
