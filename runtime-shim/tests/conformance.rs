@@ -108,6 +108,7 @@ impl SuiteNode {
             missing_image: format!("{PAUSE_REGISTRY}/keel/missing:v1"),
             node: Some(node.fd().clone()),
             pod_subnet: SUITE_SUBNET.parse()?,
+            ipam_dir: Some(scratch.path().join("ipam").join("keel-suite")),
             host_ip: SUITE_GATEWAY.parse()?,
             scratch: scratch.path().to_owned(),
         };

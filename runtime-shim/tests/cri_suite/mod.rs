@@ -59,6 +59,10 @@ pub struct Env {
     pub node: Option<NetNsFd>,
     /// The subnet the CNI network's IPAM gives pod IPs from.
     pub pod_subnet: ipnet::IpNet,
+    /// host-local's directory of the CNI network's allocations (`<dataDir>/<network name>`), when the
+    /// suite can read it: a pod's IP must be the one allocated to its sandbox id, and none may be left
+    /// after the cleanup.
+    pub ipam_dir: Option<PathBuf>,
     /// An address of the node that host ports answer on (the CNI bridge's gateway address).
     pub host_ip: IpAddr,
     /// A directory for pod log directories and host paths (the caller removes it).
@@ -83,17 +87,19 @@ pub async fn run_all(client: &mut CriClient, env: &Env) -> Vec<CaseResult> {
     results.extend(multi_container::run(client, env).await);
     results.extend(bad_input::run(client, env).await);
     results.extend(image::run(client, env).await);
-    results.push(case("cleanup", "removing every pod and container", cleanup(client).await));
+    results.push(case("cleanup", "removing every pod and container", cleanup(client, env).await));
     results
 }
 
-async fn cleanup(client: &mut CriClient) -> Result<(), String> {
+async fn cleanup(client: &mut CriClient, env: &Env) -> Result<(), String> {
     support::remove_everything(client).await?;
     let pods = support::list_pods(client, None).await?;
     let containers = support::list_containers(client, None).await?;
     ensure(pods.is_empty() && containers.is_empty(), || {
         format!("left after removal: pods {pods:?}, containers {containers:?}")
-    })
+    })?;
+    let held = env.ipam_dir.as_deref().map(support::allocations).unwrap_or_default();
+    ensure(held.is_empty(), || format!("addresses still allocated after every pod was removed: {held:?}"))
 }
 
 /// A [`CaseResult`].

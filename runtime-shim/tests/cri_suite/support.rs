@@ -307,3 +307,15 @@ pub async fn remove_everything(client: &mut CriClient) -> Result<(), String> {
     }
     Ok(())
 }
+
+/// host-local's allocations in `dir`: (address, owner's container id), from its files named by address
+/// whose first line is the id.
+pub fn allocations(dir: &std::path::Path) -> Vec<(std::net::IpAddr, String)> {
+    let mut held = Vec::new();
+    for entry in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+        let Some(ip) = entry.file_name().to_str().and_then(|name| name.parse().ok()) else { continue };
+        let owner = std::fs::read_to_string(entry.path()).unwrap_or_default();
+        held.push((ip, owner.lines().next().unwrap_or_default().trim().to_owned()));
+    }
+    held
+}
