@@ -4,12 +4,30 @@
 //! case asserts, the test lists it as a [`KnownDifference`] with the reason; [`check`] then requires
 //! that case to fail (so the list stays true) and every other case to pass.
 //!
-//! Groups: [`runtime_info`] (Version, Status, RuntimeConfig, UpdateRuntimeConfig). To come: sandbox,
-//! container, exec, logs, image, idempotence, networking, streaming, multi-container.
+//! Groups: [`runtime_info`] (Version, Status, RuntimeConfig, UpdateRuntimeConfig; run on its own with
+//! several CNI conf dirs), and the groups [`run_all`] runs in order on one runtime serving the suite
+//! alone: [`sandbox`], [`container`], [`exec`], [`logs`], [`idempotence`], [`networking`],
+//! [`streaming`], [`multi_container`], [`bad_input`], [`image`] (last: it removes an image).
 
 #![allow(dead_code, reason = "each test binary uses a part of the suite")]
 
+pub mod bad_input;
+pub mod container;
+pub mod exec;
+pub mod idempotence;
+pub mod image;
+pub mod logs;
+pub mod multi_container;
+pub mod networking;
 pub mod runtime_info;
+pub mod sandbox;
+pub mod streaming;
+pub mod support;
+
+use std::net::IpAddr;
+use std::path::PathBuf;
+
+use keel_testbed::NetNsFd;
 
 #[allow(unused_imports, reason = "each test binary uses a part of the suite")]
 pub use keel_testbed::cri::{CriClient, api};
@@ -23,6 +41,70 @@ pub struct CaseResult {
     pub case: &'static str,
     /// `Err` says what the runtime answered instead.
     pub outcome: Result<(), String>,
+}
+
+/// What the runtime under test was given, for the groups of [`run_all`].
+#[derive(Debug, Clone)]
+pub struct Env {
+    /// The image every container runs (keel-testbed's busybox), by tag, as the runtime pulls it.
+    pub image: String,
+    /// An image only the image group uses and removes, by tag (`HOST/REPO:TAG`) …
+    pub scratch_image: String,
+    /// … and by digest (`HOST/REPO@sha256:…`).
+    pub scratch_image_by_digest: String,
+    /// A reference in the same registry naming nothing.
+    pub missing_image: String,
+    /// The node's network namespace: where the runtime runs its CNI plugins, where pod IPs, host ports
+    /// and its streaming server are reachable. `None`: the test's own.
+    pub node: Option<NetNsFd>,
+    /// The subnet the CNI network's IPAM gives pod IPs from.
+    pub pod_subnet: ipnet::IpNet,
+    /// host-local's directory of the CNI network's allocations (`<dataDir>/<network name>`), when the
+    /// suite can read it: a pod's IP must be the one allocated to its sandbox id, and none may be left
+    /// after the cleanup.
+    pub ipam_dir: Option<PathBuf>,
+    /// An address of the node that host ports answer on (the CNI bridge's gateway address).
+    pub host_ip: IpAddr,
+    /// A directory for pod log directories and host paths (the caller removes it).
+    pub scratch: PathBuf,
+}
+
+/// Runs every group but [`runtime_info`] against the runtime behind `client`, which serves the suite
+/// alone, then removes every pod and container it lists (a last case: nothing is left).
+pub async fn run_all(client: &mut CriClient, env: &Env) -> Vec<CaseResult> {
+    if let Err(status) = image::pull(client, &env.image).await {
+        let outcome = Err(support::rpc(&format!("PullImage({})", env.image), &status));
+        return vec![case("setup", "pulling the suite's image", outcome)];
+    }
+    let mut results = Vec::new();
+    results.extend(sandbox::run(client, env).await);
+    results.extend(container::run(client, env).await);
+    results.extend(exec::run(client, env).await);
+    results.extend(logs::run(client, env).await);
+    results.extend(idempotence::run(client, env).await);
+    results.extend(networking::run(client, env).await);
+    results.extend(streaming::run(client, env).await);
+    results.extend(multi_container::run(client, env).await);
+    results.extend(bad_input::run(client, env).await);
+    results.extend(image::run(client, env).await);
+    results.push(case("cleanup", "removing every pod and container", cleanup(client, env).await));
+    results
+}
+
+async fn cleanup(client: &mut CriClient, env: &Env) -> Result<(), String> {
+    support::remove_everything(client).await?;
+    let pods = support::list_pods(client, None).await?;
+    let containers = support::list_containers(client, None).await?;
+    ensure(pods.is_empty() && containers.is_empty(), || {
+        format!("left after removal: pods {pods:?}, containers {containers:?}")
+    })?;
+    let held = env.ipam_dir.as_deref().map(support::allocations).unwrap_or_default();
+    ensure(held.is_empty(), || format!("addresses still allocated after every pod was removed: {held:?}"))
+}
+
+/// A [`CaseResult`].
+pub fn case(group: &'static str, case: &'static str, outcome: Result<(), String>) -> CaseResult {
+    CaseResult { group, case, outcome }
 }
 
 /// A case a runtime is known to fail, and why (documented data, not a weakened assertion).
