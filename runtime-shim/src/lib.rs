@@ -7,9 +7,14 @@
 //!   UpdateRuntimeConfig so far; every other RPC answers `Unimplemented`).
 //! - [`network`]: whether the pod network is ready (the CNI network config as libcni picks it).
 //! - [`image`]: images (so far: references parsed and normalized as containerd does).
+//! - [`sandbox`]: pod sandboxes (namespaces, files, pause process); [`cni`]: CNI network lists run as
+//!   libcni runs them.
 
+pub mod cni;
 pub mod config;
 pub mod image;
 pub mod network;
+pub mod oci;
+pub mod sandbox;
 pub mod server;
 pub mod service;

@@ -1,0 +1,3 @@
+//! OCI: the runtime spec built from the CRI configs ([`spec`]).
+
+pub mod spec;
