@@ -255,8 +255,16 @@ impl Sandboxes {
         Ok(to_sandbox(&record))
     }
 
-    /// RunPodSandbox: returns the new sandbox's id.
+    /// RunPodSandbox: returns the new sandbox's id. Runs to completion (or cleanup) on a task of its
+    /// own, even when the caller goes away mid-way (a cancelled RPC must not leave half a pod).
     pub async fn run(&self, request: api::RunPodSandboxRequest) -> Result<String, Status> {
+        let this = self.clone();
+        tokio::spawn(async move { this.run_to_end(request).await })
+            .await
+            .map_err(|e| internal("RunPodSandbox", e))?
+    }
+
+    async fn run_to_end(&self, request: api::RunPodSandboxRequest) -> Result<String, Status> {
         let config = request.config.ok_or_else(|| Status::invalid_argument("RunPodSandbox: no config"))?;
         let metadata = config
             .metadata
@@ -502,6 +510,13 @@ impl Sandboxes {
     /// StopPodSandbox: stops the pod's containers, then tears the pod down. Idempotent; an unknown id
     /// is NotFound (as containerd answers).
     pub async fn stop(&self, id_or_prefix: &str) -> Result<(), Status> {
+        let (this, id_or_prefix) = (self.clone(), id_or_prefix.to_owned());
+        tokio::spawn(async move { this.stop_to_end(&id_or_prefix).await })
+            .await
+            .map_err(|e| internal("StopPodSandbox", e))?
+    }
+
+    async fn stop_to_end(&self, id_or_prefix: &str) -> Result<(), Status> {
         let (id, entry) = self.found(id_or_prefix)?;
         let _op = entry.op.lock().await;
         self.call_hook(&self.inner.stop_containers, &id).await?;
@@ -511,6 +526,13 @@ impl Sandboxes {
     /// RemovePodSandbox: stops the pod (as containerd does for a Ready one), removes its containers
     /// and everything of the sandbox. An unknown id succeeds (the CRI asks for idempotence).
     pub async fn remove(&self, id_or_prefix: &str) -> Result<(), Status> {
+        let (this, id_or_prefix) = (self.clone(), id_or_prefix.to_owned());
+        tokio::spawn(async move { this.remove_to_end(&id_or_prefix).await })
+            .await
+            .map_err(|e| internal("RemovePodSandbox", e))?
+    }
+
+    async fn remove_to_end(&self, id_or_prefix: &str) -> Result<(), Status> {
         let Some((id, entry)) = self.entry(id_or_prefix)? else {
             return Ok(());
         };
@@ -639,5 +661,111 @@ fn to_sandbox(record: &Record) -> Sandbox {
         state: if ready { api::PodSandboxState::SandboxReady } else { api::PodSandboxState::SandboxNotready },
         created_at: record.created_at,
         runtime_handler: record.runtime_handler.clone(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Sandboxes over `root` with one handler (`runc`, any executable) and an empty CNI conf dir.
+    fn sandboxes(root: &Path) -> Sandboxes {
+        let config = Config {
+            socket: root.join("cri.sock"),
+            root: root.to_owned(),
+            cni_conf_dir: root.join("net.d"),
+            cni_bin_dir: root.join("bin"),
+            runtimes: BTreeMap::from([("runc".to_owned(), PathBuf::from("/bin/true"))]),
+            insecure_registries: Vec::new(),
+        };
+        Sandboxes::open(&config)
+    }
+
+    /// A pod of the node's namespaces only (no namespace, no CNI, no pause: runs unprivileged).
+    fn node_pod(name: &str) -> api::RunPodSandboxRequest {
+        let options = api::NamespaceOption {
+            network: api::NamespaceMode::Node.into(),
+            pid: api::NamespaceMode::Node.into(),
+            ipc: api::NamespaceMode::Node.into(),
+            ..Default::default()
+        };
+        let config = api::PodSandboxConfig {
+            metadata: Some(api::PodSandboxMetadata {
+                name: name.to_owned(),
+                namespace: "default".to_owned(),
+                uid: format!("uid-{name}"),
+                attempt: 0,
+            }),
+            hostname: name.to_owned(),
+            linux: Some(api::LinuxPodSandboxConfig {
+                security_context: Some(api::LinuxSandboxSecurityContext {
+                    namespace_options: Some(options),
+                    ..Default::default()
+                }),
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        api::RunPodSandboxRequest { config: Some(config), runtime_handler: String::new() }
+    }
+
+    fn recording_hook(calls: &Arc<Mutex<Vec<String>>>, what: &'static str, fail: bool) -> PodHook {
+        let calls = Arc::clone(calls);
+        Arc::new(move |id: &str| {
+            let calls = Arc::clone(&calls);
+            let id = id.to_owned();
+            Box::pin(async move {
+                calls.lock().unwrap().push(format!("{what} {id}"));
+                if fail { Err(Status::unavailable("the containers did not stop")) } else { Ok(()) }
+            })
+        })
+    }
+
+    #[tokio::test]
+    async fn stop_and_remove_go_through_the_container_hooks() {
+        let dir = tempfile::tempdir().unwrap();
+        let sandboxes = sandboxes(dir.path());
+        let calls = Arc::new(Mutex::new(Vec::new()));
+        let id = sandboxes.run(node_pod("hooked")).await.unwrap();
+        // Unset hooks: nothing to do.
+        sandboxes.stop(&id).await.unwrap();
+        sandboxes.set_stop_containers(recording_hook(&calls, "stop", false));
+        sandboxes.set_remove_containers(recording_hook(&calls, "remove", false));
+        sandboxes.stop(&id).await.unwrap();
+        sandboxes.remove(&id).await.unwrap();
+        assert_eq!(
+            *calls.lock().unwrap(),
+            [format!("stop {id}"), format!("stop {id}"), format!("remove {id}")]
+        );
+        assert!(!dir.path().join("sandboxes").join(&id).exists());
+        // A failing hook fails the call and keeps the sandbox.
+        let id = sandboxes.run(node_pod("stuck")).await.unwrap();
+        sandboxes.set_stop_containers(recording_hook(&calls, "stop", true));
+        assert_eq!(sandboxes.remove(&id).await.unwrap_err().code(), tonic::Code::Unavailable);
+        assert_eq!(sandboxes.get(&id).unwrap().state, api::PodSandboxState::SandboxReady);
+    }
+
+    #[tokio::test]
+    async fn records_are_reloaded_and_prefixes_resolve() {
+        let dir = tempfile::tempdir().unwrap();
+        let first = sandboxes(dir.path());
+        let id = first.run(node_pod("kept")).await.unwrap();
+        let before = first.get(&id).unwrap();
+        // A directory without a record (a crash mid-way) is cleaned up at open.
+        std::fs::create_dir(dir.path().join("sandboxes").join("f".repeat(64))).unwrap();
+        let second = sandboxes(dir.path());
+        assert_eq!(second.get(&id[..8]).unwrap(), before);
+        assert!(!dir.path().join("sandboxes").join("f".repeat(64)).exists());
+        assert_eq!(second.get("").unwrap_err().code(), tonic::Code::InvalidArgument);
+        assert_eq!(second.get("nope").unwrap_err().code(), tonic::Code::NotFound);
+        assert_eq!(before.files.hostname.as_deref().map(std::fs::read_to_string).unwrap().unwrap(), "kept\n");
+        assert_eq!(before.namespaces, PodNamespaces::default());
+        assert_eq!(
+            second.run(node_pod("kept")).await.unwrap_err().code(),
+            tonic::Code::AlreadyExists,
+            "the reloaded name is reserved"
+        );
+        second.remove(&id).await.unwrap();
+        assert!(second.list(None).unwrap().is_empty());
     }
 }
