@@ -4,11 +4,11 @@
 //! - [`config`]: the command line and its validation.
 //! - [`server`]: the socket (stale and live sockets, mode, removal on shutdown) and the tonic server.
 //! - [`service`]: the RuntimeService and ImageService (Version, Status, RuntimeConfig and
-//!   UpdateRuntimeConfig so far; every other RPC answers `Unimplemented`).
+//!   UpdateRuntimeConfig, the pod sandbox RPCs; every other RPC answers `Unimplemented`).
 //! - [`network`]: whether the pod network is ready (the CNI network config as libcni picks it).
 //! - [`image`]: images (so far: references parsed and normalized as containerd does).
 //! - [`sandbox`]: pod sandboxes (namespaces, files, pause process); [`cni`]: CNI network lists run as
-//!   libcni runs them.
+//!   libcni runs them; [`oci`]: what a container's spec takes from its pod (namespaces, files).
 
 pub mod cni;
 pub mod config;

@@ -1,6 +1,6 @@
 //! The CRI v1 RuntimeService and ImageService of keel-shim. Implemented so far: Version, Status,
-//! RuntimeConfig and UpdateRuntimeConfig; every other RPC answers `Unimplemented` with a message naming
-//! it (the server is built RPC by RPC).
+//! RuntimeConfig and UpdateRuntimeConfig, and the pod sandbox RPCs (served by [`Sandboxes`]); every
+//! other RPC answers `Unimplemented` with a message naming it (the server is built RPC by RPC).
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
