@@ -314,6 +314,10 @@ fn a_pod_gets_an_ip_the_node_reaches_its_files_and_leaves_nothing() -> Result<()
         host_port: 18080,
         host_ip: String::new(),
     }];
+    if let Some(linux) = config.linux.as_mut() {
+        linux.sysctls.insert("net.ipv4.ip_unprivileged_port_start".to_owned(), "0".to_owned());
+        linux.sysctls.insert("kernel/shm_rmid_forced".to_owned(), "1".to_owned());
+    }
     let id = node.run(&config, "")?;
     ensure!(id.len() == 64 && id.bytes().all(|b| b.is_ascii_hexdigit()), "id {id}");
     let response = node.status(&id, true)?;
@@ -351,6 +355,23 @@ fn a_pod_gets_an_ip_the_node_reaches_its_files_and_leaves_nothing() -> Result<()
     let uts = dir.join("ns/uts");
     let output = Command::new("nsenter").arg(format!("--uts={}", uts.display())).arg("hostname").output()?;
     ensure!(String::from_utf8_lossy(&output.stdout).trim() == "web-0", "{output:?}");
+    // The sysctls hold in the pod's namespaces (and not on the node).
+    let read_in = |ns: PathBuf, flag: nix::sched::CloneFlags, path: &'static str| -> Result<String> {
+        std::thread::spawn(move || -> Result<String> {
+            nix::sched::setns(std::fs::File::open(&ns)?, flag)?;
+            Ok(std::fs::read_to_string(path)?.trim().to_owned())
+        })
+        .join()
+        .map_err(|_| anyhow::anyhow!("the reading thread panicked"))?
+    };
+    let port_start = "/proc/sys/net/ipv4/ip_unprivileged_port_start";
+    ensure!(read_in(dir.join("ns/net"), nix::sched::CloneFlags::CLONE_NEWNET, port_start)? == "0");
+    ensure!(
+        node.host.run(|| std::fs::read_to_string(port_start))??.trim() != "0",
+        "the node's sysctl changed"
+    );
+    let rmid = "/proc/sys/kernel/shm_rmid_forced";
+    ensure!(read_in(dir.join("ns/ipc"), nix::sched::CloneFlags::CLONE_NEWIPC, rmid)? == "1");
     // The loopback is up in the pod.
     let pod_ns = NetNsFd::open(&dir.join("ns/net"))?;
     pod_ns.run(|| TcpListener::bind("127.0.0.1:0").map(drop))??;
@@ -507,6 +528,18 @@ fn bad_requests_get_their_codes_and_leave_nothing() -> Result<()> {
         ..Default::default()
     });
     ensure!(node.run(&many, "").unwrap_err().code() == Code::InvalidArgument);
+    // Sysctls outside the pod's namespaces: node-wide, or the network of a host-network pod.
+    let mut node_wide = pod("sysctl");
+    if let Some(linux) = node_wide.linux.as_mut() {
+        linux.sysctls.insert("kernel.panic".to_owned(), "10".to_owned());
+    }
+    ensure!(node.run(&node_wide, "").unwrap_err().code() == Code::InvalidArgument);
+    let mut host_net = pod("sysctl-host");
+    set_namespaces(&mut host_net, api::NamespaceMode::Node, api::NamespaceMode::Container);
+    if let Some(linux) = host_net.linux.as_mut() {
+        linux.sysctls.insert("net.ipv4.ip_forward".to_owned(), "1".to_owned());
+    }
+    ensure!(node.run(&host_net, "").unwrap_err().code() == Code::InvalidArgument);
     // The same pod attempt twice: the name is taken.
     let id = node.run(&pod("twice"), "")?;
     let err = node.run(&pod("twice"), "").unwrap_err();

@@ -161,6 +161,33 @@ fn port_mappings(config: &api::PodSandboxConfig) -> Value {
     Value::Array(mappings)
 }
 
+/// The pod's sysctls, sorted; each must belong to a namespace the pod owns (InvalidArgument otherwise:
+/// a node-wide sysctl, or a network sysctl of a host-network pod).
+fn pod_sysctls(
+    config: &api::PodSandboxConfig,
+    wanted: namespaces::Wanted,
+) -> Result<Vec<(String, String)>, Status> {
+    let mut sysctls: Vec<(String, String)> = config
+        .linux
+        .as_ref()
+        .map(|l| l.sysctls.iter().map(|(k, v)| (k.clone(), v.clone())).collect())
+        .unwrap_or_default();
+    sysctls.sort();
+    for (name, value) in &sysctls {
+        let owned = match namespaces::sysctl_namespace(name) {
+            Some(namespaces::SysctlNamespace::Net) => wanted.net,
+            Some(namespaces::SysctlNamespace::Ipc) => wanted.ipc,
+            None => false,
+        };
+        if !owned || name.contains("..") || value.contains('\n') {
+            return Err(Status::invalid_argument(format!(
+                "RunPodSandbox: sysctl {name:?}={value:?} is not allowed: not a sysctl of a namespace the pod owns"
+            )));
+        }
+    }
+    Ok(sysctls)
+}
+
 impl Sandboxes {
     /// The sandboxes under `config.root`, reloaded from their records. A directory without a readable
     /// record (a crash during RunPodSandbox before its first record) is cleaned up.
@@ -286,6 +313,14 @@ impl Sandboxes {
                 self.inner.runtimes.keys().cloned().collect::<Vec<_>>().join(", ")
             )));
         }
+        let options = namespace_options(&config);
+        let host_network = options.network() == api::NamespaceMode::Node;
+        let wanted = namespaces::Wanted {
+            net: !host_network,
+            ipc: options.ipc() != api::NamespaceMode::Node,
+            uts: !host_network,
+        };
+        pod_sysctls(&config, wanted)?;
         let resolv = files::resolv_conf(config.dns_config.as_ref())
             .map_err(|e| Status::invalid_argument(format!("RunPodSandbox: {e}")))?;
         let id = new_id()?;
@@ -377,7 +412,8 @@ impl Sandboxes {
 
         // Namespaces.
         let wanted = namespaces::Wanted { net: !host_network, ipc: !host_ipc, uts: !host_network };
-        let ns = namespaces::create(&dir.join("ns"), wanted, &hostname)
+        let sysctls = pod_sysctls(config, wanted)?;
+        let ns = namespaces::create(&dir.join("ns"), wanted, &hostname, &sysctls)
             .map_err(|e| internal("creating the pod's namespaces", e))?;
         let record = Self::update(entry, dir, |r| r.namespaces = ns.clone())?;
 

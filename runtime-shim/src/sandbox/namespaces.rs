@@ -2,7 +2,9 @@
 //! unshares them (a thread's namespaces are its own), sets the hostname, brings the loopback up, and
 //! bind-mounts `/proc/thread-self/ns/{net,ipc,uts}` onto files under the sandbox's `ns/` directory;
 //! the mounts keep the namespaces alive after the thread is gone. Unmounting them (and every process
-//! inside leaving) frees them.
+//! inside leaving) frees them. The pod's sysctls are written there too (/proc/sys answers for the
+//! namespaces of the thread that opens it); only those of a namespace the pod owns are accepted
+//! ([`sysctl_namespace`]).
 
 use std::io;
 use std::path::{Path, PathBuf};
@@ -23,13 +25,51 @@ pub struct Wanted {
     pub uts: bool,
 }
 
+/// The namespace a sysctl belongs to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SysctlNamespace {
+    /// `net.*`.
+    Net,
+    /// `kernel.shm*`, `kernel.msg*`, `kernel.sem`, `fs.mqueue.*`.
+    Ipc,
+}
+
+/// The namespace of sysctl `name` (dotted, or slashed as under /proc/sys), as Kubernetes counts
+/// namespaced sysctls; `None` for a node-wide one.
+pub fn sysctl_namespace(name: &str) -> Option<SysctlNamespace> {
+    let dotted = name.replace('/', ".");
+    if dotted.starts_with("net.") {
+        Some(SysctlNamespace::Net)
+    } else if dotted.starts_with("kernel.shm")
+        || dotted.starts_with("kernel.msg")
+        || dotted == "kernel.sem"
+        || dotted.starts_with("fs.mqueue.")
+    {
+        Some(SysctlNamespace::Ipc)
+    } else {
+        None
+    }
+}
+
+/// The /proc/sys path of sysctl `name`: a slashed name as it is, a dotted one with dots as slashes.
+fn sysctl_path(name: &str) -> PathBuf {
+    let relative = if name.contains('/') { name.to_owned() } else { name.replace('.', "/") };
+    Path::new("/proc/sys").join(relative.trim_start_matches('/'))
+}
+
 /// The namespace kinds, with their `/proc/.../ns` names and clone flags.
 const KINDS: [(&str, CloneFlags); 3] =
     [("net", CloneFlags::CLONE_NEWNET), ("ipc", CloneFlags::CLONE_NEWIPC), ("uts", CloneFlags::CLONE_NEWUTS)];
 
 /// Creates the wanted namespaces and mounts them under `ns_dir` (created); `hostname` is set in the
-/// new UTS namespace. On failure nothing is left mounted and `ns_dir` is removed.
-pub fn create(ns_dir: &Path, wanted: Wanted, hostname: &str) -> io::Result<PodNamespaces> {
+/// new UTS namespace, `sysctls` in the new namespaces (checked by the caller with
+/// [`sysctl_namespace`]). On failure nothing is left mounted and `ns_dir` is removed.
+pub fn create(
+    ns_dir: &Path,
+    wanted: Wanted,
+    hostname: &str,
+    sysctls: &[(String, String)],
+) -> io::Result<PodNamespaces> {
     let mut namespaces = PodNamespaces::default();
     if !(wanted.net || wanted.ipc || wanted.uts) {
         return Ok(namespaces);
@@ -37,7 +77,7 @@ pub fn create(ns_dir: &Path, wanted: Wanted, hostname: &str) -> io::Result<PodNa
     std::fs::create_dir_all(ns_dir)?;
     let result = std::thread::scope(|scope| {
         scope
-            .spawn(|| unshare_and_mount(ns_dir, wanted, hostname))
+            .spawn(|| unshare_and_mount(ns_dir, wanted, hostname, sysctls))
             .join()
             .unwrap_or_else(|_| Err(io::Error::other("the namespace thread panicked")))
     });
@@ -52,7 +92,12 @@ pub fn create(ns_dir: &Path, wanted: Wanted, hostname: &str) -> io::Result<PodNa
     Ok(namespaces)
 }
 
-fn unshare_and_mount(ns_dir: &Path, wanted: Wanted, hostname: &str) -> io::Result<()> {
+fn unshare_and_mount(
+    ns_dir: &Path,
+    wanted: Wanted,
+    hostname: &str,
+    sysctls: &[(String, String)],
+) -> io::Result<()> {
     let want = [wanted.net, wanted.ipc, wanted.uts];
     let mut flags = CloneFlags::empty();
     for ((_, flag), on) in KINDS.iter().zip(want) {
@@ -67,6 +112,12 @@ fn unshare_and_mount(ns_dir: &Path, wanted: Wanted, hostname: &str) -> io::Resul
     }
     if wanted.net {
         loopback_up().map_err(|e| io::Error::other(format!("bringing lo up in the pod: {e}")))?;
+    }
+    for (name, value) in sysctls {
+        let path = sysctl_path(name);
+        std::fs::write(&path, value).map_err(|e| {
+            io::Error::new(e.kind(), format!("sysctl {name}={value} ({}): {e}", path.display()))
+        })?;
     }
     for ((name, _), on) in KINDS.iter().zip(want) {
         if !on {
@@ -131,5 +182,27 @@ pub fn remove(ns_dir: &Path) {
         Ok(()) => {}
         Err(e) if e.kind() == io::ErrorKind::NotFound => {}
         Err(e) => tracing::warn!(path = %ns_dir.display(), "removing the pod's namespace directory: {e}"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn namespaced_sysctls() {
+        assert_eq!(sysctl_namespace("net.ipv4.ip_unprivileged_port_start"), Some(SysctlNamespace::Net));
+        assert_eq!(sysctl_namespace("net/ipv4/conf/eth0.100/rp_filter"), Some(SysctlNamespace::Net));
+        assert_eq!(sysctl_namespace("kernel.shm_rmid_forced"), Some(SysctlNamespace::Ipc));
+        assert_eq!(sysctl_namespace("kernel.msgmax"), Some(SysctlNamespace::Ipc));
+        assert_eq!(sysctl_namespace("kernel.sem"), Some(SysctlNamespace::Ipc));
+        assert_eq!(sysctl_namespace("fs.mqueue.msg_max"), Some(SysctlNamespace::Ipc));
+        assert_eq!(sysctl_namespace("kernel.panic"), None);
+        assert_eq!(sysctl_namespace("vm.swappiness"), None);
+        assert_eq!(sysctl_path("net.ipv4.ip_forward"), Path::new("/proc/sys/net/ipv4/ip_forward"));
+        assert_eq!(
+            sysctl_path("net/ipv4/conf/eth0.100/rp_filter"),
+            Path::new("/proc/sys/net/ipv4/conf/eth0.100/rp_filter")
+        );
     }
 }
