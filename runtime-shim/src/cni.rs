@@ -172,11 +172,17 @@ pub fn plugin_config(
 }
 
 /// Runs ADD of every plugin in order; returns the last plugin's result.
-pub async fn add(list: &NetworkList, bin_dir: &Path, attachment: &Attachment) -> Result<Value, CniError> {
+/// Each plugin is killed after `timeout` (see [`PLUGIN_TIMEOUT`]).
+pub async fn add(
+    list: &NetworkList,
+    bin_dir: &Path,
+    attachment: &Attachment,
+    timeout: Duration,
+) -> Result<Value, CniError> {
     let mut result: Option<Value> = None;
     for plugin in &list.plugins {
         let conf = plugin_config(list, plugin, result.as_ref(), attachment);
-        let answer = invoke("ADD", &conf, bin_dir, attachment).await?;
+        let answer = invoke("ADD", &conf, bin_dir, attachment, timeout).await?;
         if answer.is_null() {
             return Err(CniError::Exec {
                 plugin: plugin_type(plugin),
@@ -196,11 +202,12 @@ pub async fn del(
     bin_dir: &Path,
     attachment: &Attachment,
     prev_result: Option<&Value>,
+    timeout: Duration,
 ) -> Result<(), CniError> {
     let prev = if version_at_least(&list.cni_version, (0, 4, 0)) { prev_result } else { None };
     for plugin in list.plugins.iter().rev() {
         let conf = plugin_config(list, plugin, prev, attachment);
-        invoke("DEL", &conf, bin_dir, attachment).await?;
+        invoke("DEL", &conf, bin_dir, attachment, timeout).await?;
     }
     Ok(())
 }
@@ -224,6 +231,7 @@ async fn invoke(
     conf: &Value,
     bin_dir: &Path,
     attachment: &Attachment,
+    timeout: Duration,
 ) -> Result<Value, CniError> {
     let plugin = plugin_type(conf);
     let lower = command.to_ascii_lowercase();
@@ -257,10 +265,10 @@ async fn invoke(
         }
         child.wait_with_output().await
     };
-    let output = match tokio::time::timeout(PLUGIN_TIMEOUT, run).await {
+    let output = match tokio::time::timeout(timeout, run).await {
         Ok(Ok(output)) => output,
         Ok(Err(e)) => return Err(exec_error(format!("waiting for {}: {e}", binary.display()))),
-        Err(_) => return Err(exec_error(format!("killed after {} s", PLUGIN_TIMEOUT.as_secs()))),
+        Err(_) => return Err(exec_error(format!("killed: still running after {timeout:?}"))),
     };
     let stdout = String::from_utf8_lossy(&output.stdout);
     let stderr = String::from_utf8_lossy(&output.stderr);
@@ -401,6 +409,90 @@ mod tests {
         assert_eq!(pod_ips(&old, "eth0"), ["10.2.0.3".parse::<IpAddr>().unwrap()]);
         let bare = json!({"cniVersion": "1.0.0", "ips": [{"address": "10.3.0.3/16"}]});
         assert_eq!(pod_ips(&bare, "eth0"), ["10.3.0.3".parse::<IpAddr>().unwrap()]);
+    }
+
+    /// A bin dir of shell-script plugins: `one` and `two` log their command, environment and config to
+    /// `log` and answer a result, `fail` answers a CNI error, `hang` never answers.
+    fn script_plugins(dir: &Path) -> (PathBuf, PathBuf) {
+        use std::os::unix::fs::PermissionsExt;
+        let bin = dir.join("bin");
+        std::fs::create_dir_all(&bin).unwrap();
+        let log = dir.join("log");
+        let logger = |n: u8| {
+            format!(
+                "#!/bin/sh\nconf=$(cat)\necho \"$CNI_COMMAND $CNI_CONTAINERID $CNI_NETNS $CNI_IFNAME $CNI_ARGS $CNI_PATH\" >> {log}\n\
+                 printf '%s\\n' \"$conf\" >> {log}\n\
+                 echo '{{\"cniVersion\":\"1.0.0\",\"ips\":[{{\"address\":\"10.0.0.{n}/24\"}}]}}'\n",
+                log = log.display()
+            )
+        };
+        let scripts = [
+            ("one", logger(1)),
+            ("two", logger(2)),
+            (
+                "fail",
+                "#!/bin/sh\ncat >/dev/null\necho '{\"code\":7,\"msg\":\"no\",\"details\":\"why\"}'\nexit 1\n"
+                    .to_owned(),
+            ),
+            ("hang", "#!/bin/sh\nexec sleep 600\n".to_owned()),
+        ];
+        for (name, text) in scripts {
+            let path = bin.join(name);
+            std::fs::write(&path, text).unwrap();
+            std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).unwrap();
+        }
+        (bin, log)
+    }
+
+    fn list_of(types: &[&str]) -> NetworkList {
+        let plugins: Vec<Value> = types.iter().map(|t| json!({"type": t})).collect();
+        NetworkList::from_value(&json!({"name": "n", "cniVersion": "1.0.0", "plugins": plugins})).unwrap()
+    }
+
+    #[tokio::test]
+    async fn add_chains_results_and_del_runs_in_reverse() {
+        let dir = tempfile::tempdir().unwrap();
+        let (bin, log) = script_plugins(dir.path());
+        let list = list_of(&["one", "two"]);
+        let result = add(&list, &bin, &attachment(), PLUGIN_TIMEOUT).await.unwrap();
+        assert_eq!(pod_ips(&result, IFNAME), ["10.0.0.2".parse::<IpAddr>().unwrap()]);
+        del(&list, &bin, &attachment(), Some(&result), PLUGIN_TIMEOUT).await.unwrap();
+        let text = std::fs::read_to_string(&log).unwrap();
+        let lines: Vec<&str> = text.lines().collect();
+        assert_eq!(lines.len(), 8, "{text}");
+        let env = format!("abc /x/ns/net eth0 IgnoreUnknown=1 {}", bin.display());
+        assert_eq!(lines[0], format!("ADD {env}"));
+        assert_eq!(lines[4], format!("DEL {env}"));
+        let configs: Vec<Value> =
+            [1, 3, 5, 7].iter().map(|&i| serde_json::from_str(lines[i]).unwrap()).collect();
+        assert!(configs[0].get("prevResult").is_none());
+        assert_eq!(configs[1]["prevResult"]["ips"][0]["address"], "10.0.0.1/24");
+        // DEL: `two` first, then `one`, both with the ADD's final result.
+        assert_eq!(configs[2]["type"], "two");
+        assert_eq!(configs[3]["type"], "one");
+        assert_eq!(configs[3]["prevResult"], result);
+    }
+
+    #[tokio::test]
+    async fn failures_missing_plugins_and_timeouts() {
+        let dir = tempfile::tempdir().unwrap();
+        let (bin, _) = script_plugins(dir.path());
+        let err = add(&list_of(&["one", "fail"]), &bin, &attachment(), PLUGIN_TIMEOUT).await.unwrap_err();
+        assert_eq!(
+            err,
+            CniError::Plugin {
+                plugin: "fail".to_owned(),
+                command: "add".to_owned(),
+                code: Some(7),
+                msg: "no".to_owned(),
+                details: "why".to_owned()
+            }
+        );
+        let err = add(&list_of(&["missing"]), &bin, &attachment(), PLUGIN_TIMEOUT).await.unwrap_err();
+        assert!(matches!(err, CniError::NotFound { .. }), "{err}");
+        let err =
+            add(&list_of(&["hang"]), &bin, &attachment(), Duration::from_millis(200)).await.unwrap_err();
+        assert!(matches!(&err, CniError::Exec { reason, .. } if reason.contains("killed")), "{err}");
     }
 
     #[test]

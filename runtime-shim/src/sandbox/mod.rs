@@ -430,12 +430,14 @@ impl Sandboxes {
                 r.network = Some(Network { list: list.to_value(), result: None, attached: true });
             })?;
             let attachment = self.attachment(&record, netns);
-            let result = cni::add(&list, &self.inner.cni_bin_dir, &attachment).await.map_err(|e| {
-                Status::new(
-                    e.grpc_code(),
-                    format!("failed to set up the network of sandbox {}: {e}", record.id),
-                )
-            })?;
+            let result = cni::add(&list, &self.inner.cni_bin_dir, &attachment, cni::PLUGIN_TIMEOUT)
+                .await
+                .map_err(|e| {
+                    Status::new(
+                        e.grpc_code(),
+                        format!("failed to set up the network of sandbox {}: {e}", record.id),
+                    )
+                })?;
             ips = cni::pod_ips(&result, cni::IFNAME);
             let found = ips.clone();
             Self::update(entry, dir, |r| {
@@ -512,14 +514,20 @@ impl Sandboxes {
                 .map_err(|e| internal("the sandbox's recorded network list", e))?;
             let netns = record.namespaces.net.clone().unwrap_or_default();
             let attachment = self.attachment(&record, &netns);
-            cni::del(&list, &self.inner.cni_bin_dir, &attachment, network.result.as_ref()).await.map_err(
-                |e| {
-                    Status::new(
-                        e.grpc_code(),
-                        format!("failed to tear down the network of sandbox {}: {e}", record.id),
-                    )
-                },
-            )?;
+            cni::del(
+                &list,
+                &self.inner.cni_bin_dir,
+                &attachment,
+                network.result.as_ref(),
+                cni::PLUGIN_TIMEOUT,
+            )
+            .await
+            .map_err(|e| {
+                Status::new(
+                    e.grpc_code(),
+                    format!("failed to tear down the network of sandbox {}: {e}", record.id),
+                )
+            })?;
             Self::update(entry, dir, |r| {
                 if let Some(network) = &mut r.network {
                     network.attached = false;
