@@ -617,6 +617,19 @@ fn sandboxes_survive_a_restart() -> Result<()> {
     node.remove_and_check(&plain)?;
     node.remove_and_check(&stopped)?;
     ensure!(node.allocations().is_empty(), "{:?}", node.allocations());
+    // After a reboot the records remain but the namespaces are gone: NotReady, and still removable
+    // (CNI DEL with a missing network namespace releases the address).
+    let rebooted = node.run(&pod("rebooted"), "")?;
+    for kind in ["net", "ipc", "uts"] {
+        nix::mount::umount2(
+            &node.sandbox_dir(&rebooted).join("ns").join(kind),
+            nix::mount::MntFlags::MNT_DETACH,
+        )?;
+    }
+    let status = node.status(&rebooted, false)?.status.context("no status")?;
+    ensure!(status.state() == api::PodSandboxState::SandboxNotready, "{status:?}");
+    node.remove_and_check(&rebooted)?;
+    ensure!(node.allocations().is_empty(), "{:?}", node.allocations());
     Ok(())
 }
 

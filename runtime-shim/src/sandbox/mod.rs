@@ -512,7 +512,10 @@ impl Sandboxes {
         if let Some(network) = record.network.as_ref().filter(|n| n.attached) {
             let list = NetworkList::from_value(&network.list)
                 .map_err(|e| internal("the sandbox's recorded network list", e))?;
-            let netns = record.namespaces.net.clone().unwrap_or_default();
+            // A namespace that is gone (after a reboot, the file is no longer a mount) is passed as an
+            // empty CNI_NETNS: plugins then release what they hold outside it (the IPAM address).
+            let netns =
+                record.namespaces.net.clone().filter(|p| namespaces::is_mounted(p)).unwrap_or_default();
             let attachment = self.attachment(&record, &netns);
             cni::del(
                 &list,
@@ -692,9 +695,12 @@ impl Sandboxes {
     }
 }
 
-/// The sandbox a record describes; Ready only while its pause process (if any) runs.
+/// The sandbox a record describes; Ready only while its pause process (if any) runs and its network
+/// namespace (if any) is still mounted (not after a reboot).
 fn to_sandbox(record: &Record) -> Sandbox {
-    let ready = record.state == State::Ready && record.pause.as_ref().is_none_or(pause::alive);
+    let ready = record.state == State::Ready
+        && record.pause.as_ref().is_none_or(pause::alive)
+        && record.namespaces.net.as_deref().is_none_or(namespaces::is_mounted);
     Sandbox {
         id: record.id.clone(),
         config: record.config.clone(),

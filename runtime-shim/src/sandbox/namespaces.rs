@@ -163,6 +163,12 @@ fn loopback_up() -> io::Result<()> {
     Ok(())
 }
 
+/// Whether `path` is a namespace file (a bind mount of one still in place, as after `create`; not
+/// after a reboot or an unmount).
+pub fn is_mounted(path: &Path) -> bool {
+    nix::sys::statfs::statfs(path).is_ok_and(|fs| fs.filesystem_type() == nix::sys::statfs::NSFS_MAGIC)
+}
+
 /// Unmounts every namespace file under `ns_dir` and removes the directory; missing ones are fine.
 /// Errors other than "not mounted" are logged, and the directory is then left in place.
 pub fn remove(ns_dir: &Path) {
