@@ -372,6 +372,9 @@ fn a_pod_gets_an_ip_the_node_reaches_its_files_and_leaves_nothing() -> Result<()
     );
     let rmid = "/proc/sys/kernel/shm_rmid_forced";
     ensure!(read_in(dir.join("ns/ipc"), nix::sched::CloneFlags::CLONE_NEWIPC, rmid)? == "1");
+    // The pod's /dev/shm: a tmpfs of its own.
+    let shm = nix::sys::statfs::statfs(&dir.join("shm"))?;
+    ensure!(shm.filesystem_type() == nix::sys::statfs::TMPFS_MAGIC, "the pod's shm is not a tmpfs");
     // The loopback is up in the pod.
     let pod_ns = NetNsFd::open(&dir.join("ns/net"))?;
     pod_ns.run(|| TcpListener::bind("127.0.0.1:0").map(drop))??;

@@ -55,6 +55,8 @@ pub struct Sandbox {
     pub created_at: i64,
     /// The runtime handler its containers run with.
     pub runtime_handler: String,
+    /// The pod's /dev/shm, shared by its containers (a tmpfs; `None` for `ipc: NODE`: the node's).
+    pub shm: Option<PathBuf>,
 }
 
 /// One sandbox in memory.
@@ -210,6 +212,9 @@ impl Sandboxes {
                     _ => {
                         tracing::warn!(dir = %path.display(), "removing a sandbox directory without a record");
                         namespaces::remove(&path.join("ns"));
+                        if let Err(e) = unmount_shm(&path.join("shm")) {
+                            tracing::warn!(dir = %path.display(), "unmounting its shm: {e}");
+                        }
                         if let Err(e) = std::fs::remove_dir_all(&path) {
                             tracing::warn!(dir = %path.display(), "removing it failed: {e}");
                         }
@@ -346,6 +351,7 @@ impl Sandboxes {
             pause: None,
             ips: Vec::new(),
             network: None,
+            shm: None,
         };
         let entry = Arc::new(Entry { op: tokio::sync::Mutex::new(()), record: Mutex::new(record) });
         let _op = entry.op.lock().await;
@@ -460,6 +466,13 @@ impl Sandboxes {
         };
         Self::update(entry, dir, |r| r.files = pod_files)?;
 
+        // The pod's /dev/shm, as containerd mounts it for a pod with its own IPC namespace.
+        if record.namespaces.ipc.is_some() {
+            let shm = file("shm");
+            mount_shm(&shm).map_err(|e| internal("mounting the pod's /dev/shm", e))?;
+            Self::update(entry, dir, |r| r.shm = Some(shm))?;
+        }
+
         // The pause process, only for a shared PID namespace.
         if options.pid() == api::NamespaceMode::Pod {
             let namespaces = record.namespaces.clone();
@@ -539,7 +552,10 @@ impl Sandboxes {
             })?;
         }
         namespaces::remove(&dir.join("ns"));
+        // Also when the record does not name it (a crash right after the mount).
+        unmount_shm(&dir.join("shm")).map_err(|e| internal("unmounting the pod's /dev/shm", e))?;
         Self::update(entry, dir, |r| {
+            r.shm = None;
             r.namespaces = PodNamespaces::default();
             r.state = State::NotReady;
         })?;
@@ -711,6 +727,32 @@ fn to_sandbox(record: &Record) -> Sandbox {
         state: if ready { api::PodSandboxState::SandboxReady } else { api::PodSandboxState::SandboxNotready },
         created_at: record.created_at,
         runtime_handler: record.runtime_handler.clone(),
+        shm: record.shm.clone(),
+    }
+}
+
+/// The size of a pod's /dev/shm (containerd's and Docker's default, 64 MiB).
+const SHM_SIZE: &str = "65536k";
+
+/// Mounts a tmpfs for the pod's /dev/shm at `path` (created).
+fn mount_shm(path: &Path) -> std::io::Result<()> {
+    use nix::mount::MsFlags;
+    std::fs::create_dir_all(path)?;
+    let flags = MsFlags::MS_NODEV | MsFlags::MS_NOEXEC | MsFlags::MS_NOSUID;
+    let data = format!("mode=1777,size={SHM_SIZE}");
+    nix::mount::mount(Some("shm"), path, Some("tmpfs"), flags, Some(data.as_str()))
+        .map_err(std::io::Error::from)
+}
+
+/// Unmounts the pod's /dev/shm and removes its mount point; a missing one is fine.
+fn unmount_shm(path: &Path) -> std::io::Result<()> {
+    match nix::mount::umount2(path, nix::mount::MntFlags::MNT_DETACH) {
+        Ok(()) | Err(nix::errno::Errno::EINVAL | nix::errno::Errno::ENOENT) => {}
+        Err(e) => return Err(e.into()),
+    }
+    match std::fs::remove_dir(path) {
+        Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(e),
+        _ => Ok(()),
     }
 }
 

@@ -68,6 +68,9 @@ pub struct Record {
     pub ips: Vec<std::net::IpAddr>,
     /// The CNI attachment (`None` for a host-network pod).
     pub network: Option<Network>,
+    /// The pod's shared /dev/shm (a tmpfs mounted at `shm/`), for a pod with its own IPC namespace.
+    #[serde(default)]
+    pub shm: Option<std::path::PathBuf>,
 }
 
 /// Writes `content` to `path` atomically against crashes of keel-shim (a temporary file renamed into
@@ -119,6 +122,7 @@ mod tests {
             pause: Some(Pause { pid: 7, start_time: 9 }),
             ips: vec!["10.0.0.1".parse().unwrap()],
             network: None,
+            shm: None,
         };
         record.save(dir.path()).unwrap();
         assert_eq!(Record::load(dir.path()).unwrap(), record);
