@@ -355,11 +355,12 @@ impl Sandboxes {
         };
         let entry = Arc::new(Entry { op: tokio::sync::Mutex::new(()), record: Mutex::new(record) });
         let _op = entry.op.lock().await;
-        if let Ok(mut entries) = self.inner.entries.lock() {
-            entries.insert(id.clone(), Arc::clone(&entry));
-        }
         match self.set_up(&entry, &dir, resolv).await {
-            Ok(()) => Ok(id),
+            Ok(()) => {
+                // Listed only once made, as containerd adds a sandbox to its store.
+                self.inner.entries.lock().map_err(|_| poisoned())?.insert(id.clone(), Arc::clone(&entry));
+                Ok(id)
+            }
             Err(e) => {
                 if let Err(cleanup) = self.tear_down(&entry, &dir).await {
                     tracing::warn!(%id, "cleaning up a failed RunPodSandbox: {}", cleanup.message());
