@@ -531,6 +531,9 @@ fn bad_requests_get_their_codes_and_leave_nothing() -> Result<()> {
         ..Default::default()
     });
     ensure!(node.run(&many, "").unwrap_err().code() == Code::InvalidArgument);
+    let mut bad_hostname = pod("hostname");
+    bad_hostname.hostname = "two words".to_owned();
+    ensure!(node.run(&bad_hostname, "").unwrap_err().code() == Code::InvalidArgument);
     // Sysctls outside the pod's namespaces: node-wide, or the network of a host-network pod.
     let mut node_wide = pod("sysctl");
     if let Some(linux) = node_wide.linux.as_mut() {

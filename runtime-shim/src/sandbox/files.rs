@@ -40,6 +40,12 @@ pub fn resolv_conf(dns: Option<&api::DnsConfig>) -> Result<Option<String>, Strin
     let Some(dns) = dns else {
         return Ok(None);
     };
+    let all = dns.servers.iter().chain(&dns.searches).chain(&dns.options);
+    if let Some(bad) =
+        all.into_iter().find(|v| v.is_empty() || v.chars().any(|c| c.is_whitespace() || c.is_control()))
+    {
+        return Err(format!("the DNS config entry {bad:?} is empty or holds whitespace"));
+    }
     if dns.searches.len() > MAX_DNS_SEARCHES {
         return Err(format!(
             "DNSOption.Searches has {} domains, more than {MAX_DNS_SEARCHES}",
@@ -57,6 +63,14 @@ pub fn resolv_conf(dns: Option<&api::DnsConfig>) -> Result<Option<String>, Strin
         text.push_str(&format!("options {}\n", dns.options.join(" ")));
     }
     Ok((!text.is_empty()).then_some(text))
+}
+
+/// Whether `hostname` can be a pod's hostname: 1 to 64 bytes (the kernel's limit), no whitespace or
+/// control characters (it goes into the hosts file).
+pub fn valid_hostname(hostname: &str) -> bool {
+    !hostname.is_empty()
+        && hostname.len() <= 64
+        && !hostname.chars().any(|c| c.is_whitespace() || c.is_control() || c == '/')
 }
 
 /// The kubelet's managed hosts file for a pod with `ips` named `hostname`.
@@ -104,6 +118,11 @@ mod tests {
         let many =
             api::DnsConfig { searches: (0..7).map(|i| format!("d{i}")).collect(), ..Default::default() };
         assert!(resolv_conf(Some(&many)).unwrap_err().contains("more than 6"));
+        let injected =
+            api::DnsConfig { servers: vec!["1.1.1.1\nnameserver 6.6.6.6".to_owned()], ..Default::default() };
+        assert!(resolv_conf(Some(&injected)).unwrap_err().contains("whitespace"));
+        assert!(valid_hostname("web-0") && !valid_hostname("") && !valid_hostname("a b"));
+        assert!(!valid_hostname(&"h".repeat(65)) && valid_hostname(&"h".repeat(64)));
     }
 
     #[test]

@@ -328,6 +328,12 @@ impl Sandboxes {
         pod_sysctls(&config, wanted)?;
         let resolv = files::resolv_conf(config.dns_config.as_ref())
             .map_err(|e| Status::invalid_argument(format!("RunPodSandbox: {e}")))?;
+        if !config.hostname.is_empty() && !files::valid_hostname(&config.hostname) {
+            return Err(Status::invalid_argument(format!(
+                "RunPodSandbox: {:?} is not a valid hostname",
+                config.hostname
+            )));
+        }
         let id = new_id()?;
         let name = sandbox_name(&metadata);
         {
