@@ -14,7 +14,7 @@ use std::process::Command;
 use std::time::Duration;
 
 use anyhow::{Context, Result, bail, ensure};
-use keel_shim::sandbox::check::leftovers;
+use keel_shim::sandbox::check::{leftovers, namespace_holders, namespace_inodes};
 use keel_testbed::cri::{CriClient, api, pod_sandbox_config};
 use keel_testbed::{Daemon, Fabric, Host, NetNsFd, Readiness};
 use serde_json::{Value, json};
@@ -237,9 +237,12 @@ impl Node {
     /// allocation, and it is no longer listed.
     fn remove_and_check(&mut self, id: &str) -> Result<()> {
         let pause = self.pause_of(id)?;
+        let inodes = namespace_inodes(&self.root(), id);
         self.remove(id)?;
         let left = leftovers(&self.root(), id, pause);
         ensure!(left.is_empty(), "sandbox {id} left {left:?}");
+        let holders = namespace_holders(&inodes);
+        ensure!(holders.is_empty(), "processes are still in the namespaces of {id}: {holders:?}");
         let held: Vec<_> = self.allocations().into_iter().filter(|(_, owner)| owner == id).collect();
         ensure!(held.is_empty(), "sandbox {id} still holds {held:?}");
         ensure!(!self.list(None)?.contains(&id.to_owned()), "sandbox {id} is still listed");
@@ -388,6 +391,10 @@ fn a_pod_gets_an_ip_the_node_reaches_its_files_and_leaves_nothing() -> Result<()
     ensure!(node.allocations().is_empty(), "stop left {:?}", node.allocations());
     node.remove_and_check(&id)?;
     node.remove(&id)?;
+    // The pod's veth is gone from the node (only lo, eth0 and the bridge remain).
+    let links = node.host.command("ip").args(["-o", "link", "show"]).output()?;
+    let links = String::from_utf8_lossy(&links.stdout).into_owned();
+    ensure!(!links.contains("veth"), "a veth is left on the node: {links}");
     // Unknown ids: Remove succeeds, Status and Stop are NotFound.
     node.remove(&"0".repeat(64))?;
     ensure!(node.status(&id, false).unwrap_err().code() == Code::NotFound);
@@ -463,7 +470,10 @@ fn a_shared_pid_namespace_gets_a_pause_process_as_pid_1() -> Result<()> {
         keel_testbed::process_alive(u32::try_from(pid)?, Some(start)),
         "the pause process died of a signal it ignores"
     );
+    let inodes = namespace_inodes(&node.root(), &id);
+    ensure!(!namespace_holders(&inodes).is_empty(), "the pause process is not seen in the pod's namespaces");
     node.stop(&id)?;
+    ensure!(namespace_holders(&inodes).is_empty(), "{:?}", namespace_holders(&inodes));
     ensure!(
         !keel_testbed::process_alive(u32::try_from(pid)?, Some(start)),
         "the pause process outlived Stop"
