@@ -60,7 +60,9 @@ fn reap_all() {
 /// Starts the pause process in the pod's `namespaces` (net, ipc, uts as recorded; the host's where
 /// `None`), PID 1 of a new PID namespace.
 pub fn start(namespaces: &PodNamespaces) -> io::Result<Pause> {
-    let exe = std::fs::read_link("/proc/self/exe")?;
+    // keel-shim's own binary, even if the file was replaced since (an upgrade): exec follows the
+    // open executable, not the path.
+    let exe = std::path::Path::new("/proc/self/exe");
     let mut joins: Vec<(OwnedFd, libc::c_int)> = Vec::new();
     for (path, flag) in [
         (&namespaces.net, libc::CLONE_NEWNET),
@@ -80,8 +82,13 @@ pub fn start(namespaces: &PodNamespaces) -> io::Result<Pause> {
                     .map_err(|e| io::Error::other(format!("unshare(CLONE_NEWPID): {e}")))?;
                 let raw: Vec<(libc::c_int, libc::c_int)> =
                     joins.iter().map(|(fd, flag)| (fd.as_raw_fd(), *flag)).collect();
-                let mut command = Command::new(&exe);
-                command.arg(SUBCOMMAND).stdin(Stdio::null()).stdout(Stdio::null()).stderr(Stdio::null());
+                let mut command = Command::new(exe);
+                command
+                    .arg0("keel-shim")
+                    .arg(SUBCOMMAND)
+                    .stdin(Stdio::null())
+                    .stdout(Stdio::null())
+                    .stderr(Stdio::null());
                 // SAFETY: between fork and exec the hook calls only setns(2) and setsid(2), both
                 // async-signal-safe; the descriptors stay open (owned by `joins`) until spawn returns.
                 unsafe {
