@@ -121,7 +121,7 @@ pub fn start(namespaces: &PodNamespaces) -> io::Result<Pause> {
     Ok(Pause { pid, start_time })
 }
 
-/// Field 22 (start time) of /proc/<pid>/stat, and whether the process is a zombie.
+/// Field 22 (start time) of `/proc/<pid>/stat`, and whether the process is a zombie.
 fn stat(pid: i32) -> Option<(u64, bool)> {
     let text = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
     // The command name (field 2) is in parentheses and may hold spaces: split after the last ')'.

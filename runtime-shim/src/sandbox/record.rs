@@ -30,7 +30,7 @@ pub enum State {
 pub struct Pause {
     /// Its pid in keel-shim's PID namespace.
     pub pid: i32,
-    /// Its start time (field 22 of /proc/<pid>/stat), so a reused pid is not taken for it.
+    /// Its start time (field 22 of `/proc/<pid>/stat`), so a reused pid is not taken for it.
     pub start_time: u64,
 }
 
