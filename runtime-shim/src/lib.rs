@@ -12,14 +12,18 @@
 //! - [`streaming`]: the streaming server of Exec, Attach and PortForward (SPDY/3.1 and websocket).
 //! - [`monitor`]: the per-container monitor process (`keel-shim monitor`).
 //! - [`container`]: containers' records and lifecycle.
+//! - [`sandbox`]: pod sandboxes (namespaces, files, the pause process of a shared PID namespace);
+//!   [`cni`]: CNI network lists run as libcni runs them.
 
 pub mod cgroup;
+pub mod cni;
 pub mod config;
 pub mod container;
 pub mod image;
 pub mod monitor;
 pub mod network;
 pub mod oci;
+pub mod sandbox;
 pub mod server;
 pub mod service;
 pub mod streaming;

@@ -54,6 +54,10 @@ fn main() -> ExitCode {
         let args = keel_shim::monitor::MonitorArgs::parse_from(std::env::args_os().skip(1));
         return keel_shim::monitor::run(&args);
     }
+    // The pause process of a pod with a shared PID namespace (hidden; started by keel-shim itself).
+    if std::env::args_os().nth(1).is_some_and(|a| a == keel_shim::sandbox::pause::SUBCOMMAND) {
+        return keel_shim::sandbox::pause::run();
+    }
     tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_default_env()

@@ -1,5 +1,6 @@
 //! The CRI v1 RuntimeService and ImageService of keel-shim. Implemented so far: Version, Status,
-//! RuntimeConfig, UpdateRuntimeConfig and the ImageService (delegated to [`crate::image`]); every
+//! RuntimeConfig, UpdateRuntimeConfig, the ImageService (delegated to [`crate::image`]) and the pod
+//! sandbox RPCs (served by [`Sandboxes`]); every
 //! other RPC answers `Unimplemented` with a message naming it (the server is built RPC by RPC).
 
 use std::collections::HashMap;
@@ -15,6 +16,7 @@ use tonic::{Request, Response, Status};
 use crate::config::{Config, DEFAULT_HANDLER};
 use crate::image::ImageStore;
 use crate::network;
+use crate::sandbox::Sandboxes;
 
 /// The runtime name Version reports.
 pub const RUNTIME_NAME: &str = "keel-shim";
@@ -33,6 +35,8 @@ pub struct Shim {
 #[derive(Debug)]
 struct Inner {
     config: Config,
+    /// The pod sandboxes.
+    sandboxes: Sandboxes,
     /// The pod CIDRs kubelet last sent in UpdateRuntimeConfig (comma-separated, as sent).
     pod_cidr: Mutex<String>,
     /// The images under `DIR/content`, `DIR/images` and `DIR/snapshots`.
@@ -46,12 +50,18 @@ impl Shim {
     /// The image store cannot be opened.
     pub fn new(config: Config) -> Result<Shim, crate::image::ImageError> {
         let images = ImageStore::open(&config.root, &config.insecure_registries)?;
-        Ok(Shim { inner: Arc::new(Inner { config, pod_cidr: Mutex::new(String::new()), images }) })
+        let sandboxes = Sandboxes::open(&config);
+        Ok(Shim { inner: Arc::new(Inner { config, sandboxes, pod_cidr: Mutex::new(String::new()), images }) })
     }
 
     /// The image store.
     pub fn images(&self) -> &ImageStore {
         &self.inner.images
+    }
+
+    /// The pod sandboxes.
+    pub fn sandboxes(&self) -> &Sandboxes {
+        &self.inner.sandboxes
     }
 
     /// The pod CIDRs recorded by UpdateRuntimeConfig (empty until one is sent).
@@ -180,37 +190,43 @@ impl RuntimeService for Shim {
 
     async fn run_pod_sandbox(
         &self,
-        _request: Request<api::RunPodSandboxRequest>,
+        request: Request<api::RunPodSandboxRequest>,
     ) -> Result<Response<api::RunPodSandboxResponse>, Status> {
-        Err(unimplemented("RuntimeService", "RunPodSandbox"))
+        let id = self.inner.sandboxes.run(request.into_inner()).await?;
+        Ok(Response::new(api::RunPodSandboxResponse { pod_sandbox_id: id }))
     }
 
     async fn stop_pod_sandbox(
         &self,
-        _request: Request<api::StopPodSandboxRequest>,
+        request: Request<api::StopPodSandboxRequest>,
     ) -> Result<Response<api::StopPodSandboxResponse>, Status> {
-        Err(unimplemented("RuntimeService", "StopPodSandbox"))
+        self.inner.sandboxes.stop(&request.into_inner().pod_sandbox_id).await?;
+        Ok(Response::new(api::StopPodSandboxResponse {}))
     }
 
     async fn remove_pod_sandbox(
         &self,
-        _request: Request<api::RemovePodSandboxRequest>,
+        request: Request<api::RemovePodSandboxRequest>,
     ) -> Result<Response<api::RemovePodSandboxResponse>, Status> {
-        Err(unimplemented("RuntimeService", "RemovePodSandbox"))
+        self.inner.sandboxes.remove(&request.into_inner().pod_sandbox_id).await?;
+        Ok(Response::new(api::RemovePodSandboxResponse {}))
     }
 
     async fn pod_sandbox_status(
         &self,
-        _request: Request<api::PodSandboxStatusRequest>,
+        request: Request<api::PodSandboxStatusRequest>,
     ) -> Result<Response<api::PodSandboxStatusResponse>, Status> {
-        Err(unimplemented("RuntimeService", "PodSandboxStatus"))
+        let request = request.into_inner();
+        let (status, info) = self.inner.sandboxes.status(&request.pod_sandbox_id, request.verbose)?;
+        Ok(Response::new(api::PodSandboxStatusResponse { status: Some(status), info, ..Default::default() }))
     }
 
     async fn list_pod_sandbox(
         &self,
-        _request: Request<api::ListPodSandboxRequest>,
+        request: Request<api::ListPodSandboxRequest>,
     ) -> Result<Response<api::ListPodSandboxResponse>, Status> {
-        Err(unimplemented("RuntimeService", "ListPodSandbox"))
+        let items = self.inner.sandboxes.list(request.into_inner().filter.as_ref())?;
+        Ok(Response::new(api::ListPodSandboxResponse { items }))
     }
 
     async fn create_container(
