@@ -224,6 +224,7 @@ mod tests {
             cni_bin_dir: PathBuf::from("/opt/cni/bin"),
             runtimes: runtimes.iter().map(|s| (*s).to_owned()).collect(),
             insecure_registries: registries.iter().map(|s| (*s).to_owned()).collect(),
+            stream_address: std::net::SocketAddr::from(([127, 0, 0, 1], 0)),
         }
     }
 
