@@ -55,7 +55,7 @@ impl Listener {
     pub async fn serve(self, shutdown: impl Future<Output = ()> + Send) -> Result<()> {
         let Listener { listener, identity, config } = self;
         let socket = config.socket.clone();
-        let shim = Shim::new(config)?;
+        let shim = Shim::new(config).await?;
         let incoming = futures::stream::unfold(listener, |listener| async move {
             let accepted = listener.accept().await.map(|(stream, _)| stream);
             Some((accepted, listener))
@@ -67,6 +67,13 @@ impl Listener {
             let _ = stopping_tx.send(true);
         };
         let serve = tonic::transport::Server::builder()
+            // Each RPC in a span named by its method, so debug logs (RUST_LOG=keel_shim=debug) say
+            // which RPC they belong to, and a debug event as it arrives.
+            .trace_fn(|request| {
+                let method = request.uri().path().rsplit('/').next().unwrap_or_default().to_owned();
+                tracing::debug!(rpc = %method, "request");
+                tracing::debug_span!("rpc", method)
+            })
             .add_service(RuntimeServiceServer::new(shim.clone()))
             .add_service(ImageServiceServer::new(shim))
             .serve_with_incoming_shutdown(incoming, graceful);

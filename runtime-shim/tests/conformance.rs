@@ -260,7 +260,6 @@ fn containerd_runtime_info_with_a_broken_first_network_config() -> Result<()> {
 const KEEL_SHIM_SUITE_DIFFERENCES: &[KnownDifference] = &[];
 
 #[test]
-#[ignore = "keel-shim serves the suite's RPCs once the images, sandbox, container and streaming parts merge"]
 fn keel_shim_suite() -> Result<()> {
     let bed = SuiteNode::new()?;
     let shim = Shim::start_in(Some(&bed.node), bed.net_d.path(), &[PAUSE_REGISTRY])?;

@@ -17,7 +17,7 @@ use std::io;
 use std::path::{Path, PathBuf};
 
 pub use resources::resources;
-pub use stats::{CgroupStats, container_stats, nano_cores, pod_sandbox_stats, stats};
+pub use stats::{CgroupStats, container_stats, nano_cores, now_ns, pod_sandbox_stats, stats};
 
 /// What went wrong with a cgroup operation (each names the file or input).
 #[derive(Debug, thiserror::Error)]

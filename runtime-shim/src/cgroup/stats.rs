@@ -198,7 +198,8 @@ pub fn stats(layout: &Layout, cgroups_path: &str) -> Result<CgroupStats, CgroupE
     if found { Ok(out) } else { Err(CgroupError::NotFound(cgroups_path.to_owned())) }
 }
 
-fn now_ns() -> i64 {
+/// Nanoseconds since the epoch (the timestamps of stats).
+pub fn now_ns() -> i64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map_or(0, |elapsed| i64::try_from(elapsed.as_nanos()).unwrap_or(i64::MAX))

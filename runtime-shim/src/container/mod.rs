@@ -819,8 +819,16 @@ impl Containers {
                             nix::sys::signal::Signal::SIGKILL,
                         );
                     }
-                    let _ = child.start_kill();
-                    let _ = child.wait().await;
+                    // The runtime reaps the killed process and exits: wait for it. Killing the runtime
+                    // first would leave the process a zombie whose parent is gone; if it was the last
+                    // but the init of a PID namespace, that namespace's init could then never exit
+                    // (the kernel waits for every task of the namespace to be reaped).
+                    if pid.is_none()
+                        || tokio::time::timeout(Duration::from_secs(5), child.wait()).await.is_err()
+                    {
+                        let _ = child.start_kill();
+                        let _ = child.wait().await;
+                    }
                     Err(Status::deadline_exceeded(format!(
                         "command {cmd:?} in container {} timed out after {timeout:?}",
                         record.id

@@ -95,6 +95,10 @@ pub struct PodFiles {
     pub hosts: Option<PathBuf>,
     /// Mounted at /etc/resolv.conf.
     pub resolv_conf: Option<PathBuf>,
+    /// The pod's /dev/shm (a tmpfs its sandbox mounted), shared by its containers; without it each
+    /// container gets a tmpfs of its own (and the node's with host IPC).
+    #[serde(default)]
+    pub shm: Option<PathBuf>,
 }
 
 /// Everything a container's spec is built from.
@@ -361,9 +365,11 @@ fn namespaces(
     pod: &PodNamespaces,
     sc: Option<&api::LinuxContainerSecurityContext>,
 ) -> Result<Vec<LinuxNamespace>, SpecError> {
+    // No namespace options is the protobuf default, POD, as containerd reads it (Go's nil-safe
+    // getters): the container joins the pod's PID namespace when the pod has one.
     let pid_mode = sc
         .and_then(|sc| sc.namespace_options.as_ref())
-        .map_or(api::NamespaceMode::Container, api::NamespaceOption::pid);
+        .map_or(api::NamespaceMode::Pod, api::NamespaceOption::pid);
     let mut out = vec![namespace(LinuxNamespaceType::Mount, None)];
     for (typ, path) in [
         (LinuxNamespaceType::Network, &pod.net),

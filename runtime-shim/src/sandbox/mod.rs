@@ -16,6 +16,7 @@ pub mod namespaces;
 pub mod pause;
 pub mod record;
 mod run;
+pub use run::new_id;
 mod status;
 mod stop;
 

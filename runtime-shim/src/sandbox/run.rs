@@ -19,7 +19,8 @@ use crate::config::DEFAULT_HANDLER;
 use crate::oci::spec::{PodFiles, PodNamespaces};
 
 /// 64 random hex characters.
-fn new_id() -> Result<String, Status> {
+/// (Sandbox and container ids alike: the CRI leaves their form to the runtime; containerd uses the same.)
+pub fn new_id() -> Result<String, Status> {
     let mut bytes = [0u8; 32];
     let mut filled = 0;
     while filled < bytes.len() {
@@ -248,6 +249,7 @@ impl Sandboxes {
             hostname: Some(file("hostname")),
             hosts: Some(file("hosts")),
             resolv_conf: Some(file("resolv.conf")),
+            shm: None,
         };
         Self::update(entry, dir, |r| r.files = pod_files)?;
 

@@ -7,10 +7,10 @@
 //! /etc/resolv.conf (each only if no CRI mount has that destination), sorted by depth so a parent
 //! never hides a child.
 //!
-//! /dev/shm: each container gets its own tmpfs (containerd bind-mounts one per-pod shm from the
-//! sandbox; a per-pod /dev/shm is out of scope here: POSIX shared memory is not shared between the
-//! containers of a pod, System V IPC is, through the pod's IPC namespace). A pod in the host's IPC
-//! namespace gets the host's /dev/shm, as with containerd.
+//! /dev/shm: the pod's ([`PodFiles::shm`](super::PodFiles::shm), a tmpfs its sandbox mounted, as
+//! containerd bind-mounts one per pod) when it has one, so POSIX shared memory is shared in the pod;
+//! a pod in the host's IPC namespace gets the host's /dev/shm, as with containerd; otherwise (no
+//! pod shm) each container gets a tmpfs of its own.
 
 use std::io;
 use std::os::unix::fs::{FileTypeExt, MetadataExt};
@@ -143,10 +143,13 @@ pub(super) fn mounts(
             });
         }
     }
-    if host_ipc && !covered("/dev/shm") {
+    let shm = if host_ipc { Some(PathBuf::from("/dev/shm")) } else { files.shm.clone() };
+    if let Some(shm) = shm
+        && !covered("/dev/shm")
+    {
         binds.push(Bind {
             destination: "/dev/shm".to_owned(),
-            source: PathBuf::from("/dev/shm"),
+            source: shm,
             readonly: false,
             propagation: api::MountPropagation::PropagationPrivate,
             from_cri: false,
@@ -437,6 +440,7 @@ mod tests {
             hostname: Some(dir.path().join("hostname")),
             hosts: Some(dir.path().join("hosts")),
             resolv_conf: Some(dir.path().join("resolv.conf")),
+            shm: None,
         };
         let config = api::ContainerConfig {
             mounts: vec![cri_mount(

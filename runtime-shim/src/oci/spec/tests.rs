@@ -388,7 +388,11 @@ fn namespaces_join_the_pods_or_stay_the_hosts() {
         list.extend(extra);
         list
     };
-    assert_eq!(namespace_list(&case.build().unwrap()), with(Some((Pid, None))), "no options: CONTAINER");
+    assert_eq!(
+        namespace_list(&case.build().unwrap()),
+        with(Some((Pid, Some("/run/ns/pid".into())))),
+        "no options: the protobuf default, POD (as containerd reads it)"
+    );
     mode(&mut case, api::NamespaceMode::Pod);
     assert_eq!(namespace_list(&case.build().unwrap()), with(Some((Pid, Some("/run/ns/pid".into())))));
     mode(&mut case, api::NamespaceMode::Node);
@@ -582,6 +586,7 @@ fn a_full_spec_matches_the_golden_file() {
         hostname: Some("/var/lib/keel-shim/sandboxes/s1/hostname".into()),
         hosts: Some("/var/lib/keel-shim/sandboxes/s1/hosts".into()),
         resolv_conf: Some("/var/lib/keel-shim/sandboxes/s1/resolv.conf".into()),
+        shm: None,
     };
     case.cgroups_path = "/kubepods/burstable/poduid-1/c1".into();
     let mut spec = case.build().unwrap();

@@ -1,7 +1,10 @@
-//! The CRI v1 RuntimeService and ImageService of keel-shim. Implemented so far: Version, Status,
-//! RuntimeConfig, UpdateRuntimeConfig, the ImageService (delegated to [`crate::image`]) and the pod
-//! sandbox RPCs (served by [`Sandboxes`]); every
-//! other RPC answers `Unimplemented` with a message naming it (the server is built RPC by RPC).
+//! The CRI v1 RuntimeService and ImageService of keel-shim: each RPC delegates to the part that owns
+//! it — the image store ([`crate::image`]), the pod sandboxes ([`Sandboxes`]), the containers
+//! ([`Containers`]), the streaming server ([`streaming::Server`]) — and [`pods`] serves the RPCs that
+//! cross them (CreateContainer, the stats). CheckpointContainer, ListMetricDescriptors and
+//! ListPodSandboxMetrics answer `Unimplemented` (the kubelet treats that as "not supported").
+
+mod pods;
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -13,10 +16,14 @@ use k8s_cri::v1::runtime_service_server::RuntimeService;
 use serde_json::json;
 use tonic::{Request, Response, Status};
 
+use crate::cgroup;
 use crate::config::{Config, DEFAULT_HANDLER};
+use crate::container::Containers;
 use crate::image::ImageStore;
 use crate::network;
 use crate::sandbox::Sandboxes;
+use crate::streaming;
+use pods::{Parts, StreamBackend};
 
 /// The runtime name Version reports.
 pub const RUNTIME_NAME: &str = "keel-shim";
@@ -35,33 +42,67 @@ pub struct Shim {
 #[derive(Debug)]
 struct Inner {
     config: Config,
-    /// The pod sandboxes.
-    sandboxes: Sandboxes,
+    /// The images, sandboxes and containers, and the cgroup layout.
+    parts: Parts,
+    /// The server of the URLs Exec, Attach and PortForward answer.
+    streaming: streaming::Server,
     /// The pod CIDRs kubelet last sent in UpdateRuntimeConfig (comma-separated, as sent).
     pod_cidr: Mutex<String>,
-    /// The images under `DIR/content`, `DIR/images` and `DIR/snapshots`.
-    images: ImageStore,
+}
+
+/// What keeps keel-shim from serving.
+#[derive(Debug, thiserror::Error)]
+pub enum StartError {
+    /// The image store cannot be opened.
+    #[error("opening the image store: {0}")]
+    Images(#[from] crate::image::ImageError),
+    /// The containers cannot be restored, or the streaming server cannot listen.
+    #[error("{0}: {1}")]
+    Io(&'static str, std::io::Error),
 }
 
 impl Shim {
-    /// The services for `config`, opening the image store under its root.
+    /// The services for `config`: opens the image store, restores the sandboxes and containers under
+    /// its root (re-adopting running containers through their monitors), connects them, and starts
+    /// the streaming server. Call it inside a tokio runtime.
     ///
     /// # Errors
-    /// The image store cannot be opened.
-    pub fn new(config: Config) -> Result<Shim, crate::image::ImageError> {
+    /// The image store cannot be opened, the containers cannot be restored, or the streaming server
+    /// cannot listen.
+    pub async fn new(config: Config) -> Result<Shim, StartError> {
         let images = ImageStore::open(&config.root, &config.insecure_registries)?;
         let sandboxes = Sandboxes::open(&config);
-        Ok(Shim { inner: Arc::new(Inner { config, sandboxes, pod_cidr: Mutex::new(String::new()), images }) })
+        let containers = Containers::open(&config.root, &config.runtimes)
+            .map_err(|e| StartError::Io("restoring the containers", e))?;
+        pods::connect(&config.root, &sandboxes, &containers);
+        let cgroups = cgroup::Layout::host().inspect_err(|e| tracing::warn!("no cgroup stats: {e}")).ok();
+        let backend = StreamBackend { containers: containers.clone(), sandboxes: sandboxes.clone() };
+        let streaming = streaming::Server::start(config.stream_address, backend)
+            .await
+            .map_err(|e| StartError::Io("starting the streaming server", e))?;
+        let root = std::path::absolute(&config.root).map_err(|e| StartError::Io("resolving --root", e))?;
+        let parts = Parts { root, images, sandboxes, containers, cgroups };
+        Ok(Shim { inner: Arc::new(Inner { config, parts, streaming, pod_cidr: Mutex::new(String::new()) }) })
     }
 
     /// The image store.
     pub fn images(&self) -> &ImageStore {
-        &self.inner.images
+        &self.inner.parts.images
     }
 
     /// The pod sandboxes.
     pub fn sandboxes(&self) -> &Sandboxes {
-        &self.inner.sandboxes
+        &self.inner.parts.sandboxes
+    }
+
+    /// The containers.
+    pub fn containers(&self) -> &Containers {
+        &self.inner.parts.containers
+    }
+
+    /// The streaming server's address.
+    pub fn streaming_addr(&self) -> std::net::SocketAddr {
+        self.inner.streaming.addr()
     }
 
     /// The pod CIDRs recorded by UpdateRuntimeConfig (empty until one is sent).
@@ -70,9 +111,20 @@ impl Shim {
     }
 }
 
-/// The status of an RPC not served yet.
+impl Shim {
+    /// Fails unless container `id` exists and runs (NotFound, FailedPrecondition).
+    fn running(&self, id: &str) -> Result<(), Status> {
+        let status = self.inner.parts.containers.status(id)?;
+        if status.state != api::ContainerState::ContainerRunning as i32 {
+            return Err(Status::failed_precondition(format!("container {} is not running", status.id)));
+        }
+        Ok(())
+    }
+}
+
+/// The status of an RPC not served.
 fn unimplemented(service: &str, rpc: &str) -> Status {
-    Status::unimplemented(format!("keel-shim does not implement runtime.v1.{service}/{rpc} yet"))
+    Status::unimplemented(format!("keel-shim does not implement runtime.v1.{service}/{rpc}"))
 }
 
 fn condition(kind: &str, ready: Result<(), String>) -> api::RuntimeCondition {
@@ -183,16 +235,31 @@ impl RuntimeService for Shim {
 
     async fn get_container_events(
         &self,
-        _request: Request<api::GetEventsRequest>,
+        request: Request<api::GetEventsRequest>,
     ) -> Result<Response<Self::GetContainerEventsStream>, Status> {
-        Err(unimplemented("RuntimeService", "GetContainerEvents"))
+        let events = self.inner.parts.containers.events();
+        let stream = futures::stream::unfold(events, |mut events| async move {
+            loop {
+                match events.recv().await {
+                    Ok(event) => return Some((Ok(event), events)),
+                    // A subscriber too slow for the channel misses events, as with containerd's
+                    // bounded event queue; the PLEG relists on its own period.
+                    Err(tokio::sync::broadcast::error::RecvError::Lagged(n)) => {
+                        tracing::warn!("a container event subscriber missed {n} events");
+                    }
+                    Err(tokio::sync::broadcast::error::RecvError::Closed) => return None,
+                }
+            }
+        });
+        let _ = request;
+        Ok(Response::new(Box::pin(stream)))
     }
 
     async fn run_pod_sandbox(
         &self,
         request: Request<api::RunPodSandboxRequest>,
     ) -> Result<Response<api::RunPodSandboxResponse>, Status> {
-        let id = self.inner.sandboxes.run(request.into_inner()).await?;
+        let id = self.inner.parts.sandboxes.run(request.into_inner()).await?;
         Ok(Response::new(api::RunPodSandboxResponse { pod_sandbox_id: id }))
     }
 
@@ -200,7 +267,7 @@ impl RuntimeService for Shim {
         &self,
         request: Request<api::StopPodSandboxRequest>,
     ) -> Result<Response<api::StopPodSandboxResponse>, Status> {
-        self.inner.sandboxes.stop(&request.into_inner().pod_sandbox_id).await?;
+        self.inner.parts.sandboxes.stop(&request.into_inner().pod_sandbox_id).await?;
         Ok(Response::new(api::StopPodSandboxResponse {}))
     }
 
@@ -208,7 +275,7 @@ impl RuntimeService for Shim {
         &self,
         request: Request<api::RemovePodSandboxRequest>,
     ) -> Result<Response<api::RemovePodSandboxResponse>, Status> {
-        self.inner.sandboxes.remove(&request.into_inner().pod_sandbox_id).await?;
+        self.inner.parts.sandboxes.remove(&request.into_inner().pod_sandbox_id).await?;
         Ok(Response::new(api::RemovePodSandboxResponse {}))
     }
 
@@ -217,7 +284,7 @@ impl RuntimeService for Shim {
         request: Request<api::PodSandboxStatusRequest>,
     ) -> Result<Response<api::PodSandboxStatusResponse>, Status> {
         let request = request.into_inner();
-        let (status, info) = self.inner.sandboxes.status(&request.pod_sandbox_id, request.verbose)?;
+        let (status, info) = self.inner.parts.sandboxes.status(&request.pod_sandbox_id, request.verbose)?;
         Ok(Response::new(api::PodSandboxStatusResponse { status: Some(status), info, ..Default::default() }))
     }
 
@@ -225,117 +292,153 @@ impl RuntimeService for Shim {
         &self,
         request: Request<api::ListPodSandboxRequest>,
     ) -> Result<Response<api::ListPodSandboxResponse>, Status> {
-        let items = self.inner.sandboxes.list(request.into_inner().filter.as_ref())?;
+        let items = self.inner.parts.sandboxes.list(request.into_inner().filter.as_ref())?;
         Ok(Response::new(api::ListPodSandboxResponse { items }))
     }
 
     async fn create_container(
         &self,
-        _request: Request<api::CreateContainerRequest>,
+        request: Request<api::CreateContainerRequest>,
     ) -> Result<Response<api::CreateContainerResponse>, Status> {
-        Err(unimplemented("RuntimeService", "CreateContainer"))
+        let id = self.inner.parts.create_container(request.into_inner()).await?;
+        Ok(Response::new(api::CreateContainerResponse { container_id: id }))
     }
 
     async fn start_container(
         &self,
-        _request: Request<api::StartContainerRequest>,
+        request: Request<api::StartContainerRequest>,
     ) -> Result<Response<api::StartContainerResponse>, Status> {
-        Err(unimplemented("RuntimeService", "StartContainer"))
+        self.inner.parts.containers.start(&request.into_inner().container_id).await?;
+        Ok(Response::new(api::StartContainerResponse {}))
     }
 
     async fn stop_container(
         &self,
-        _request: Request<api::StopContainerRequest>,
+        request: Request<api::StopContainerRequest>,
     ) -> Result<Response<api::StopContainerResponse>, Status> {
-        Err(unimplemented("RuntimeService", "StopContainer"))
+        let request = request.into_inner();
+        let timeout = std::time::Duration::from_secs(u64::try_from(request.timeout).unwrap_or(0));
+        self.inner.parts.containers.stop(&request.container_id, timeout).await?;
+        Ok(Response::new(api::StopContainerResponse {}))
     }
 
     async fn remove_container(
         &self,
-        _request: Request<api::RemoveContainerRequest>,
+        request: Request<api::RemoveContainerRequest>,
     ) -> Result<Response<api::RemoveContainerResponse>, Status> {
-        Err(unimplemented("RuntimeService", "RemoveContainer"))
+        self.inner.parts.containers.remove(&request.into_inner().container_id).await?;
+        Ok(Response::new(api::RemoveContainerResponse {}))
     }
 
     async fn list_containers(
         &self,
-        _request: Request<api::ListContainersRequest>,
+        request: Request<api::ListContainersRequest>,
     ) -> Result<Response<api::ListContainersResponse>, Status> {
-        Err(unimplemented("RuntimeService", "ListContainers"))
+        let containers = self.inner.parts.containers.list(request.into_inner().filter.as_ref());
+        Ok(Response::new(api::ListContainersResponse { containers }))
     }
 
     async fn container_status(
         &self,
-        _request: Request<api::ContainerStatusRequest>,
+        request: Request<api::ContainerStatusRequest>,
     ) -> Result<Response<api::ContainerStatusResponse>, Status> {
-        Err(unimplemented("RuntimeService", "ContainerStatus"))
+        let status = self.inner.parts.containers.status(&request.into_inner().container_id)?;
+        Ok(Response::new(api::ContainerStatusResponse { status: Some(status), ..Default::default() }))
     }
 
     async fn update_container_resources(
         &self,
-        _request: Request<api::UpdateContainerResourcesRequest>,
+        request: Request<api::UpdateContainerResourcesRequest>,
     ) -> Result<Response<api::UpdateContainerResourcesResponse>, Status> {
-        Err(unimplemented("RuntimeService", "UpdateContainerResources"))
+        let request = request.into_inner();
+        let resources = request.linux.as_ref().map(cgroup::resources).unwrap_or_default();
+        self.inner.parts.containers.update_resources(&request.container_id, resources).await?;
+        Ok(Response::new(api::UpdateContainerResourcesResponse {}))
     }
 
     async fn reopen_container_log(
         &self,
-        _request: Request<api::ReopenContainerLogRequest>,
+        request: Request<api::ReopenContainerLogRequest>,
     ) -> Result<Response<api::ReopenContainerLogResponse>, Status> {
-        Err(unimplemented("RuntimeService", "ReopenContainerLog"))
+        self.inner.parts.containers.reopen_log(&request.into_inner().container_id).await?;
+        Ok(Response::new(api::ReopenContainerLogResponse {}))
     }
 
     async fn exec_sync(
         &self,
-        _request: Request<api::ExecSyncRequest>,
+        request: Request<api::ExecSyncRequest>,
     ) -> Result<Response<api::ExecSyncResponse>, Status> {
-        Err(unimplemented("RuntimeService", "ExecSync"))
+        let request = request.into_inner();
+        let timeout = std::time::Duration::from_secs(u64::try_from(request.timeout).unwrap_or(0));
+        let (stdout, stderr, exit_code) =
+            self.inner.parts.containers.exec_sync(&request.container_id, &request.cmd, timeout).await?;
+        Ok(Response::new(api::ExecSyncResponse { stdout, stderr, exit_code }))
     }
 
-    async fn exec(&self, _request: Request<api::ExecRequest>) -> Result<Response<api::ExecResponse>, Status> {
-        Err(unimplemented("RuntimeService", "Exec"))
+    async fn exec(&self, request: Request<api::ExecRequest>) -> Result<Response<api::ExecResponse>, Status> {
+        let request = request.into_inner();
+        // As the kubelet's runtime side: the container must exist and run before a URL is handed out.
+        self.running(&request.container_id)?;
+        Ok(Response::new(self.inner.streaming.get_exec(&request)?))
     }
 
     async fn attach(
         &self,
-        _request: Request<api::AttachRequest>,
+        request: Request<api::AttachRequest>,
     ) -> Result<Response<api::AttachResponse>, Status> {
-        Err(unimplemented("RuntimeService", "Attach"))
+        let request = request.into_inner();
+        self.running(&request.container_id)?;
+        Ok(Response::new(self.inner.streaming.get_attach(&request)?))
     }
 
     async fn port_forward(
         &self,
-        _request: Request<api::PortForwardRequest>,
+        request: Request<api::PortForwardRequest>,
     ) -> Result<Response<api::PortForwardResponse>, Status> {
-        Err(unimplemented("RuntimeService", "PortForward"))
+        let request = request.into_inner();
+        self.inner.parts.sandboxes.get(&request.pod_sandbox_id)?;
+        Ok(Response::new(self.inner.streaming.get_port_forward(&request)?))
     }
 
     async fn container_stats(
         &self,
-        _request: Request<api::ContainerStatsRequest>,
+        request: Request<api::ContainerStatsRequest>,
     ) -> Result<Response<api::ContainerStatsResponse>, Status> {
-        Err(unimplemented("RuntimeService", "ContainerStats"))
+        let stats = self.inner.parts.container_stats(&request.into_inner().container_id).await?;
+        Ok(Response::new(api::ContainerStatsResponse { stats: Some(stats) }))
     }
 
     async fn list_container_stats(
         &self,
-        _request: Request<api::ListContainerStatsRequest>,
+        request: Request<api::ListContainerStatsRequest>,
     ) -> Result<Response<api::ListContainerStatsResponse>, Status> {
-        Err(unimplemented("RuntimeService", "ListContainerStats"))
+        let stats = self.inner.parts.list_container_stats(request.into_inner().filter.as_ref()).await?;
+        Ok(Response::new(api::ListContainerStatsResponse { stats }))
     }
 
     async fn pod_sandbox_stats(
         &self,
-        _request: Request<api::PodSandboxStatsRequest>,
+        request: Request<api::PodSandboxStatsRequest>,
     ) -> Result<Response<api::PodSandboxStatsResponse>, Status> {
-        Err(unimplemented("RuntimeService", "PodSandboxStats"))
+        let stats = self.inner.parts.pod_sandbox_stats(&request.into_inner().pod_sandbox_id).await?;
+        Ok(Response::new(api::PodSandboxStatsResponse { stats: Some(stats) }))
     }
 
     async fn list_pod_sandbox_stats(
         &self,
-        _request: Request<api::ListPodSandboxStatsRequest>,
+        request: Request<api::ListPodSandboxStatsRequest>,
     ) -> Result<Response<api::ListPodSandboxStatsResponse>, Status> {
-        Err(unimplemented("RuntimeService", "ListPodSandboxStats"))
+        let filter = request.into_inner().filter;
+        let filter =
+            filter.map(|f| api::PodSandboxFilter { id: f.id, label_selector: f.label_selector, state: None });
+        let mut stats = Vec::new();
+        for sandbox in self.inner.parts.sandboxes.list(filter.as_ref())? {
+            // A pod removed meanwhile is left out.
+            if let Ok(s) = self.inner.parts.pod_sandbox_stats(&sandbox.id).await {
+                stats.push(s);
+            }
+        }
+        Ok(Response::new(api::ListPodSandboxStatsResponse { stats }))
     }
 
     async fn checkpoint_container(
@@ -366,34 +469,34 @@ impl ImageService for Shim {
         &self,
         request: Request<api::ListImagesRequest>,
     ) -> Result<Response<api::ListImagesResponse>, Status> {
-        Ok(Response::new(self.inner.images.list_images(request.get_ref())))
+        Ok(Response::new(self.inner.parts.images.list_images(request.get_ref())))
     }
 
     async fn image_status(
         &self,
         request: Request<api::ImageStatusRequest>,
     ) -> Result<Response<api::ImageStatusResponse>, Status> {
-        self.inner.images.image_status(request.get_ref()).map(Response::new)
+        self.inner.parts.images.image_status(request.get_ref()).map(Response::new)
     }
 
     async fn pull_image(
         &self,
         request: Request<api::PullImageRequest>,
     ) -> Result<Response<api::PullImageResponse>, Status> {
-        self.inner.images.pull_image(request.get_ref()).await.map(Response::new)
+        self.inner.parts.images.pull_image(request.get_ref()).await.map(Response::new)
     }
 
     async fn remove_image(
         &self,
         request: Request<api::RemoveImageRequest>,
     ) -> Result<Response<api::RemoveImageResponse>, Status> {
-        self.inner.images.remove_image(request.get_ref()).await.map(Response::new)
+        self.inner.parts.images.remove_image(request.get_ref()).await.map(Response::new)
     }
 
     async fn image_fs_info(
         &self,
         _request: Request<api::ImageFsInfoRequest>,
     ) -> Result<Response<api::ImageFsInfoResponse>, Status> {
-        self.inner.images.image_fs_info().await.map(Response::new)
+        self.inner.parts.images.image_fs_info().await.map(Response::new)
     }
 }
