@@ -9,7 +9,7 @@ use std::sync::Arc;
 
 use futures::FutureExt;
 use k8s_cri::v1 as api;
-use tokio::io::DuplexStream;
+use tokio::io::{AsyncWriteExt, DuplexStream};
 use tonic::Status;
 
 use crate::cgroup::{self, Layout};
@@ -336,7 +336,7 @@ impl Backend for StreamBackend {
         &self,
         pod_sandbox_id: &str,
         port: u16,
-        mut stream: DuplexStream,
+        stream: DuplexStream,
     ) -> Result<(), BackendError> {
         let sandbox = self.sandboxes.get(pod_sandbox_id)?;
         if sandbox.state != api::PodSandboxState::SandboxReady {
@@ -345,8 +345,19 @@ impl Backend for StreamBackend {
         let netns = sandbox.namespaces.net.clone();
         let socket = tokio::task::spawn_blocking(move || connect_in(netns.as_deref(), port)).await??;
         socket.set_nonblocking(true)?;
-        let mut socket = tokio::net::TcpStream::from_std(socket)?;
-        tokio::io::copy_bidirectional(&mut stream, &mut socket).await?;
+        let socket = tokio::net::TcpStream::from_std(socket)?;
+        let (mut from_pod, mut to_pod) = socket.into_split();
+        let (mut from_client, mut to_client) = tokio::io::split(stream);
+        let upstream = tokio::spawn(async move {
+            let _ = tokio::io::copy(&mut from_client, &mut to_pod).await;
+            let _ = to_pod.shutdown().await;
+        });
+        // The forward ends when the pod's side does (as the kubelet's and containerd's do): a client
+        // waiting for the answer to end sees the stream close then, whether or not it closed its side.
+        let copied = tokio::io::copy(&mut from_pod, &mut to_client).await;
+        let _ = to_client.shutdown().await;
+        upstream.abort();
+        copied?;
         Ok(())
     }
 }
