@@ -74,13 +74,13 @@ impl Shim {
         let sandboxes = Sandboxes::open(&config);
         let containers = Containers::open(&config.root, &config.runtimes)
             .map_err(|e| StartError::Io("restoring the containers", e))?;
-        pods::connect(&config.root, &sandboxes, &containers);
+        let root = std::path::absolute(&config.root).map_err(|e| StartError::Io("resolving --root", e))?;
+        pods::connect(&root, &sandboxes, &containers);
         let cgroups = cgroup::Layout::host().inspect_err(|e| tracing::warn!("no cgroup stats: {e}")).ok();
         let backend = StreamBackend { containers: containers.clone(), sandboxes: sandboxes.clone() };
         let streaming = streaming::Server::start(config.stream_address, backend)
             .await
             .map_err(|e| StartError::Io("starting the streaming server", e))?;
-        let root = std::path::absolute(&config.root).map_err(|e| StartError::Io("resolving --root", e))?;
         let parts = Parts { root, images, sandboxes, containers, cgroups };
         Ok(Shim { inner: Arc::new(Inner { config, parts, streaming, pod_cidr: Mutex::new(String::new()) }) })
     }
