@@ -218,24 +218,7 @@ pub(super) async fn exec(
             return Err(internal("receiving the exec's terminal", &e));
         }
     };
-    let raw = master.as_raw_fd();
-    if let Some(mut resize) = resize {
-        tokio::spawn(async move {
-            while let Some(size) = resize.recv().await {
-                let ws =
-                    libc::winsize { ws_col: size.width, ws_row: size.height, ws_xpixel: 0, ws_ypixel: 0 };
-                // SAFETY: TIOCSWINSZ reads the winsize; a stale descriptor only makes the ioctl fail.
-                unsafe {
-                    libc::ioctl(raw, libc::TIOCSWINSZ, &ws);
-                }
-            }
-        });
-    }
-    let file = std::fs::File::from(master);
-    let writer = file.try_clone().map_err(|e| internal("exec", &e))?;
-    if let Some(from) = stdin {
-        tokio::spawn(pump(from, tokio::fs::File::from_std(writer)));
-    }
+    let file = terminal_io(master, resize, stdin)?;
     let copy_out = async {
         if let Some(to) = stdout {
             pump(tokio::fs::File::from_std(file), to).await;
@@ -307,24 +290,7 @@ async fn exec_behind_a_terminal(
             return Err(internal("running the runtime's exec", &e));
         }
     };
-    let raw = master.as_raw_fd();
-    if let Some(mut resize) = resize {
-        tokio::spawn(async move {
-            while let Some(size) = resize.recv().await {
-                let ws =
-                    libc::winsize { ws_col: size.width, ws_row: size.height, ws_xpixel: 0, ws_ypixel: 0 };
-                // SAFETY: TIOCSWINSZ reads the winsize; a stale descriptor only makes the ioctl fail.
-                unsafe {
-                    libc::ioctl(raw, libc::TIOCSWINSZ, &ws);
-                }
-            }
-        });
-    }
-    let file = std::fs::File::from(master);
-    let writer = file.try_clone().map_err(|e| internal("exec", &e))?;
-    if let Some(from) = stdin {
-        tokio::spawn(pump(from, tokio::fs::File::from_std(writer)));
-    }
+    let file = terminal_io(master, resize, stdin)?;
     let copy_out = async {
         match stdout {
             Some(to) => pump(tokio::fs::File::from_std(file), to).await,
@@ -360,4 +326,32 @@ async fn receive_fd(stream: tokio::net::UnixStream) -> io::Result<OwnedFd> {
     })
     .await
     .map_err(io::Error::other)?
+}
+
+/// Starts following `resize` on the terminal `master` and copying `stdin` into it; the terminal's
+/// output is read from the returned file.
+fn terminal_io(
+    master: OwnedFd,
+    resize: Option<mpsc::Receiver<TerminalSize>>,
+    stdin: Option<Box<dyn AsyncRead + Send + Unpin>>,
+) -> Result<std::fs::File, Status> {
+    let raw = master.as_raw_fd();
+    if let Some(mut resize) = resize {
+        tokio::spawn(async move {
+            while let Some(size) = resize.recv().await {
+                let ws =
+                    libc::winsize { ws_col: size.width, ws_row: size.height, ws_xpixel: 0, ws_ypixel: 0 };
+                // SAFETY: TIOCSWINSZ reads the winsize; a stale descriptor only makes the ioctl fail.
+                unsafe {
+                    libc::ioctl(raw, libc::TIOCSWINSZ, &ws);
+                }
+            }
+        });
+    }
+    let file = std::fs::File::from(master);
+    let writer = file.try_clone().map_err(|e| Status::internal(format!("exec: {e}")))?;
+    if let Some(from) = stdin {
+        tokio::spawn(pump(from, tokio::fs::File::from_std(writer)));
+    }
+    Ok(file)
 }

@@ -121,10 +121,9 @@ print(json.dumps({"answer": got.decode(errors="replace"), "error": pf.error(port
 /// listens) and parses the JSON it prints.
 fn python_in_node(env: &Env, script: &'static str, args: Vec<String>) -> Result<serde_json::Value, String> {
     let python = keel_testbed::python::python().map_err(|e| format!("{e:#}"))?;
-    let output = in_node(env, move || {
-        std::process::Command::new(python).arg("-c").arg(script).args(args).output()
-    })?
-    .map_err(|e| format!("running python: {e}"))?;
+    let output =
+        in_node(env, move || std::process::Command::new(python).arg("-c").arg(script).args(args).output())?
+            .map_err(|e| format!("running python: {e}"))?;
     let stdout = String::from_utf8_lossy(&output.stdout);
     ensure(output.status.success(), || {
         format!("python failed: {stdout}\n{}", String::from_utf8_lossy(&output.stderr))
