@@ -7,5 +7,6 @@
 pub mod backend;
 pub mod fixtures;
 pub mod model;
+pub mod nft;
 pub mod runner;
 pub mod tracker;

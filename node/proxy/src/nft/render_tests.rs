@@ -1,0 +1,250 @@
+use super::*;
+use crate::fixtures::{self, endpoint, ready, slice};
+use crate::tracker::{ChangeTracker, TrackerConfig};
+use std::path::PathBuf;
+
+/// Compares `text` with `tests/golden/<name>.nft`; `KEEL_UPDATE_GOLDEN=1` writes it instead.
+fn golden(name: &str, text: &str) {
+    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/golden").join(format!("{name}.nft"));
+    if std::env::var_os("KEEL_UPDATE_GOLDEN").is_some() {
+        std::fs::write(&path, text).unwrap();
+        return;
+    }
+    let expected = std::fs::read_to_string(&path)
+        .unwrap_or_else(|err| panic!("{}: {err} (KEEL_UPDATE_GOLDEN=1 writes it)", path.display()));
+    assert!(
+        expected == text,
+        "{} differs (KEEL_UPDATE_GOLDEN=1 rewrites it); rendered:\n{text}",
+        path.display()
+    );
+}
+
+fn config() -> RenderConfig {
+    RenderConfig {
+        cluster_cidrs: vec!["10.244.0.0/16".parse().unwrap(), "fd00:10:244::/56".parse().unwrap()],
+        nodeport_addresses: Vec::new(),
+    }
+}
+
+/// A node `node-a` with one Service of each kind.
+fn cluster() -> ChangeTracker {
+    let mut tracker = ChangeTracker::new(TrackerConfig { node_name: "node-a".into(), proxy_name: None });
+    // Two endpoints whose named target port resolves differently (two slices).
+    tracker.update_service(&fixtures::service("web", "10.96.0.10", &[("http", "TCP", 80, None)]));
+    tracker.update_slice(&slice(
+        "web-1",
+        "web",
+        &[("http", "TCP", 8080)],
+        vec![ready("10.244.0.5", "node-a")],
+    ));
+    tracker.update_slice(&slice(
+        "web-2",
+        "web",
+        &[("http", "TCP", 9090)],
+        vec![ready("10.244.1.5", "node-b")],
+    ));
+    tracker.update_service(&fixtures::service("dns", "10.96.0.53", &[("dns", "UDP", 53, None)]));
+    tracker.update_slice(&slice(
+        "dns-1",
+        "dns",
+        &[("dns", "UDP", 5353)],
+        vec![ready("10.244.1.7", "node-b")],
+    ));
+    // No endpoints at all.
+    tracker.update_service(&fixtures::node_port(fixtures::service(
+        "empty",
+        "10.96.0.20",
+        &[("", "TCP", 80, Some(30020))],
+    )));
+    // NodePort with ClientIP affinity.
+    tracker.update_service(&fixtures::affinity(
+        fixtures::node_port(fixtures::service("sticky", "10.96.0.30", &[("", "TCP", 80, Some(30030))])),
+        60,
+    ));
+    tracker.update_slice(&slice(
+        "sticky-1",
+        "sticky",
+        &[("", "TCP", 80)],
+        vec![ready("10.244.0.8", "node-a"), ready("10.244.1.8", "node-b")],
+    ));
+    // LoadBalancer, externalTrafficPolicy Local, one endpoint here and one elsewhere.
+    tracker.update_service(&fixtures::local_load_balancer(
+        fixtures::service("lb", "10.96.0.40", &[("", "TCP", 443, Some(30443))]),
+        "192.0.2.40",
+        "192.0.2.41",
+    ));
+    tracker.update_slice(&slice(
+        "lb-1",
+        "lb",
+        &[("", "TCP", 8443)],
+        vec![ready("10.244.0.9", "node-a"), ready("10.244.1.9", "node-b")],
+    ));
+    // Only terminating endpoints: the serving one is used, the other is not.
+    tracker.update_service(&fixtures::service("draining", "10.96.0.50", &[("", "TCP", 80, None)]));
+    tracker.update_slice(&slice(
+        "draining-1",
+        "draining",
+        &[("", "TCP", 80)],
+        vec![
+            endpoint("10.244.0.10", "node-a", (false, true, true)),
+            endpoint("10.244.1.10", "node-b", (false, false, true)),
+        ],
+    ));
+    // IPv6.
+    tracker.update_service(&fixtures::service("web6", "fd00:96::10", &[("", "TCP", 80, None)]));
+    let mut web6 = slice("web6-1", "web6", &[("", "TCP", 80)], vec![ready("fd00:10:244::5", "node-a")]);
+    web6.address_type = "IPv6".into();
+    tracker.update_slice(&web6);
+    tracker.checkout();
+    tracker
+}
+
+fn full(renderers: &mut [Renderer], state: &ProxyState) -> Transaction {
+    let mut transaction = Transaction::default();
+    for renderer in renderers {
+        renderer.full(state, &mut transaction);
+    }
+    transaction
+}
+
+fn partial(
+    renderers: &mut [Renderer],
+    state: &ProxyState,
+    changed: &BTreeSet<ServicePortName>,
+) -> Transaction {
+    let mut transaction = Transaction::default();
+    for renderer in renderers {
+        renderer.partial(state, changed, &mut transaction);
+    }
+    transaction
+}
+
+fn renderers(config: &RenderConfig) -> Vec<Renderer> {
+    vec![Renderer::new(Family::Ip, config.clone()), Renderer::new(Family::Ip6, config.clone())]
+}
+
+#[test]
+fn full_sync_of_every_kind_of_service() {
+    let tracker = cluster();
+    let mut renderers = renderers(&config());
+    golden("full", &full(&mut renderers, tracker.state()).to_string());
+}
+
+#[test]
+fn nodeport_addresses_restrict_node_ports() {
+    let tracker = cluster();
+    let config = RenderConfig { nodeport_addresses: vec!["198.18.0.0/16".parse().unwrap()], ..config() };
+    let text = full(&mut renderers(&config)[..1], tracker.state()).to_string();
+    let services: Vec<&str> = text.lines().filter(|line| line.contains("service-nodeports")).collect();
+    assert!(services.iter().any(|line| line.contains("ip daddr @nodeport-ips meta l4proto . th dport vmap")));
+    assert!(text.contains("add element ip keel-proxy nodeport-ips { 198.18.0.0/16 }"));
+    assert!(!text.contains("fib daddr type local"));
+}
+
+#[test]
+fn partial_syncs_touch_only_the_changed_services() {
+    let mut tracker = cluster();
+    let mut renderers = renderers(&config());
+    full(&mut renderers, tracker.state());
+
+    // web loses its remote endpoint; dns goes; sticky gets a third endpoint.
+    tracker.update_slice(&slice("web-2", "web", &[("http", "TCP", 9090)], vec![]));
+    tracker.delete_service(&fixtures::service("dns", "10.96.0.53", &[("dns", "UDP", 53, None)]));
+    tracker.update_slice(&slice(
+        "sticky-1",
+        "sticky",
+        &[("", "TCP", 80)],
+        vec![ready("10.244.0.8", "node-a"), ready("10.244.1.8", "node-b"), ready("10.244.2.8", "node-c")],
+    ));
+    let changes = tracker.checkout();
+    let transaction = partial(&mut renderers, tracker.state(), &changes.ports);
+    golden("partial", &transaction.to_string());
+    for line in transaction.to_string().lines() {
+        assert!(
+            [
+                "/web/",
+                "/dns/",
+                "/sticky/",
+                "10.96.0.53",
+                "10.96.0.30",
+                "30030",
+                " 0 }",
+                " 1 }",
+                " 2 }",
+                " 65536",
+                " 65537",
+                " 65538",
+                " 131072",
+                " 131073",
+                " 131074"
+            ]
+            .iter()
+            .any(|mark| line.contains(mark)),
+            "touches another service: {line}"
+        );
+    }
+
+    // Nothing changed: nothing written.
+    assert!(partial(&mut renderers, tracker.state(), &changes.ports).ops.is_empty());
+
+    // A full sync now renders what partial syncs built up.
+    let mut fresh = self::renderers(&config());
+    let rebuilt = full(&mut fresh, tracker.state());
+    let replayed = full(&mut renderers, tracker.state());
+    assert_eq!(rebuilt, replayed);
+}
+
+#[test]
+fn endpoints_of_a_service_coming_and_going() {
+    let mut tracker = ChangeTracker::new(TrackerConfig { node_name: "node-a".into(), proxy_name: None });
+    let mut renderer = vec![Renderer::new(Family::Ip, config())];
+    let service = fixtures::service("web", "10.96.0.10", &[("", "TCP", 80, None)]);
+    tracker.update_service(&service);
+    tracker.checkout();
+    let text = full(&mut renderer, tracker.state()).to_string();
+    assert!(text.contains(
+        "add element ip keel-proxy no-endpoint-services { 10.96.0.10 . tcp . 80 : goto reject-chain }"
+    ));
+
+    tracker.update_slice(&slice("web-1", "web", &[("", "TCP", 8080)], vec![ready("10.244.0.5", "node-a")]));
+    let changes = tracker.checkout();
+    let text = partial(&mut renderer, tracker.state(), &changes.ports).to_string();
+    let lines: Vec<&str> = text.lines().collect();
+    assert_eq!(lines[0], "delete element ip keel-proxy no-endpoint-services { 10.96.0.10 . tcp . 80 }");
+    assert!(
+        lines
+            .last()
+            .unwrap()
+            .starts_with("add element ip keel-proxy service-ips { 10.96.0.10 . tcp . 80 : goto service-")
+    );
+    assert!(text.contains("meta l4proto tcp dnat to 10.244.0.5:8080"));
+
+    tracker.delete_service(&service);
+    let changes = tracker.checkout();
+    let text = partial(&mut renderer, tracker.state(), &changes.ports).to_string();
+    assert!(text.contains("delete element ip keel-proxy service-ips { 10.96.0.10 . tcp . 80 }"));
+    assert_eq!(text.lines().filter(|line| line.starts_with("delete chain")).count(), 2, "{text}");
+}
+
+#[test]
+fn chain_names_are_stable_and_distinct() {
+    let a = ServicePortName::new("default", "web", "http", crate::model::Protocol::Tcp);
+    let b = ServicePortName::new("default", "web", "http", crate::model::Protocol::Udp);
+    assert_eq!(chain_base(&a), chain_base(&a.clone()));
+    assert_ne!(chain_base(&a), chain_base(&b));
+    assert!(chain_base(&a).ends_with("-default/web/tcp/http"), "{}", chain_base(&a));
+    assert_eq!(chain_base(&a).find('-'), Some(8));
+}
+
+#[test]
+fn internal_traffic_policy_local_keeps_cluster_traffic_on_the_node() {
+    let mut tracker = ChangeTracker::new(TrackerConfig { node_name: "node-a".into(), proxy_name: None });
+    let mut service = fixtures::service("web", "10.96.0.10", &[("", "TCP", 80, None)]);
+    service.spec.as_mut().unwrap().internal_traffic_policy = Some("Local".into());
+    tracker.update_service(&service);
+    tracker.update_slice(&slice("web-1", "web", &[("", "TCP", 80)], vec![ready("10.244.1.5", "node-b")]));
+    tracker.checkout();
+    let text = full(&mut [Renderer::new(Family::Ip, config())], tracker.state()).to_string();
+    assert!(text.contains("no-endpoint-services { 10.96.0.10 . tcp . 80 : goto reject-chain }"), "{text}");
+    assert!(!text.contains("10.244.1.5"));
+}
