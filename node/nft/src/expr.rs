@@ -1,4 +1,4 @@
-//! The nftables expressions keel-cni's rules are made of, as netlink attributes.
+//! The nftables expressions Keel's rules are made of, as netlink attributes.
 //!
 //! netlink-packet-netfilter types cmp, payload, meta, bitwise and immediate; it lacks `nat`, `masq` and
 //! `fib`, so those are built here from their `NFTA_*` attributes (include/uapi/linux/netfilter/
@@ -14,15 +14,18 @@ use netlink_packet_netfilter::nftables::{
 };
 
 /// `NFPROTO_IPV4` / `NFPROTO_IPV6`: the family `meta nfproto` loads.
-pub(crate) const NFPROTO_IPV4: u8 = 2;
-pub(crate) const NFPROTO_IPV6: u8 = 10;
+pub const NFPROTO_IPV4: u8 = 2;
+/// `NFPROTO_IPV6`.
+pub const NFPROTO_IPV6: u8 = 10;
 /// `NF_ACCEPT` (a base chain's policy).
-pub(crate) const NF_ACCEPT: u32 = 1;
+pub const NF_ACCEPT: u32 = 1;
 
 /// `enum nft_payload_bases`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Header {
+pub enum Header {
+    /// The network header (IPv4, IPv6).
     Network = 1,
+    /// The transport header (TCP, UDP, SCTP).
     Transport = 2,
 }
 
@@ -42,17 +45,17 @@ const NFTA_FIB_FLAGS: u16 = 3;
 const NFT_FIB_RESULT_ADDRTYPE: u32 = 3;
 const NFTA_FIB_F_DADDR: u32 = 1 << 1;
 /// `RTN_LOCAL`: the address type `fib daddr type local` compares with (host byte order).
-pub(crate) const RTN_LOCAL: u32 = 2;
+pub const RTN_LOCAL: u32 = 2;
 /// `IFNAMSIZ`: interface names are compared as 16 NUL-padded bytes.
 const IFNAMSIZ: usize = 16;
 
 /// `meta <key>` into register 1.
-pub(crate) fn meta(key: MetaKey) -> Expressions {
+pub fn meta(key: MetaKey) -> Expressions {
     Expressions::Meta(vec![Meta::DestinationRegister(Register::Reg1), Meta::Key(key)])
 }
 
 /// `len` bytes of a header at `offset` into register 1.
-pub(crate) fn payload(header: Header, offset: u32, len: u32) -> Expressions {
+pub fn payload(header: Header, offset: u32, len: u32) -> Expressions {
     Expressions::Payload(vec![
         Payload::DestinationRegister(Register::Reg1),
         Payload::Base(header as u32),
@@ -62,7 +65,7 @@ pub(crate) fn payload(header: Header, offset: u32, len: u32) -> Expressions {
 }
 
 /// Register 1 compared with `data`.
-pub(crate) fn cmp(op: Operator, data: Vec<u8>) -> Expressions {
+pub fn cmp(op: Operator, data: Vec<u8>) -> Expressions {
     Expressions::Cmp(vec![
         Cmp::SourceRegister(Register::Reg1),
         Cmp::Op(op),
@@ -71,7 +74,7 @@ pub(crate) fn cmp(op: Operator, data: Vec<u8>) -> Expressions {
 }
 
 /// Register 1 masked with `mask` (`reg1 = reg1 & mask ^ 0`).
-pub(crate) fn mask(mask: Vec<u8>) -> Expressions {
+pub fn mask(mask: Vec<u8>) -> Expressions {
     let zeros = vec![0; mask.len()];
     Expressions::Bitwise(vec![
         Bitwise::SourceRegister(Register::Reg1),
@@ -83,7 +86,7 @@ pub(crate) fn mask(mask: Vec<u8>) -> Expressions {
 }
 
 /// `data` into `register`.
-pub(crate) fn immediate(register: Register, data: Vec<u8>) -> Expressions {
+pub fn immediate(register: Register, data: Vec<u8>) -> Expressions {
     Expressions::Immediate(vec![
         Immediate::DestinationRegister(register),
         Immediate::Data(DataAttribute::Value(data)),
@@ -91,7 +94,7 @@ pub(crate) fn immediate(register: Register, data: Vec<u8>) -> Expressions {
 }
 
 /// `jump <chain>`.
-pub(crate) fn jump(chain: &str) -> Expressions {
+pub fn jump(chain: &str) -> Expressions {
     Expressions::Immediate(vec![
         Immediate::DestinationRegister(Register::Verdict),
         Immediate::Data(DataAttribute::Verdict(vec![
@@ -102,12 +105,12 @@ pub(crate) fn jump(chain: &str) -> Expressions {
 }
 
 /// `masquerade`.
-pub(crate) fn masquerade() -> Expressions {
+pub fn masquerade() -> Expressions {
     Expressions::Other { expression_type: "masq".to_owned(), attributes: Vec::new() }
 }
 
 /// `dnat <family> to <register 1>:<register 2>`: the address in register 1, the port in register 2.
-pub(crate) fn dnat(family: u8) -> Expressions {
+pub fn dnat(family: u8) -> Expressions {
     let attribute = |kind, value: u32| DefaultNla::new(kind, value.to_be_bytes().to_vec());
     Expressions::Other {
         expression_type: "nat".to_owned(),
@@ -122,7 +125,7 @@ pub(crate) fn dnat(family: u8) -> Expressions {
 }
 
 /// `fib daddr type` into register 1 (an `RTN_*` address type, host byte order).
-pub(crate) fn fib_daddr_type() -> Expressions {
+pub fn fib_daddr_type() -> Expressions {
     let attribute = |kind, value: u32| DefaultNla::new(kind, value.to_be_bytes().to_vec());
     Expressions::Other {
         expression_type: "fib".to_owned(),
@@ -135,25 +138,27 @@ pub(crate) fn fib_daddr_type() -> Expressions {
 }
 
 /// `meta nfproto ipv4|ipv6`: the dependency of every address match in an inet table.
-pub(crate) fn match_family(address: IpAddr) -> [Expressions; 2] {
+pub fn match_family(address: IpAddr) -> [Expressions; 2] {
     [meta(MetaKey::Nfproto), cmp(Operator::Equal, vec![family(address)])]
 }
 
 /// The `NFPROTO_*` of an address.
-pub(crate) fn family(address: IpAddr) -> u8 {
+pub fn family(address: IpAddr) -> u8 {
     if address.is_ipv4() { NFPROTO_IPV4 } else { NFPROTO_IPV6 }
 }
 
 /// Which address of the network header a match reads.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Field {
+pub enum Field {
+    /// The source address.
     Source,
+    /// The destination address.
     Destination,
 }
 
 /// `ip[6] saddr|daddr [!=|==] <network>/<prefix>`, loading only the prefix's whole bytes (and masking
 /// the last partial one), as nft does. A /0 matches everything and yields nothing.
-pub(crate) fn match_prefix(field: Field, network: IpAddr, prefix_len: u8, op: Operator) -> Vec<Expressions> {
+pub fn match_prefix(field: Field, network: IpAddr, prefix_len: u8, op: Operator) -> Vec<Expressions> {
     let (octets, source_offset, destination_offset) = match network {
         IpAddr::V4(address) => (address.octets().to_vec(), 12, 16),
         IpAddr::V6(address) => (address.octets().to_vec(), 8, 24),
@@ -179,14 +184,14 @@ pub(crate) fn match_prefix(field: Field, network: IpAddr, prefix_len: u8, op: Op
 }
 
 /// `meta oifname != <name>`.
-pub(crate) fn oifname_not(name: &str) -> [Expressions; 2] {
+pub fn oifname_not(name: &str) -> [Expressions; 2] {
     let mut padded = name.as_bytes().to_vec();
     padded.resize(IFNAMSIZ, 0);
     [meta(MetaKey::Oifname), cmp(Operator::NotEqual, padded)]
 }
 
 /// `meta l4proto <protocol> th dport <port>`.
-pub(crate) fn match_destination_port(protocol: u8, port: u16) -> [Expressions; 4] {
+pub fn match_destination_port(protocol: u8, port: u16) -> [Expressions; 4] {
     [
         meta(MetaKey::L4Proto),
         cmp(Operator::Equal, vec![protocol]),
@@ -196,7 +201,7 @@ pub(crate) fn match_destination_port(protocol: u8, port: u16) -> [Expressions; 4
 }
 
 /// The address's bytes in network order.
-pub(crate) fn octets(address: IpAddr) -> Vec<u8> {
+pub fn octets(address: IpAddr) -> Vec<u8> {
     match address {
         IpAddr::V4(address) => address.octets().to_vec(),
         IpAddr::V6(address) => address.octets().to_vec(),
