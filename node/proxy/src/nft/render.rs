@@ -7,11 +7,11 @@
 //!   map no-endpoint-services  { ipv4_addr . inet_proto . inet_service : verdict }  → goto reject-chain | drop
 //!   map no-endpoint-nodeports { inet_proto . inet_service : verdict }
 //!   map service-endpoints     { typeof numgen random mod 1 : verdict }  slot << 16 | index → goto endpoint-…
-//!   set nodeport-ips          { ipv4_addr, interval }   (only with --nodeport-addresses)
 //!   chain filter-{input,forward,output} (filter, -110): ct state new jump service-endpoints-check
 //!   chain nat-{prerouting,output} (nat, -100): jump services;  nat-postrouting (nat, 100): jump masquerading
 //!   chain services: ip daddr . meta l4proto . th dport vmap @service-ips
 //!                   fib daddr type local ip daddr != 127.0.0.0/8 meta l4proto . th dport vmap @service-nodeports
+//!                   (with --nodeport-addresses: one `ip daddr <prefix> meta l4proto . th dport vmap …` each)
 //!   chain service-<HASH>-<ns>/<name>/<proto>/<port>:
 //!       ip saddr != <cluster-cidr> jump mark-for-masquerade
 //!       [ip saddr @affinity-<endpoint> goto endpoint-<endpoint>]…
@@ -54,8 +54,6 @@ pub const NO_ENDPOINT_SERVICES: &str = "no-endpoint-services";
 pub const NO_ENDPOINT_NODEPORTS: &str = "no-endpoint-nodeports";
 /// The endpoint selection map shared by every dispatching chain.
 pub const SERVICE_ENDPOINTS: &str = "service-endpoints";
-/// The `--nodeport-addresses` prefixes.
-pub const NODEPORT_IPS: &str = "nodeport-ips";
 /// The chain rejecting traffic to Service ports without endpoints.
 pub const REJECT_CHAIN: &str = "reject-chain";
 /// The chain marking a connection for masquerade.
@@ -202,23 +200,6 @@ impl Renderer {
             map(NO_ENDPOINT_NODEPORTS, KeyType::NodePort),
             map(SERVICE_ENDPOINTS, KeyType::Numgen),
         ];
-        let nodeport_addresses: Vec<IpNet> =
-            self.config.nodeport_addresses.iter().filter(|net| family.holds(net.addr())).copied().collect();
-        if !nodeport_addresses.is_empty() {
-            ops.push(Op::AddSet {
-                family,
-                name: NODEPORT_IPS.to_owned(),
-                spec: SetSpec { key: KeyType::Prefix, verdict_map: false, timeout: None },
-            });
-            for prefix in &nodeport_addresses {
-                ops.push(Op::AddElement {
-                    family,
-                    set: NODEPORT_IPS.to_owned(),
-                    key: Key::Prefix(prefix.trunc()),
-                    verdict: None,
-                });
-            }
-        }
         let chain =
             |name: &str, base: Option<BaseChain>| Op::AddChain { family, name: name.to_owned(), base };
         let rule = |chain: &str, rule: Rule| Op::AddRule { family, chain: chain.to_owned(), rule };
@@ -228,10 +209,9 @@ impl Renderer {
         ops.push(rule(REJECT_CHAIN, vec![Stmt::Reject]));
         ops.push(chain(ENDPOINTS_CHECK, None));
         ops.push(rule(ENDPOINTS_CHECK, vec![Stmt::DispatchServiceIp(NO_ENDPOINT_SERVICES.into())]));
-        ops.push(rule(
-            ENDPOINTS_CHECK,
-            self.nodeport_match(Stmt::DispatchNodePort(NO_ENDPOINT_NODEPORTS.into())),
-        ));
+        for matching in self.nodeport_matches(&Stmt::DispatchNodePort(NO_ENDPOINT_NODEPORTS.into())) {
+            ops.push(rule(ENDPOINTS_CHECK, matching));
+        }
         for (name, hook) in [
             ("filter-input", Hook::Input),
             ("filter-forward", Hook::Forward),
@@ -247,7 +227,9 @@ impl Renderer {
         ops.push(rule(MASQUERADING, vec![Stmt::MarkToggle(MASQUERADE_MARK), Stmt::Masquerade]));
         ops.push(chain(SERVICES, None));
         ops.push(rule(SERVICES, vec![Stmt::DispatchServiceIp(SERVICE_IPS.into())]));
-        ops.push(rule(SERVICES, self.nodeport_match(Stmt::DispatchNodePort(SERVICE_NODEPORTS.into()))));
+        for matching in self.nodeport_matches(&Stmt::DispatchNodePort(SERVICE_NODEPORTS.into())) {
+            ops.push(rule(SERVICES, matching));
+        }
         ops.push(chain("nat-prerouting", base(ChainType::Nat, Hook::Prerouting, -100)));
         ops.push(rule("nat-prerouting", vec![jump(SERVICES)]));
         ops.push(chain("nat-output", base(ChainType::Nat, Hook::Output, -100)));
@@ -257,17 +239,25 @@ impl Renderer {
         ops
     }
 
-    /// The match of traffic to a node port: to `--nodeport-addresses`, or to any local address
-    /// but loopback (loopback traffic cannot be DNATed away without route_localnet).
-    fn nodeport_match(&self, dispatch: Stmt) -> Rule {
-        if self.config.nodeport_addresses.iter().any(|net| self.family.holds(net.addr())) {
-            vec![Stmt::DaddrInSet(NODEPORT_IPS.into()), dispatch]
-        } else {
+    /// The rules matching traffic to a node port: one per `--nodeport-addresses` prefix of the
+    /// family, or one for any local address but loopback (loopback traffic cannot be DNATed away
+    /// without route_localnet). Rules, not an interval set: a few prefixes need no set machinery.
+    fn nodeport_matches(&self, dispatch: &Stmt) -> Vec<Rule> {
+        let prefixes: Vec<IpNet> = self
+            .config
+            .nodeport_addresses
+            .iter()
+            .filter(|net| self.family.holds(net.addr()))
+            .copied()
+            .collect();
+        if prefixes.is_empty() {
             let loopback: IpNet = match self.family {
                 Family::Ip => IpNet::V4(ipnet::Ipv4Net::new_assert(std::net::Ipv4Addr::LOCALHOST, 8)),
                 Family::Ip6 => IpNet::V6(ipnet::Ipv6Net::new_assert(std::net::Ipv6Addr::LOCALHOST, 128)),
             };
-            vec![Stmt::FibDaddrLocal, Stmt::DaddrNotIn(loopback), dispatch]
+            vec![vec![Stmt::FibDaddrLocal, Stmt::DaddrNotIn(loopback), dispatch.clone()]]
+        } else {
+            prefixes.into_iter().map(|prefix| vec![Stmt::DaddrIn(prefix.trunc()), dispatch.clone()]).collect()
         }
     }
 

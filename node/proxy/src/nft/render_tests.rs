@@ -135,9 +135,16 @@ fn nodeport_addresses_restrict_node_ports() {
     let tracker = cluster();
     let config = RenderConfig { nodeport_addresses: vec!["198.18.0.0/16".parse().unwrap()], ..config() };
     let text = full(&mut renderers(&config)[..1], tracker.state()).to_string();
-    let services: Vec<&str> = text.lines().filter(|line| line.contains("service-nodeports")).collect();
-    assert!(services.iter().any(|line| line.contains("ip daddr @nodeport-ips meta l4proto . th dport vmap")));
-    assert!(text.contains("add element ip keel-proxy nodeport-ips { 198.18.0.0/16 }"));
+    let services: Vec<&str> = text
+        .lines()
+        .filter(|line| line.starts_with("add rule ip keel-proxy services ip daddr 198"))
+        .collect();
+    assert_eq!(
+        services,
+        [
+            "add rule ip keel-proxy services ip daddr 198.18.0.0/16 meta l4proto . th dport vmap @service-nodeports"
+        ]
+    );
     assert!(!text.contains("fib daddr type local"));
 }
 

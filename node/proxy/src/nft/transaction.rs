@@ -99,8 +99,6 @@ pub enum KeyType {
     Numgen,
     /// An address.
     Address,
-    /// An address prefix (an interval set).
-    Prefix,
 }
 
 /// A named set or map.
@@ -123,8 +121,6 @@ pub enum Key {
     NodePort(Protocol, u16),
     /// A `numgen` value.
     Numgen(u32),
-    /// An address prefix.
-    Prefix(IpNet),
 }
 
 /// What a rule or verdict-map element does with the packet.
@@ -151,10 +147,10 @@ pub enum Stmt {
     SaddrIn(IpNet),
     /// `ip daddr != <prefix>`.
     DaddrNotIn(IpNet),
+    /// `ip daddr <prefix>`.
+    DaddrIn(IpNet),
     /// `ip saddr @<set>`.
     SaddrInSet(String),
-    /// `ip daddr @<set>`.
-    DaddrInSet(String),
     /// `fib daddr type local`.
     FibDaddrLocal,
     /// `fib saddr type local`.
@@ -298,16 +294,13 @@ impl fmt::Display for Op {
                     }
                     KeyType::NodePort => "type inet_proto . inet_service".to_owned(),
                     KeyType::Numgen => "typeof numgen random mod 1".to_owned(),
-                    KeyType::Address | KeyType::Prefix => format!("type {}", family.address_type()),
+                    KeyType::Address => format!("type {}", family.address_type()),
                 };
                 write!(f, "{key}")?;
                 if spec.verdict_map {
                     write!(f, " : verdict")?;
                 }
                 write!(f, "; ")?;
-                if spec.key == KeyType::Prefix {
-                    write!(f, "flags interval; ")?;
-                }
                 if let Some(timeout) = spec.timeout {
                     write!(f, "flags dynamic,timeout; timeout {timeout}s; ")?;
                 }
@@ -339,7 +332,6 @@ impl fmt::Display for KeyText<'_> {
             Key::ServiceIp(address, protocol, port) => write!(f, "{address} . {} . {port}", protocol.name()),
             Key::NodePort(protocol, port) => write!(f, "{} . {port}", protocol.name()),
             Key::Numgen(value) => write!(f, "{value}"),
-            Key::Prefix(prefix) => write!(f, "{}", prefix.trunc()),
         }
     }
 }
@@ -364,8 +356,8 @@ fn write_stmt(f: &mut fmt::Formatter<'_>, family: Family, stmt: &Stmt) -> fmt::R
         Stmt::SaddrNotIn(prefix) => write!(f, "{ip} saddr != {}", prefix.trunc()),
         Stmt::SaddrIn(prefix) => write!(f, "{ip} saddr {}", prefix.trunc()),
         Stmt::DaddrNotIn(prefix) => write!(f, "{ip} daddr != {}", prefix.trunc()),
+        Stmt::DaddrIn(prefix) => write!(f, "{ip} daddr {}", prefix.trunc()),
         Stmt::SaddrInSet(set) => write!(f, "{ip} saddr @{}", Name(set)),
-        Stmt::DaddrInSet(set) => write!(f, "{ip} daddr @{}", Name(set)),
         Stmt::FibDaddrLocal => f.write_str("fib daddr type local"),
         Stmt::FibSaddrLocal => f.write_str("fib saddr type local"),
         Stmt::CtStateNew => f.write_str("ct state new"),
