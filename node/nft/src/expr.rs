@@ -9,8 +9,8 @@ use std::net::IpAddr;
 
 use netlink_packet_core::DefaultNla;
 use netlink_packet_netfilter::nftables::{
-    Bitwise, Cmp, DataAttribute, Expressions, Immediate, Meta, MetaKey, Operator, Payload, Register, Verdict,
-    VerdictAttribute,
+    Bitwise, Cmp, DataAttribute, Expressions, Immediate, Lookup, Meta, MetaKey, Operator, Payload, Register,
+    Verdict, VerdictAttribute,
 };
 
 /// `NFPROTO_IPV4` / `NFPROTO_IPV6`: the family `meta nfproto` loads.
@@ -206,4 +206,172 @@ pub fn octets(address: IpAddr) -> Vec<u8> {
         IpAddr::V4(address) => address.octets().to_vec(),
         IpAddr::V6(address) => address.octets().to_vec(),
     }
+}
+
+// Expressions keel-proxy's rules add (include/uapi/linux/netfilter/nf_tables.h), each with its
+// registers given: a concatenation loads its parts into consecutive 32-bit registers.
+
+// numgen (enum nft_ng_attributes, enum nft_ng_types).
+const NFTA_NG_DREG: u16 = 1;
+const NFTA_NG_MODULUS: u16 = 2;
+const NFTA_NG_TYPE: u16 = 3;
+const NFTA_NG_OFFSET: u16 = 4;
+const NFT_NG_RANDOM: u32 = 1;
+// ct (enum nft_ct_attributes, enum nft_ct_keys).
+const NFTA_CT_DREG: u16 = 1;
+const NFTA_CT_KEY: u16 = 2;
+const NFT_CT_STATE: u32 = 0;
+/// `ct state new`'s bit (`NF_CT_STATE_BIT(IP_CT_NEW)`), host byte order.
+pub const CT_STATE_NEW: u32 = 1 << 3;
+// dynset (enum nft_dynset_attributes, enum nft_dynset_ops).
+const NFTA_DYNSET_SET_NAME: u16 = 1;
+const NFTA_DYNSET_OP: u16 = 3;
+const NFTA_DYNSET_SREG_KEY: u16 = 4;
+const NFT_DYNSET_OP_UPDATE: u32 = 1;
+// masq (enum nft_masq_attributes) and NF_NAT_RANGE_PROTO_RANDOM_FULLY.
+const NFTA_MASQ_FLAGS: u16 = 1;
+const NF_NAT_RANGE_PROTO_RANDOM_FULLY: u32 = 1 << 4;
+// reject (enum nft_reject_attributes, enum nft_reject_types).
+const NFTA_REJECT_TYPE: u16 = 1;
+const NFTA_REJECT_ICMP_CODE: u16 = 2;
+const NFT_REJECT_ICMP_UNREACH: u32 = 0;
+/// `ICMP_PORT_UNREACH`: what `reject` sends in an `ip` table.
+pub const ICMP_PORT_UNREACH: u8 = 3;
+/// `ICMPV6_PORT_UNREACH`: what `reject` sends in an `ip6` table.
+pub const ICMPV6_PORT_UNREACH: u8 = 4;
+/// `NFTA_FIB_F_SADDR`.
+const NFTA_FIB_F_SADDR: u32 = 1;
+/// `NFT_LOOKUP_F_INV`.
+const NFT_LOOKUP_F_INV: u32 = 1;
+/// `NF_DROP`: the verdict code of `drop`.
+pub const NF_DROP: u32 = 0;
+
+fn u32_attribute(kind: u16, value: u32) -> DefaultNla {
+    DefaultNla::new(kind, value.to_be_bytes().to_vec())
+}
+
+/// `meta <key>` into `register`.
+pub fn meta_into(key: MetaKey, register: Register) -> Expressions {
+    Expressions::Meta(vec![Meta::DestinationRegister(register), Meta::Key(key)])
+}
+
+/// `meta <key> set <register>`.
+pub fn meta_set(key: MetaKey, register: Register) -> Expressions {
+    Expressions::Meta(vec![Meta::Key(key), Meta::SourceRegister(register)])
+}
+
+/// `len` bytes of a header at `offset` into `register`.
+pub fn payload_into(header: Header, offset: u32, len: u32, register: Register) -> Expressions {
+    Expressions::Payload(vec![
+        Payload::DestinationRegister(register),
+        Payload::Base(header as u32),
+        Payload::Offset(offset),
+        Payload::Len(len),
+    ])
+}
+
+/// Register 1 as `(reg1 & mask) ^ xor` (both `len` bytes): nft's form of `&`, `|` and `^`.
+pub fn bitwise(mask: Vec<u8>, xor: Vec<u8>) -> Expressions {
+    Expressions::Bitwise(vec![
+        Bitwise::SourceRegister(Register::Reg1),
+        Bitwise::DestinationRegister(Register::Reg1),
+        Bitwise::Length(mask.len() as u32),
+        Bitwise::Mask(DataAttribute::Value(mask)),
+        Bitwise::Xor(DataAttribute::Value(xor)),
+    ])
+}
+
+/// A lookup of the key starting at `source` in set `set`: a match (`invert`: a miss), or with
+/// `verdict_map` the element's verdict (`vmap @set`).
+pub fn lookup(set: &str, source: Register, verdict_map: bool, invert: bool) -> Expressions {
+    let mut attributes = vec![Lookup::Set(set.to_owned()), Lookup::SourceRegister(source)];
+    if verdict_map {
+        attributes.push(Lookup::DestinationRegister(Register::Verdict));
+    }
+    if invert {
+        attributes.push(Lookup::Flags(NFT_LOOKUP_F_INV));
+    }
+    Expressions::Lookup(attributes)
+}
+
+/// `numgen random mod <modulus> offset <offset>` into register 1 (host byte order).
+pub fn numgen_random(modulus: u32, offset: u32) -> Expressions {
+    Expressions::Other {
+        expression_type: "numgen".to_owned(),
+        attributes: vec![
+            u32_attribute(NFTA_NG_DREG, u32::from(Register::Reg1)),
+            u32_attribute(NFTA_NG_MODULUS, modulus),
+            u32_attribute(NFTA_NG_TYPE, NFT_NG_RANDOM),
+            u32_attribute(NFTA_NG_OFFSET, offset),
+        ],
+    }
+}
+
+/// `ct state` into register 1 (a bit mask, host byte order).
+pub fn ct_state() -> Expressions {
+    Expressions::Other {
+        expression_type: "ct".to_owned(),
+        attributes: vec![
+            u32_attribute(NFTA_CT_DREG, u32::from(Register::Reg1)),
+            u32_attribute(NFTA_CT_KEY, NFT_CT_STATE),
+        ],
+    }
+}
+
+/// `fib saddr type` into register 1.
+pub fn fib_saddr_type() -> Expressions {
+    let attribute = |kind, value: u32| DefaultNla::new(kind, value.to_be_bytes().to_vec());
+    Expressions::Other {
+        expression_type: "fib".to_owned(),
+        attributes: vec![
+            attribute(NFTA_FIB_DREG, u32::from(Register::Reg1)),
+            attribute(NFTA_FIB_RESULT, NFT_FIB_RESULT_ADDRTYPE),
+            attribute(NFTA_FIB_FLAGS, NFTA_FIB_F_SADDR),
+        ],
+    }
+}
+
+/// `update @<set> { <register 1> }`: adds the key, or refreshes its timeout (the set's).
+pub fn dynset_update(set: &str) -> Expressions {
+    let mut name = set.as_bytes().to_vec();
+    name.push(0);
+    Expressions::Other {
+        expression_type: "dynset".to_owned(),
+        attributes: vec![
+            DefaultNla::new(NFTA_DYNSET_SET_NAME, name),
+            u32_attribute(NFTA_DYNSET_OP, NFT_DYNSET_OP_UPDATE),
+            u32_attribute(NFTA_DYNSET_SREG_KEY, u32::from(Register::Reg1)),
+        ],
+    }
+}
+
+/// `masquerade fully-random`.
+pub fn masquerade_fully_random() -> Expressions {
+    Expressions::Other {
+        expression_type: "masq".to_owned(),
+        attributes: vec![u32_attribute(NFTA_MASQ_FLAGS, NF_NAT_RANGE_PROTO_RANDOM_FULLY)],
+    }
+}
+
+/// `reject` with ICMP(v6) destination unreachable of `code`.
+pub fn reject_icmp(code: u8) -> Expressions {
+    Expressions::Other {
+        expression_type: "reject".to_owned(),
+        attributes: vec![
+            u32_attribute(NFTA_REJECT_TYPE, NFT_REJECT_ICMP_UNREACH),
+            DefaultNla::new(NFTA_REJECT_ICMP_CODE, vec![code]),
+        ],
+    }
+}
+
+/// A verdict (`jump`/`goto` name a chain; `return`, `drop` do not).
+pub fn verdict(code: Verdict, chain: Option<&str>) -> Expressions {
+    let mut attributes = vec![VerdictAttribute::Code(code)];
+    if let Some(chain) = chain {
+        attributes.push(VerdictAttribute::Chain(chain.to_owned()));
+    }
+    Expressions::Immediate(vec![
+        Immediate::DestinationRegister(Register::Verdict),
+        Immediate::Data(DataAttribute::Verdict(attributes)),
+    ])
 }

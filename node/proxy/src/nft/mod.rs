@@ -3,6 +3,7 @@
 //! next sync (full, as the [`crate::backend::Proxier`] asks) starts from nothing.
 
 pub mod command;
+pub mod netlink;
 pub mod render;
 pub mod transaction;
 

@@ -496,15 +496,23 @@ struct Phases {
 impl Phases {
     fn append_to(self, transaction: &mut Transaction) {
         let Phases {
-            delete_elements,
+            mut delete_elements,
             flush_chains,
             delete_chains,
             delete_sets,
             add_sets,
             add_chains,
             add_rules,
-            add_elements,
+            mut add_elements,
         } = self;
+        // Grouped by set (stable: each set's elements keep their order), so the netlink edge sends
+        // a run of one set's elements as one message.
+        let set_of = |op: &Op| match op {
+            Op::AddElement { set, .. } | Op::DeleteElement { set, .. } => set.clone(),
+            _ => String::new(),
+        };
+        delete_elements.sort_by_cached_key(set_of);
+        add_elements.sort_by_cached_key(set_of);
         transaction.ops.extend(
             [
                 delete_elements,

@@ -1,5 +1,5 @@
 use super::*;
-use crate::fixtures::{self, endpoint, ready, slice};
+use crate::fixtures::{self, ready, slice};
 use crate::tracker::{ChangeTracker, TrackerConfig};
 use std::path::PathBuf;
 
@@ -19,85 +19,7 @@ fn golden(name: &str, text: &str) {
     );
 }
 
-fn config() -> RenderConfig {
-    RenderConfig {
-        cluster_cidrs: vec!["10.244.0.0/16".parse().unwrap(), "fd00:10:244::/56".parse().unwrap()],
-        nodeport_addresses: Vec::new(),
-    }
-}
-
-/// A node `node-a` with one Service of each kind.
-fn cluster() -> ChangeTracker {
-    let mut tracker = ChangeTracker::new(TrackerConfig { node_name: "node-a".into(), proxy_name: None });
-    // Two endpoints whose named target port resolves differently (two slices).
-    tracker.update_service(&fixtures::service("web", "10.96.0.10", &[("http", "TCP", 80, None)]));
-    tracker.update_slice(&slice(
-        "web-1",
-        "web",
-        &[("http", "TCP", 8080)],
-        vec![ready("10.244.0.5", "node-a")],
-    ));
-    tracker.update_slice(&slice(
-        "web-2",
-        "web",
-        &[("http", "TCP", 9090)],
-        vec![ready("10.244.1.5", "node-b")],
-    ));
-    tracker.update_service(&fixtures::service("dns", "10.96.0.53", &[("dns", "UDP", 53, None)]));
-    tracker.update_slice(&slice(
-        "dns-1",
-        "dns",
-        &[("dns", "UDP", 5353)],
-        vec![ready("10.244.1.7", "node-b")],
-    ));
-    // No endpoints at all.
-    tracker.update_service(&fixtures::node_port(fixtures::service(
-        "empty",
-        "10.96.0.20",
-        &[("", "TCP", 80, Some(30020))],
-    )));
-    // NodePort with ClientIP affinity.
-    tracker.update_service(&fixtures::affinity(
-        fixtures::node_port(fixtures::service("sticky", "10.96.0.30", &[("", "TCP", 80, Some(30030))])),
-        60,
-    ));
-    tracker.update_slice(&slice(
-        "sticky-1",
-        "sticky",
-        &[("", "TCP", 80)],
-        vec![ready("10.244.0.8", "node-a"), ready("10.244.1.8", "node-b")],
-    ));
-    // LoadBalancer, externalTrafficPolicy Local, one endpoint here and one elsewhere.
-    tracker.update_service(&fixtures::local_load_balancer(
-        fixtures::service("lb", "10.96.0.40", &[("", "TCP", 443, Some(30443))]),
-        "192.0.2.40",
-        "192.0.2.41",
-    ));
-    tracker.update_slice(&slice(
-        "lb-1",
-        "lb",
-        &[("", "TCP", 8443)],
-        vec![ready("10.244.0.9", "node-a"), ready("10.244.1.9", "node-b")],
-    ));
-    // Only terminating endpoints: the serving one is used, the other is not.
-    tracker.update_service(&fixtures::service("draining", "10.96.0.50", &[("", "TCP", 80, None)]));
-    tracker.update_slice(&slice(
-        "draining-1",
-        "draining",
-        &[("", "TCP", 80)],
-        vec![
-            endpoint("10.244.0.10", "node-a", (false, true, true)),
-            endpoint("10.244.1.10", "node-b", (false, false, true)),
-        ],
-    ));
-    // IPv6.
-    tracker.update_service(&fixtures::service("web6", "fd00:96::10", &[("", "TCP", 80, None)]));
-    let mut web6 = slice("web6-1", "web6", &[("", "TCP", 80)], vec![ready("fd00:10:244::5", "node-a")]);
-    web6.address_type = "IPv6".into();
-    tracker.update_slice(&web6);
-    tracker.checkout();
-    tracker
-}
+use crate::fixtures::{golden_cluster as cluster, golden_config as config};
 
 fn full(renderers: &mut [Renderer], state: &ProxyState) -> Transaction {
     let mut transaction = Transaction::default();
@@ -128,6 +50,7 @@ fn full_sync_of_every_kind_of_service() {
     let tracker = cluster();
     let mut renderers = renderers(&config());
     golden("full", &full(&mut renderers, tracker.state()).to_string());
+    assert_eq!(crate::fixtures::golden_transactions()[0], full(&mut renderers, tracker.state()));
 }
 
 #[test]
@@ -154,16 +77,7 @@ fn partial_syncs_touch_only_the_changed_services() {
     let mut renderers = renderers(&config());
     full(&mut renderers, tracker.state());
 
-    // web loses its remote endpoint; dns goes; sticky gets a third endpoint.
-    tracker.update_slice(&slice("web-2", "web", &[("http", "TCP", 9090)], vec![]));
-    tracker.delete_service(&fixtures::service("dns", "10.96.0.53", &[("dns", "UDP", 53, None)]));
-    tracker.update_slice(&slice(
-        "sticky-1",
-        "sticky",
-        &[("", "TCP", 80)],
-        vec![ready("10.244.0.8", "node-a"), ready("10.244.1.8", "node-b"), ready("10.244.2.8", "node-c")],
-    ));
-    let changes = tracker.checkout();
+    let changes = crate::fixtures::golden_partial_changes(&mut tracker);
     let transaction = partial(&mut renderers, tracker.state(), &changes.ports);
     golden("partial", &transaction.to_string());
     for line in transaction.to_string().lines() {

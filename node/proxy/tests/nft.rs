@@ -1,0 +1,316 @@
+//! keel-proxy's nftables backend against the kernel (root): a node namespace on a testbed fabric with
+//! bridge cni0 and pods as namespaces on it running real TCP and UDP servers; the proxier syncs from
+//! inside the node namespace over netlink, and clients in the node connect to Service IPs.
+
+use std::collections::BTreeSet;
+use std::io::{ErrorKind, Read, Write};
+use std::net::{IpAddr, Ipv4Addr, SocketAddr, TcpListener, TcpStream, UdpSocket};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use anyhow::{Context, Result, bail};
+use k8s_openapi::api::discovery::v1::EndpointSlice;
+use keel_proxy::backend::Proxier;
+use keel_proxy::fixtures::{self, ready, slice};
+use keel_proxy::nft::command::NftCommand;
+use keel_proxy::nft::netlink::NftNetlink;
+use keel_proxy::nft::{Apply, NftBackend, RenderConfig, Transaction};
+use keel_proxy::tracker::{ChangeTracker, TrackerConfig};
+use keel_testbed::netlink;
+use keel_testbed::{Fabric, Host, NetNs};
+
+const BRIDGE: &str = "cni0";
+const GATEWAY: Ipv4Addr = Ipv4Addr::new(10, 244, 1, 1);
+const TIMEOUT: Duration = Duration::from_secs(5);
+const NODE: &str = "node-a";
+
+/// A node with bridge cni0 (10.244.1.1/24), forwarding on, and pods with servers.
+struct Node {
+    fabric: Fabric,
+    host: Host,
+    pods: Vec<Pod>,
+    stop: Arc<AtomicBool>,
+}
+
+/// A pod's namespace (its servers run until the node drops).
+struct Pod {
+    _ns: NetNs,
+}
+
+impl Node {
+    fn new() -> Result<Node> {
+        keel_testbed::require_root()?;
+        let fabric = Fabric::new()?;
+        let host = fabric.add_host("node")?;
+        host.block_on(|| async {
+            let handle = netlink::connect()?;
+            netlink::add_bridge(&handle, BRIDGE).await?;
+            netlink::add_address(&handle, BRIDGE, IpAddr::V4(GATEWAY), 24).await
+        })?
+        .context("make the node's bridge")?;
+        run(host.command("sysctl").args(["-q", "-w", "net.ipv4.ip_forward=1"]))?;
+        Ok(Node { fabric, host, pods: Vec::new(), stop: Arc::new(AtomicBool::new(false)) })
+    }
+
+    /// A pod at 10.244.1.<n> serving TCP 8080 (answers its name) and UDP 5353 (echoes its name).
+    fn add_pod(&mut self, n: u8) -> Result<Ipv4Addr> {
+        let ns = NetNs::create(&format!("{}-pod{n}", self.fabric.prefix()))?;
+        let address = Ipv4Addr::new(10, 244, 1, n);
+        let port = format!("veth{n}");
+        self.host
+            .block_on(|| async {
+                let handle = netlink::connect()?;
+                let bridge = netlink::link_index(&handle, BRIDGE).await?;
+                netlink::add_veth_to_bridge(&handle, &port, "eth0", bridge, ns.fd()).await
+            })?
+            .with_context(|| format!("make pod {n}'s veth pair"))?;
+        ns.block_on(|| async {
+            let handle = netlink::connect()?;
+            for link in ["lo", "eth0"] {
+                netlink::set_up(&handle, link).await?;
+            }
+            netlink::add_address(&handle, "eth0", IpAddr::V4(address), 24).await?;
+            netlink::add_default_route(&handle, GATEWAY).await
+        })?
+        .with_context(|| format!("configure pod {n}"))?;
+        let (tcp, udp) = ns.run(|| -> Result<(TcpListener, UdpSocket)> {
+            Ok((TcpListener::bind("0.0.0.0:8080")?, UdpSocket::bind("0.0.0.0:5353")?))
+        })??;
+        let name = format!("pod{n}");
+        serve(tcp, udp, name, Arc::clone(&self.stop))?;
+        self.pods.push(Pod { _ns: ns });
+        Ok(address)
+    }
+
+    fn nft(&self, args: &[&str]) -> Result<String> {
+        run(self.host.command("nft").args(args))
+    }
+}
+
+impl Drop for Node {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+    }
+}
+
+/// Answers each TCP connection and UDP datagram with `name`, until `stop`.
+fn serve(tcp: TcpListener, udp: UdpSocket, name: String, stop: Arc<AtomicBool>) -> Result<()> {
+    tcp.set_nonblocking(true)?;
+    udp.set_read_timeout(Some(Duration::from_millis(50)))?;
+    let tcp_name = name.clone();
+    let tcp_stop = Arc::clone(&stop);
+    std::thread::spawn(move || {
+        while !tcp_stop.load(Ordering::Relaxed) {
+            match tcp.accept() {
+                Ok((mut stream, _)) => {
+                    let _ = stream.write_all(tcp_name.as_bytes());
+                }
+                Err(_) => std::thread::sleep(Duration::from_millis(5)),
+            }
+        }
+    });
+    std::thread::spawn(move || {
+        let mut buffer = [0u8; 64];
+        while !stop.load(Ordering::Relaxed) {
+            if let Ok((_, peer)) = udp.recv_from(&mut buffer) {
+                let _ = udp.send_to(name.as_bytes(), peer);
+            }
+        }
+    });
+    Ok(())
+}
+
+fn run(command: &mut std::process::Command) -> Result<String> {
+    let output = command.output().with_context(|| format!("run {command:?}"))?;
+    if !output.status.success() {
+        bail!("{command:?}: {}", String::from_utf8_lossy(&output.stderr));
+    }
+    Ok(String::from_utf8(output.stdout)?)
+}
+
+/// Connects to `target` from inside `host` and reads the server's name.
+fn fetch(host: &Host, target: SocketAddr) -> Result<std::io::Result<String>> {
+    host.run(move || {
+        let mut stream = TcpStream::connect_timeout(&target, TIMEOUT)?;
+        stream.set_read_timeout(Some(TIMEOUT))?;
+        let mut name = String::new();
+        stream.read_to_string(&mut name)?;
+        Ok(name)
+    })
+}
+
+/// The names answering `count` connections to `target`.
+fn names(host: &Host, target: SocketAddr, count: usize) -> Result<BTreeSet<String>> {
+    let mut names = BTreeSet::new();
+    for _ in 0..count {
+        names.insert(fetch(host, target)?.with_context(|| format!("connect to {target}"))?);
+    }
+    Ok(names)
+}
+
+fn proxier<A: Apply>(edge: A) -> Proxier<NftBackend<A>> {
+    let config =
+        RenderConfig { cluster_cidrs: vec!["10.244.0.0/16".parse().unwrap()], nodeport_addresses: vec![] };
+    let tracker = ChangeTracker::new(TrackerConfig { node_name: NODE.into(), proxy_name: None });
+    Proxier::new(tracker, NftBackend::new(&config, edge))
+}
+
+/// One sync from inside the node's namespace (the netlink socket opens there at first use).
+fn sync<A: Apply + Send>(node: &Node, proxier: &mut Proxier<NftBackend<A>>) -> Result<()> {
+    node.host.run(|| proxier.sync())?.context("sync")?;
+    Ok(())
+}
+
+fn web_slice(addresses: &[Ipv4Addr]) -> EndpointSlice {
+    let endpoints = addresses.iter().map(|a| ready(&a.to_string(), NODE)).collect();
+    slice("web-1", "web", &[("http", "TCP", 8080)], endpoints)
+}
+
+fn target(ip: &str, port: u16) -> SocketAddr {
+    SocketAddr::new(ip.parse().unwrap(), port)
+}
+
+#[test]
+fn cluster_ip_reaches_every_endpoint_and_follows_endpoint_changes() -> Result<()> {
+    let mut node = Node::new()?;
+    let pods: Vec<Ipv4Addr> = (2..5).map(|n| node.add_pod(n)).collect::<Result<_>>()?;
+    let mut proxier = proxier(NftNetlink::new());
+    proxier.tracker.update_service(&fixtures::service("web", "10.96.0.10", &[("http", "TCP", 80, None)]));
+    proxier.tracker.update_slice(&web_slice(&pods));
+    sync(&node, &mut proxier)?;
+    let web = target("10.96.0.10", 80);
+    assert_eq!(names(&node.host, web, 60)?, ["pod2", "pod3", "pod4"].map(String::from).into());
+
+    // pod4 leaves: the next sync (partial) stops sending it traffic.
+    proxier.tracker.update_slice(&web_slice(&pods[..2]));
+    sync(&node, &mut proxier)?;
+    assert!(!proxier.backend().last().to_string().contains("add table"), "a partial sync");
+    assert_eq!(names(&node.host, web, 40)?, ["pod2", "pod3"].map(String::from).into());
+
+    // And comes back.
+    proxier.tracker.update_slice(&web_slice(&pods));
+    sync(&node, &mut proxier)?;
+    assert_eq!(names(&node.host, web, 60)?, ["pod2", "pod3", "pod4"].map(String::from).into());
+    Ok(())
+}
+
+#[test]
+fn a_service_without_endpoints_refuses_at_once() -> Result<()> {
+    let node = Node::new()?;
+    let mut proxier = proxier(NftNetlink::new());
+    proxier.tracker.update_service(&fixtures::service("empty", "10.96.0.20", &[("", "TCP", 80, None)]));
+    sync(&node, &mut proxier)?;
+    let outcome = fetch(&node.host, target("10.96.0.20", 80))?;
+    match outcome {
+        Err(err) => assert_eq!(err.kind(), ErrorKind::ConnectionRefused, "{err}"),
+        Ok(name) => bail!("{name} answered a Service without endpoints"),
+    }
+    Ok(())
+}
+
+#[test]
+fn udp_service_answers_from_its_endpoint() -> Result<()> {
+    let mut node = Node::new()?;
+    let pod = node.add_pod(2)?;
+    let mut proxier = proxier(NftNetlink::new());
+    proxier.tracker.update_service(&fixtures::service("dns", "10.96.0.53", &[("dns", "UDP", 53, None)]));
+    proxier.tracker.update_slice(&slice(
+        "dns-1",
+        "dns",
+        &[("dns", "UDP", 5353)],
+        vec![ready(&pod.to_string(), NODE)],
+    ));
+    sync(&node, &mut proxier)?;
+    let answer = node.host.run(|| -> std::io::Result<String> {
+        let socket = UdpSocket::bind("0.0.0.0:0")?;
+        socket.set_read_timeout(Some(TIMEOUT))?;
+        socket.connect("10.96.0.53:53")?;
+        socket.send(b"who")?;
+        let mut buffer = [0u8; 64];
+        let len = socket.recv(&mut buffer)?;
+        Ok(String::from_utf8_lossy(&buffer[..len]).into_owned())
+    })??;
+    assert_eq!(answer, "pod2");
+    Ok(())
+}
+
+#[test]
+fn a_partial_sync_changes_only_its_service() -> Result<()> {
+    let mut node = Node::new()?;
+    let pods: Vec<Ipv4Addr> = (2..4).map(|n| node.add_pod(n)).collect::<Result<_>>()?;
+    let mut proxier = proxier(NftNetlink::new());
+    proxier.tracker.update_service(&fixtures::service("web", "10.96.0.10", &[("http", "TCP", 80, None)]));
+    proxier.tracker.update_slice(&web_slice(&pods));
+    proxier.tracker.update_service(&fixtures::service("other", "10.96.0.11", &[("", "TCP", 80, None)]));
+    let other = slice("other-1", "other", &[("", "TCP", 8080)], vec![ready(&pods[0].to_string(), NODE)]);
+    proxier.tracker.update_slice(&other);
+    sync(&node, &mut proxier)?;
+    // Everything of `other`, with rule handles: recreated rules would get new ones.
+    let of_other = |node: &Node| -> Result<Vec<String>> {
+        let listing = node.nft(&["-a", "list", "table", "ip", "keel-proxy"])?;
+        Ok(listing
+            .lines()
+            .filter(|line| line.contains("/other/") || line.contains("10.96.0.11"))
+            .map(String::from)
+            .collect())
+    };
+    let before = of_other(&node)?;
+    assert!(before.len() >= 4, "{before:?}");
+
+    proxier.tracker.update_slice(&web_slice(&pods[..1]));
+    sync(&node, &mut proxier)?;
+    assert_eq!(of_other(&node)?, before);
+    assert_eq!(names(&node.host, target("10.96.0.10", 80), 20)?, ["pod2"].map(String::from).into());
+    assert_eq!(names(&node.host, target("10.96.0.11", 80), 5)?, ["pod2"].map(String::from).into());
+    Ok(())
+}
+
+/// The golden transactions through netlink and through `nft -f` give the same ruleset.
+#[test]
+fn netlink_and_nft_load_the_same_ruleset() -> Result<()> {
+    keel_testbed::require_root()?;
+    let fabric = Fabric::new()?;
+    let (by_netlink, by_nft) = (fabric.add_host("netlink")?, fabric.add_host("nft")?);
+    let golden = |name: &str| -> Result<String> {
+        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/golden").join(name);
+        std::fs::read_to_string(&path).with_context(|| format!("read {}", path.display()))
+    };
+    let (full, partial) = (golden("full.nft")?, golden("partial.nft")?);
+    for script in [&full, &partial] {
+        let mut child = by_nft
+            .command("nft")
+            .args(["-f", "-"])
+            .stdin(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()?;
+        child.stdin.take().context("stdin")?.write_all(script.as_bytes())?;
+        let output = child.wait_with_output()?;
+        if !output.status.success() {
+            bail!("nft -f: {}", String::from_utf8_lossy(&output.stderr));
+        }
+    }
+    let transactions = keel_proxy::fixtures::golden_transactions();
+    assert_eq!(transactions[0].to_string(), full, "the golden file is the render's output");
+    assert_eq!(transactions[1].to_string(), partial);
+    let mut edge = NftNetlink::new();
+    by_netlink
+        .run(|| transactions.iter().try_for_each(|transaction: &Transaction| edge.apply(transaction)))??;
+    let list = |host: &Host| run(host.command("nft").args(["list", "ruleset"]));
+    let (netlink_rules, nft_rules) = (list(&by_netlink)?, list(&by_nft)?);
+    assert_eq!(netlink_rules, nft_rules);
+    Ok(())
+}
+
+/// The `nft -f` edge drives the same data path (`nft` runs in the namespace of the syncing thread).
+#[test]
+fn the_nft_command_edge_serves_a_cluster_ip() -> Result<()> {
+    let mut node = Node::new()?;
+    let pod = node.add_pod(2)?;
+    let mut proxier = proxier(NftCommand::default());
+    proxier.tracker.update_service(&fixtures::service("web", "10.96.0.10", &[("http", "TCP", 80, None)]));
+    proxier.tracker.update_slice(&web_slice(&[pod]));
+    sync(&node, &mut proxier)?;
+    assert_eq!(names(&node.host, target("10.96.0.10", 80), 3)?, ["pod2"].map(String::from).into());
+    Ok(())
+}
