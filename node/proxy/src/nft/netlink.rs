@@ -454,8 +454,8 @@ fn statement(family: Family, stmt: &Stmt) -> Vec<Expressions> {
             expr::payload_into(Header::Transport, 2, 2, register32(1)),
             expr::lookup(map, register32(0), true, false),
         ],
-        Stmt::Numgen { modulus, offset, map } => {
-            vec![expr::numgen_random(*modulus, *offset), expr::lookup(map, Register::Reg1, true, false)]
+        Stmt::Numgen { modulus, map } => {
+            vec![expr::numgen_random(*modulus, 0), expr::lookup(map, Register::Reg1, true, false)]
         }
         Stmt::UpdateSaddr(set) => vec![address(Field::Source), expr::dynset_update(set)],
         Stmt::Dnat(protocol, ip, port) => vec![

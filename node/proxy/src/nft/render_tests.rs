@@ -82,25 +82,7 @@ fn partial_syncs_touch_only_the_changed_services() {
     golden("partial", &transaction.to_string());
     for line in transaction.to_string().lines() {
         assert!(
-            [
-                "/web/",
-                "/dns/",
-                "/sticky/",
-                "10.96.0.53",
-                "10.96.0.30",
-                "30030",
-                " 0 }",
-                " 1 }",
-                " 2 }",
-                " 65536",
-                " 65537",
-                " 65538",
-                " 131072",
-                " 131073",
-                " 131074"
-            ]
-            .iter()
-            .any(|mark| line.contains(mark)),
+            ["/web/", "/dns/", "/sticky/", "10.96.0.53"].iter().any(|mark| line.contains(mark)),
             "touches another service: {line}"
         );
     }
