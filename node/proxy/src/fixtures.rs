@@ -199,6 +199,10 @@ pub fn golden_cluster() -> ChangeTracker {
             endpoint("10.244.1.10", "node-b", (false, false, true)),
         ],
     ));
+    // More endpoints than rules choose among: a map of its own.
+    tracker.update_service(&service("big", "10.96.0.60", &[("", "TCP", 80, None)]));
+    let many = (0..17).map(|n| ready(&format!("10.244.3.{n}"), "node-c")).collect();
+    tracker.update_slice(&slice("big-1", "big", &[("", "TCP", 80)], many));
     // IPv6.
     tracker.update_service(&service("web6", "fd00:96::10", &[("", "TCP", 80, None)]));
     let mut web6 = slice("web6-1", "web6", &[("", "TCP", 80)], vec![ready("fd00:10:244::5", "node-a")]);

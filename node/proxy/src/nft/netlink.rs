@@ -454,6 +454,9 @@ fn statement(family: Family, stmt: &Stmt) -> Vec<Expressions> {
             expr::payload_into(Header::Transport, 2, 2, register32(1)),
             expr::lookup(map, register32(0), true, false),
         ],
+        Stmt::NumgenIsZero(modulus) => {
+            vec![expr::numgen_random(*modulus, 0), expr::cmp(Operator::Equal, zero())]
+        }
         Stmt::Numgen { modulus, map } => {
             vec![expr::numgen_random(*modulus, 0), expr::lookup(map, Register::Reg1, true, false)]
         }

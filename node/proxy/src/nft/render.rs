@@ -14,8 +14,8 @@
 //!   chain service-<HASH>-<ns>/<name>/<proto>/<port>:
 //!       ip saddr != <cluster-cidr> jump mark-for-masquerade
 //!       [ip saddr @affinity-<endpoint> goto endpoint-<endpoint>]…
-//!       numgen random mod N vmap @service-<HASH>-…__endpoints   (goto endpoint-… when N = 1)
-//!   map service-<HASH>-…__endpoints { typeof numgen random mod 1 : verdict }  index → goto endpoint-…
+//!       numgen random mod N 0 goto endpoint-…  …  numgen random mod 2 0 goto endpoint-…  goto endpoint-…
+//!       (more than 16 endpoints: numgen random mod N vmap @service-<HASH>-…__endpoints, a map of its own)
 //!   chain external-<HASH>-…: (node port, external and LB IPs) mark and goto service-…, or under
 //!       externalTrafficPolicy Local: pods and the node itself to service-…, others to local endpoints
 //!   chain endpoint-<HASH>-…__<ip>/<port>: ip saddr <ip> jump mark-for-masquerade (hairpin)
@@ -23,14 +23,18 @@
 //! }
 //! ```
 //!
-//! Dispatch is data: per Service port only elements of the shared maps, its own chains and its own
-//! endpoint maps, no anonymous set (an anonymous vmap per service made loads quadratic through nft:
-//! MACHINE.md). Endpoint selection has a named map per dispatching chain, not one shared map: the
-//! kernel validates a transaction that adds a jump or goto by walking the table's graph from its
-//! base chains, and a lookup in a verdict map walks every element of that map — from each chain
-//! referring to it. One shared map made every sync cost services × endpoints (measured: 1000
-//! Services, 134 ms per endpoint change, 90% in nft_setelem_validate); a map per chain keeps the
-//! walk linear.
+//! Dispatch is data: per Service port only elements of the shared maps and its own chains, no
+//! anonymous set (an anonymous vmap per service made loads quadratic through nft: MACHINE.md).
+//! Endpoint selection is not one shared map either: the kernel validates a transaction that adds a
+//! jump or goto by walking the table's graph from its base chains, and a lookup in a verdict map
+//! walks every element of that map — from each chain referring to it. A shared map made every sync
+//! cost services × endpoints (measured: 1000 Services, 134 ms per endpoint change, 90% in
+//! nft_setelem_validate). Named maps per Service are no cure at scale: the kernel finds a set by
+//! name in a list, so each set, element batch and lookup rule costs a walk of every set (1000
+//! Services: a full sync spent ≈25% in that walk). So up to [`RULE_DISPATCH_MAX`] endpoints are
+//! chosen by rules, `numgen random mod k 0 goto endpoint-…` for k = N … 2 then a plain goto (each
+//! endpoint 1/N, as iptables mode's statistic rules); beyond that a Service port gets a map of its
+//! own (`…__endpoints`, `numgen random mod N vmap @…`).
 //!
 //! A [`Renderer`] keeps a mirror of what each Service port put in the kernel, so a partial sync
 //! diffs old against new and touches only the chains, sets and elements that differ.
@@ -61,6 +65,9 @@ pub const MARK_FOR_MASQUERADE: &str = "mark-for-masquerade";
 const SERVICES: &str = "services";
 const MASQUERADING: &str = "masquerading";
 const ENDPOINTS_CHECK: &str = "service-endpoints-check";
+/// Up to this many endpoints are chosen among by rules (`numgen random mod k 0 goto …`), more
+/// through a map of the chain's own.
+pub const RULE_DISPATCH_MAX: usize = 16;
 /// kube-proxy's masquerade bit.
 pub const MASQUERADE_MARK: u32 = 0x4000;
 
@@ -356,6 +363,19 @@ impl Renderer {
         match targets.as_slice() {
             [] => {}
             [only] => chain.push(vec![goto(only)]),
+            _ if targets.len() <= RULE_DISPATCH_MAX => {
+                // Endpoint i of N is taken with probability 1/(N-i) when none before it was:
+                // 1/N each, as iptables' statistic rules, without a set to look up.
+                let count = targets.len();
+                for (index, target) in targets.iter().enumerate() {
+                    let left = (count - index) as u32;
+                    if left > 1 {
+                        chain.push(vec![Stmt::NumgenIsZero(left), goto(target)]);
+                    } else {
+                        chain.push(vec![goto(target)]);
+                    }
+                }
+            }
             _ => {
                 let map = format!("{chain_name}__endpoints");
                 rules

@@ -151,3 +151,28 @@ fn internal_traffic_policy_local_keeps_cluster_traffic_on_the_node() {
     assert!(text.contains("no-endpoint-services { 10.96.0.10 . tcp . 80 : goto reject-chain }"), "{text}");
     assert!(!text.contains("10.244.1.5"));
 }
+
+#[test]
+fn many_endpoints_get_a_map_of_their_own_which_goes_when_they_are_few() {
+    let mut tracker = cluster();
+    let mut renderer = [Renderer::new(Family::Ip, config())];
+    let text = full(&mut renderer, tracker.state()).to_string();
+    let map = "service-S5RRK7ZH-default/big/tcp/__endpoints";
+    assert!(
+        text.contains(&format!("add map ip keel-proxy {map} {{ typeof numgen random mod 1 : verdict; }}")),
+        "{text}"
+    );
+    assert!(text.contains(&format!("numgen random mod 17 vmap @{map}")));
+    assert_eq!(
+        text.lines().filter(|line| line.starts_with(&format!("add element ip keel-proxy {map} "))).count(),
+        17
+    );
+
+    let few = (0..3).map(|n| ready(&format!("10.244.3.{n}"), "node-c")).collect();
+    tracker.update_slice(&slice("big-1", "big", &[("", "TCP", 80)], few));
+    let changes = tracker.checkout();
+    let text = partial(&mut renderer, tracker.state(), &changes.ports).to_string();
+    assert!(text.contains(&format!("delete map ip keel-proxy {map}")), "{text}");
+    assert!(!text.contains("delete element"), "the map's elements go with it: {text}");
+    assert!(text.contains("numgen random mod 3 0 goto endpoint-S5RRK7ZH-default/big/tcp/__10.244.3.0/80"));
+}

@@ -167,6 +167,8 @@ pub enum Stmt {
     DispatchServiceIp(String),
     /// `meta l4proto . th dport vmap @<map>`.
     DispatchNodePort(String),
+    /// `numgen random mod <modulus> 0`: true with probability 1/modulus.
+    NumgenIsZero(u32),
     /// `numgen random mod <modulus> vmap @<map>`.
     Numgen { modulus: u32, map: String },
     /// `update @<set> { ip saddr }`.
@@ -366,6 +368,7 @@ fn write_stmt(f: &mut fmt::Formatter<'_>, family: Family, stmt: &Stmt) -> fmt::R
         Stmt::MarkToggle(bits) => write!(f, "meta mark set meta mark ^ {bits:#010x}"),
         Stmt::DispatchServiceIp(map) => write!(f, "{ip} daddr . meta l4proto . th dport vmap @{}", Name(map)),
         Stmt::DispatchNodePort(map) => write!(f, "meta l4proto . th dport vmap @{}", Name(map)),
+        Stmt::NumgenIsZero(modulus) => write!(f, "numgen random mod {modulus} 0"),
         Stmt::Numgen { modulus, map } => write!(f, "numgen random mod {modulus} vmap @{}", Name(map)),
         Stmt::UpdateSaddr(set) => write!(f, "update @{} {{ {ip} saddr }}", Name(set)),
         Stmt::Dnat(protocol, address, port) => match address {
