@@ -96,16 +96,24 @@ fn main() {
     // One endpoint change: tracker → render → commit, vs nft -f of the same partial transaction.
     let (mut change, mut change_cpu, mut nft_change) =
         (Samples::default(), Samples::default(), Samples::default());
+    let (mut change_render, mut change_commit) = (Samples::default(), Samples::default());
     for round in 0..rounds * 4 {
         let index = (round * 7919) % services;
         let name = format!("svc{index}");
         let cpu = bench::cpu_time();
         let (partial, wall) = bench::time(|| {
-            tracker.update_slice(&endpoints(&name, index, round + 1));
-            let changes = tracker.checkout();
-            let mut partial = Transaction::default();
-            renderer.partial(tracker.state(), &changes.ports, &mut partial);
-            netlink_node.run(|| edge.apply(&partial)).expect("enter").expect("partial sync over netlink");
+            let (partial, render) = bench::time(|| {
+                tracker.update_slice(&endpoints(&name, index, round + 1));
+                let changes = tracker.checkout();
+                let mut partial = Transaction::default();
+                renderer.partial(tracker.state(), &changes.ports, &mut partial);
+                partial
+            });
+            change_render.push(render);
+            // The commit alone, timed inside the namespace's thread.
+            let commit = netlink_node.run(|| bench::time(|| edge.apply(&partial))).expect("enter");
+            commit.0.expect("partial sync over netlink");
+            change_commit.push(commit.1);
             partial
         });
         change_cpu.push(bench::cpu_time() - cpu);
@@ -116,6 +124,16 @@ fn main() {
     }
     report.compare("endpoint_change", "one endpoint change (tracker to commit)", &change, "nft", &nft_change);
     report.figure("endpoint_change_cpu_ms", "  cpu, keel", &bench::ms(change_cpu.median()));
+    report.figure(
+        "endpoint_change_render_ms",
+        "  of which tracker and render",
+        &bench::ms(change_render.median()),
+    );
+    report.figure(
+        "endpoint_change_commit_ms",
+        "  of which the netlink commit",
+        &bench::ms(change_commit.median()),
+    );
     report.print();
 }
 
