@@ -35,7 +35,7 @@ struct Node {
 
 /// A pod's namespace (its servers run until the node drops).
 struct Pod {
-    _ns: NetNs,
+    ns: NetNs,
 }
 
 impl Node {
@@ -53,7 +53,8 @@ impl Node {
         Ok(Node { fabric, host, pods: Vec::new(), stop: Arc::new(AtomicBool::new(false)) })
     }
 
-    /// A pod at 10.244.1.<n> serving TCP 8080 (answers its name) and UDP 5353 (echoes its name).
+    /// A pod at 10.244.1.<n> serving TCP 8080 (answers its name and the client's address) and UDP 5353
+    /// (answers its name).
     fn add_pod(&mut self, n: u8) -> Result<Ipv4Addr> {
         let ns = NetNs::create(&format!("{}-pod{n}", self.fabric.prefix()))?;
         let address = Ipv4Addr::new(10, 244, 1, n);
@@ -65,6 +66,10 @@ impl Node {
                 netlink::add_veth_to_bridge(&handle, &port, "eth0", bridge, ns.fd()).await
             })?
             .with_context(|| format!("make pod {n}'s veth pair"))?;
+        // Hairpin mode on the bridge port, as the CNI plugin sets it (`hairpinMode`): with
+        // br_netfilter, a pod's packet DNATed back to the pod itself is bridged out of the port it
+        // came in by.
+        run(self.host.command("bridge").args(["link", "set", "dev", &port, "hairpin", "on"]))?;
         ns.block_on(|| async {
             let handle = netlink::connect()?;
             for link in ["lo", "eth0"] {
@@ -79,7 +84,7 @@ impl Node {
         })??;
         let name = format!("pod{n}");
         serve(tcp, udp, name, Arc::clone(&self.stop))?;
-        self.pods.push(Pod { _ns: ns });
+        self.pods.push(Pod { ns });
         Ok(address)
     }
 
@@ -94,7 +99,8 @@ impl Drop for Node {
     }
 }
 
-/// Answers each TCP connection and UDP datagram with `name`, until `stop`.
+/// Answers each TCP connection with `name` and the client address it sees, each UDP datagram with
+/// `name`, until `stop`.
 fn serve(tcp: TcpListener, udp: UdpSocket, name: String, stop: Arc<AtomicBool>) -> Result<()> {
     tcp.set_nonblocking(true)?;
     udp.set_read_timeout(Some(Duration::from_millis(50)))?;
@@ -103,8 +109,8 @@ fn serve(tcp: TcpListener, udp: UdpSocket, name: String, stop: Arc<AtomicBool>) 
     std::thread::spawn(move || {
         while !tcp_stop.load(Ordering::Relaxed) {
             match tcp.accept() {
-                Ok((mut stream, _)) => {
-                    let _ = stream.write_all(tcp_name.as_bytes());
+                Ok((mut stream, peer)) => {
+                    let _ = stream.write_all(format!("{tcp_name} {}", peer.ip()).as_bytes());
                 }
                 Err(_) => std::thread::sleep(Duration::from_millis(5)),
             }
@@ -129,15 +135,21 @@ fn run(command: &mut std::process::Command) -> Result<String> {
     Ok(String::from_utf8(output.stdout)?)
 }
 
-/// Connects to `target` from inside `host` and reads the server's name.
-fn fetch(host: &Host, target: SocketAddr) -> Result<std::io::Result<String>> {
-    host.run(move || {
+/// Connects to `target` from inside `ns` and reads the server's name and the client address it saw.
+fn fetch_in(ns: &NetNs, target: SocketAddr) -> Result<std::io::Result<(String, String)>> {
+    ns.run(move || {
         let mut stream = TcpStream::connect_timeout(&target, TIMEOUT)?;
         stream.set_read_timeout(Some(TIMEOUT))?;
-        let mut name = String::new();
-        stream.read_to_string(&mut name)?;
-        Ok(name)
+        let mut answer = String::new();
+        stream.read_to_string(&mut answer)?;
+        let (name, peer) = answer.split_once(' ').unwrap_or((answer.as_str(), ""));
+        Ok((name.to_owned(), peer.to_owned()))
     })
+}
+
+/// Connects to `target` from inside `host` and reads the server's name.
+fn fetch(host: &Host, target: SocketAddr) -> Result<std::io::Result<String>> {
+    Ok(fetch_in(host.ns(), target)?.map(|(name, _)| name))
 }
 
 /// The names answering `count` connections to `target`.
@@ -312,5 +324,85 @@ fn the_nft_command_edge_serves_a_cluster_ip() -> Result<()> {
     proxier.tracker.update_slice(&web_slice(&[pod]));
     sync(&node, &mut proxier)?;
     assert_eq!(names(&node.host, target("10.96.0.10", 80), 3)?, ["pod2"].map(String::from).into());
+    Ok(())
+}
+
+#[test]
+fn node_ports_answer_another_host_and_external_policy_local_keeps_the_source() -> Result<()> {
+    let mut node = Node::new()?;
+    let pod = node.add_pod(2)?;
+    let client = node.fabric.add_host("client")?;
+    let mut proxier = proxier(NftNetlink::new());
+    let cluster = fixtures::node_port(fixtures::service("np", "10.96.0.70", &[("", "TCP", 80, Some(30080))]));
+    let mut local =
+        fixtures::node_port(fixtures::service("npl", "10.96.0.71", &[("", "TCP", 80, Some(30081))]));
+    local.spec.as_mut().unwrap().external_traffic_policy = Some("Local".into());
+    proxier.tracker.update_service(&cluster);
+    proxier.tracker.update_service(&local);
+    for service in ["np", "npl"] {
+        let endpoints = vec![ready(&pod.to_string(), NODE)];
+        proxier.tracker.update_slice(&slice(
+            &format!("{service}-1"),
+            service,
+            &[("", "TCP", 8080)],
+            endpoints,
+        ));
+    }
+    sync(&node, &mut proxier)?;
+    let node_address = IpAddr::V4(node.host.address());
+    // externalTrafficPolicy Cluster: masqueraded to the node's address on the pods' bridge.
+    let (name, seen) = fetch_in(client.ns(), SocketAddr::new(node_address, 30080))??;
+    assert_eq!((name.as_str(), seen.as_str()), ("pod2", GATEWAY.to_string().as_str()));
+    // Local: the client's own address.
+    let (name, seen) = fetch_in(client.ns(), SocketAddr::new(node_address, 30081))??;
+    assert_eq!((name.as_str(), seen.as_str()), ("pod2", client.address().to_string().as_str()));
+    Ok(())
+}
+
+#[test]
+fn a_pod_reaches_itself_through_its_service() -> Result<()> {
+    let mut node = Node::new()?;
+    let pod = node.add_pod(2)?;
+    let mut proxier = proxier(NftNetlink::new());
+    proxier.tracker.update_service(&fixtures::service("self", "10.96.0.80", &[("", "TCP", 80, None)]));
+    let endpoints = vec![ready(&pod.to_string(), NODE)];
+    proxier.tracker.update_slice(&slice("self-1", "self", &[("", "TCP", 8080)], endpoints));
+    sync(&node, &mut proxier)?;
+    // Hairpin: masqueraded, so the reply comes back through the node to be translated.
+    let (name, seen) = fetch_in(&node.pods[0].ns, target("10.96.0.80", 80))??;
+    assert_eq!((name.as_str(), seen.as_str()), ("pod2", GATEWAY.to_string().as_str()));
+    Ok(())
+}
+
+#[test]
+fn client_ip_affinity_sticks_and_its_entry_expires() -> Result<()> {
+    let mut node = Node::new()?;
+    let pods: Vec<Ipv4Addr> = (2..5).map(|n| node.add_pod(n)).collect::<Result<_>>()?;
+    let mut proxier = proxier(NftNetlink::new());
+    let service = fixtures::affinity(fixtures::service("sticky", "10.96.0.90", &[("", "TCP", 80, None)]), 1);
+    proxier.tracker.update_service(&service);
+    let endpoints = pods.iter().map(|a| ready(&a.to_string(), NODE)).collect();
+    proxier.tracker.update_slice(&slice("sticky-1", "sticky", &[("", "TCP", 8080)], endpoints));
+    sync(&node, &mut proxier)?;
+    let sticky = target("10.96.0.90", 80);
+    let first = fetch(&node.host, sticky)??;
+    for _ in 0..20 {
+        assert_eq!(fetch(&node.host, sticky)??, first, "affinity holds");
+    }
+    // The client's entry sits in the chosen endpoint's set, then expires after its second.
+    let holders = |node: &Node| -> Result<usize> {
+        let listing = node.nft(&["list", "table", "ip", "keel-proxy"])?;
+        Ok(listing.lines().filter(|line| line.contains("elements = {") && line.contains("expires")).count())
+    };
+    assert_eq!(holders(&node)?, 1);
+    let mut expired = false;
+    for _ in 0..50 {
+        std::thread::sleep(Duration::from_millis(100));
+        if holders(&node)? == 0 {
+            expired = true;
+            break;
+        }
+    }
+    assert!(expired, "the affinity entry outlived 5 s with a 1 s timeout");
     Ok(())
 }
