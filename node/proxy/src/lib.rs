@@ -5,8 +5,10 @@
 //! renders one transaction per sync with a pure function ([`nft::render`]).
 
 pub mod backend;
+pub mod cli;
 pub mod fixtures;
 pub mod model;
 pub mod nft;
 pub mod runner;
 pub mod tracker;
+pub mod watch;
