@@ -406,3 +406,101 @@ fn client_ip_affinity_sticks_and_its_entry_expires() -> Result<()> {
     assert!(expired, "the affinity entry outlived 5 s with a 1 s timeout");
     Ok(())
 }
+
+/// keel-apiserver's binary beside this test's (built with the workspace: `cargo build`).
+fn apiserver_binary() -> Result<std::path::PathBuf> {
+    let exe = std::env::current_exe()?;
+    let dir = exe.parent().and_then(std::path::Path::parent).context("the test binary's directory")?;
+    let binary = dir.join("keel-apiserver");
+    if !binary.exists() {
+        bail!("{} is missing: build it first (cargo build -p keel-apiserver)", binary.display());
+    }
+    Ok(binary)
+}
+
+/// The binary end to end: keel-apiserver and keel-proxy inside the node's namespace; a Service and
+/// an EndpointSlice written through the API (no EndpointSlice controller yet) change the data path.
+#[test]
+fn services_and_slices_written_through_the_api_change_the_data_path() -> Result<()> {
+    use k8s_openapi::api::core::v1::Service;
+    use keel_testbed::process::Readiness;
+    use kube::api::{Api, PostParams};
+
+    let mut node = Node::new()?;
+    let pods: Vec<Ipv4Addr> = (2..4).map(|n| node.add_pod(n)).collect::<Result<_>>()?;
+    let dir = tempfile::tempdir()?;
+    let data = dir.path().join("data");
+    let kubeconfig = data.join("admin.kubeconfig");
+    let mut command = std::process::Command::new(apiserver_binary()?);
+    command.arg("--data-dir").arg(&data).args([
+        "--bind-address",
+        "127.0.0.1",
+        "--secure-port",
+        "6443",
+        "--service-cluster-ip-range",
+        "10.96.0.0/16",
+    ]);
+    let mut probe = std::process::Command::new("test");
+    probe.arg("-s").arg(&kubeconfig);
+    let _apiserver = node.host.start_daemon(
+        "keel-apiserver",
+        command,
+        Readiness::Command(probe),
+        Duration::from_secs(60),
+    )?;
+    let mut command = std::process::Command::new(env!("CARGO_BIN_EXE_keel-proxy"));
+    command.arg("--kubeconfig").arg(&kubeconfig).args([
+        "--hostname-override",
+        NODE,
+        "--cluster-cidr",
+        "10.244.0.0/16",
+        "--min-sync-period",
+        "0s",
+    ]);
+    let _proxy = node.host.start_daemon("keel-proxy", command, Readiness::None, Duration::from_secs(10))?;
+
+    let web = fixtures::service("web", "10.96.0.10", &[("http", "TCP", 80, None)]);
+    let create = |slice: EndpointSlice| {
+        let kubeconfig = kubeconfig.clone();
+        let web = web.clone();
+        node.host.block_on(move || async move {
+            let kubeconfig = kube::config::Kubeconfig::read_from(&kubeconfig)?;
+            let config = kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default()).await?;
+            let client = kube::Client::try_from(config)?;
+            let services: Api<Service> = Api::namespaced(client.clone(), "default");
+            if services.get_opt("web").await?.is_none() {
+                services.create(&PostParams::default(), &web).await?;
+            }
+            let slices: Api<EndpointSlice> = Api::namespaced(client, "default");
+            match slices.get_opt("web-1").await? {
+                None => drop(slices.create(&PostParams::default(), &slice).await?),
+                Some(existing) => {
+                    let mut slice = slice;
+                    slice.metadata.resource_version = existing.metadata.resource_version;
+                    drop(slices.replace("web-1", &PostParams::default(), &slice).await?);
+                }
+            }
+            anyhow::Ok(())
+        })?
+    };
+    create(web_slice(&pods))?;
+    let target = target("10.96.0.10", 80);
+    // Until the proxy has synced, the address answers nothing: retry for a while.
+    let expect = |wanted: &[&str]| -> Result<()> {
+        let wanted: BTreeSet<String> = wanted.iter().map(|name| (*name).to_owned()).collect();
+        let mut last = BTreeSet::new();
+        for _ in 0..100 {
+            last = (0..30).filter_map(|_| fetch(&node.host, target).ok()?.ok()).collect();
+            if last == wanted {
+                return Ok(());
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        bail!("the Service reached {last:?}, expected {wanted:?}")
+    };
+    expect(&["pod2", "pod3"])?;
+    // The slice loses pod3 through the API: the proxy's next sync stops sending it traffic.
+    create(web_slice(&pods[..1]))?;
+    expect(&["pod2"])?;
+    Ok(())
+}
