@@ -61,16 +61,9 @@ fn main() {
         render.push(wall);
         full = transaction;
     }
-    report.figure(
-        "render_ms",
-        "render of the full transaction",
-        &format!(
-            "{} ms (cpu {} ms), {} ops",
-            bench::ms(render.median()),
-            bench::ms(render_cpu.median()),
-            full.ops.len()
-        ),
-    );
+    report.figure("render_ms", "render of the full transaction", &bench::ms(render.median()));
+    report.figure("render_cpu_ms", "  cpu", &bench::ms(render_cpu.median()));
+    report.figure("ops", "  operations", &full.ops.len().to_string());
     let script = full.to_string();
 
     // Full sync: netlink vs nft -f, interleaved.
