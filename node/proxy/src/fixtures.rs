@@ -199,6 +199,14 @@ pub fn golden_cluster() -> ChangeTracker {
             endpoint("10.244.1.10", "node-b", (false, false, true)),
         ],
     ));
+    // SCTP (the kernel here refuses SCTP sockets: checked at the ruleset level only).
+    tracker.update_service(&service("sctp", "10.96.0.70", &[("", "SCTP", 9999, None)]));
+    tracker.update_slice(&slice(
+        "sctp-1",
+        "sctp",
+        &[("", "SCTP", 9999)],
+        vec![ready("10.244.0.11", "node-a")],
+    ));
     // More endpoints than rules choose among: a map of its own.
     tracker.update_service(&service("big", "10.96.0.60", &[("", "TCP", 80, None)]));
     let many = (0..17).map(|n| ready(&format!("10.244.3.{n}"), "node-c")).collect();
