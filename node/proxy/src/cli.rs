@@ -29,10 +29,10 @@ pub struct Flags {
     /// Node ports answer only on these CIDRs (default: every local address).
     #[arg(long, value_delimiter = ',')]
     pub nodeport_addresses: Vec<IpNet>,
-    /// Where /healthz would be served (accepted; not served yet).
+    /// Where /healthz is served, e.g. `0.0.0.0:10256` (default: not served).
     #[arg(long)]
     pub healthz_bind_address: Option<String>,
-    /// Where /metrics would be served (accepted; not served yet).
+    /// Where /metrics is served, e.g. `127.0.0.1:10249` (default: not served).
     #[arg(long)]
     pub metrics_bind_address: Option<String>,
     /// At least this long between syncs after a burst of two, e.g. `1s`, `250ms`.

@@ -10,5 +10,6 @@ pub mod fixtures;
 pub mod model;
 pub mod nft;
 pub mod runner;
+pub mod serve;
 pub mod tracker;
 pub mod watch;

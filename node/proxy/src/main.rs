@@ -14,6 +14,7 @@ use keel_proxy::cli::Flags;
 use keel_proxy::nft::NftBackend;
 use keel_proxy::nft::netlink::NftNetlink;
 use keel_proxy::runner::{self, RunnerConfig, SyncTrigger};
+use keel_proxy::serve::{self, SyncStatus};
 use keel_proxy::tracker::{ChangeTracker, TrackerConfig};
 use keel_proxy::watch::Feed;
 use kube::runtime::WatchStreamExt;
@@ -35,12 +36,16 @@ async fn main() -> Result<()> {
         .init();
     let flags = Flags::parse();
     let node = flags.node_name()?;
-    for (flag, value) in [
+    let status = Arc::new(Mutex::new(SyncStatus::default()));
+    for (flag, address) in [
         ("--healthz-bind-address", &flags.healthz_bind_address),
         ("--metrics-bind-address", &flags.metrics_bind_address),
     ] {
-        if let Some(value) = value {
-            tracing::warn!("{flag} {value}: not served yet");
+        if let Some(address) = address {
+            let listener = tokio::net::TcpListener::bind(address.as_str())
+                .await
+                .with_context(|| format!("{flag} {address}: bind"))?;
+            tokio::spawn(serve::serve(listener, Arc::clone(&status)));
         }
     }
     let client = client(&flags).await?;
@@ -77,13 +82,27 @@ async fn main() -> Result<()> {
         if !shared.feed.ready() {
             return Ok(true);
         }
+        let started = std::time::Instant::now();
         match shared.proxier.sync() {
             Ok(Some(stats)) => {
-                tracing::info!(full = stats.full, rules = stats.rules, elements = stats.elements, "synced");
+                let took = started.elapsed();
+                if let Ok(mut status) = status.lock() {
+                    status.record(std::time::SystemTime::now(), took, stats);
+                }
+                tracing::info!(
+                    full = stats.full,
+                    rules = stats.rules,
+                    elements = stats.elements,
+                    ?took,
+                    "synced"
+                );
                 Ok(true)
             }
             Ok(None) => Ok(true),
             Err(err) => {
+                if let Ok(mut status) = status.lock() {
+                    status.failed();
+                }
                 tracing::error!("sync failed (a full sync follows): {err}");
                 Err(())
             }

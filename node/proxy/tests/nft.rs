@@ -456,6 +456,10 @@ fn services_and_slices_written_through_the_api_change_the_data_path() -> Result<
         "10.244.0.0/16",
         "--min-sync-period",
         "0s",
+        "--healthz-bind-address",
+        "127.0.0.1:10256",
+        "--metrics-bind-address",
+        "127.0.0.1:10249",
     ]);
     let _proxy = node.host.start_daemon("keel-proxy", command, Readiness::None, Duration::from_secs(10))?;
 
@@ -499,6 +503,20 @@ fn services_and_slices_written_through_the_api_change_the_data_path() -> Result<
         bail!("the Service reached {last:?}, expected {wanted:?}")
     };
     expect(&["pod2", "pod3"])?;
+    let get = |port: u16, path: &str| -> Result<String> {
+        let request = format!("GET {path} HTTP/1.1\r\nHost: node\r\nConnection: close\r\n\r\n");
+        Ok(node.host.run(move || -> std::io::Result<String> {
+            let mut stream = TcpStream::connect(("127.0.0.1", port))?;
+            stream.write_all(request.as_bytes())?;
+            let mut response = String::new();
+            stream.read_to_string(&mut response)?;
+            Ok(response)
+        })??)
+    };
+    assert!(get(10256, "/healthz")?.starts_with("HTTP/1.1 200"));
+    let metrics = get(10249, "/metrics")?;
+    assert!(metrics.contains("kubeproxy_sync_proxy_rules_last_timestamp_seconds "), "{metrics}");
+    assert!(!metrics.contains("kubeproxy_sync_proxy_rules_duration_seconds_count 0\n"), "{metrics}");
     // The slice loses pod3 through the API: the proxy's next sync stops sending it traffic.
     create(web_slice(&pods[..1]))?;
     expect(&["pod2"])?;
