@@ -7,9 +7,10 @@
 //! rule dump and, when something is to delete, one transaction. Every change is one atomic
 //! transaction; the kernel's refusal is the spec's error 104 with its errno text.
 
-mod expr;
-mod netlink;
 mod ruleset;
+
+// The netlink connection and expressions live in keel-nft, shared with keel-proxy.
+use keel_nft::{expr, netlink};
 
 pub use self::ruleset::TABLE;
 

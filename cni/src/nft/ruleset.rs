@@ -310,7 +310,7 @@ pub fn add_table() -> Change {
             TableAttribute::UserData(comment_userdata("keel-cni: pod masquerade and hostPorts")),
         ],
     });
-    Change { message, flags: NLM_F_CREATE, what: format!("add table inet {TABLE}") }
+    Change::inet(message, NLM_F_CREATE, format!("add table inet {TABLE}"))
 }
 
 /// Creates a nat base chain unless it exists.
@@ -329,7 +329,7 @@ pub fn add_nat_chain(name: &str) -> Change {
             ChainAttribute::Type("nat".to_owned()),
         ],
     });
-    Change { message, flags: NLM_F_CREATE, what: format!("add chain {name}") }
+    Change::inet(message, NLM_F_CREATE, format!("add chain {name}"))
 }
 
 /// Creates a regular chain; with `exclusive`, the whole transaction fails (EEXIST) if it exists,
@@ -343,7 +343,7 @@ pub fn add_chain(name: &str, comment: &str, exclusive: bool) -> Change {
         ],
     });
     let flags = if exclusive { NLM_F_CREATE | NLM_F_EXCL } else { NLM_F_CREATE };
-    Change { message, flags, what: format!("add chain {name}") }
+    Change::inet(message, flags, format!("add chain {name}"))
 }
 
 /// Deletes a chain and its rules (nothing may jump to it).
@@ -351,7 +351,7 @@ pub fn delete_chain(name: &str) -> Change {
     let message = NfTablesMessage::DeleteChain(ChainMessage {
         attributes: vec![ChainAttribute::Table(TABLE.to_owned()), ChainAttribute::Name(name.to_owned())],
     });
-    Change { message, flags: 0, what: format!("delete chain {name}") }
+    Change::inet(message, 0, format!("delete chain {name}"))
 }
 
 /// Appends a rule to a chain.
@@ -370,7 +370,7 @@ pub fn add_rule(chain: &str, expressions: Vec<Expressions>, tag: Option<&Tag>) -
         None => format!("add rule to {chain}"),
     };
     let message = NfTablesMessage::NewRule(RuleMessage { attributes });
-    Change { message, flags: NLM_F_CREATE | NLM_F_APPEND, what }
+    Change::inet(message, NLM_F_CREATE | NLM_F_APPEND, what)
 }
 
 /// Deletes a rule by handle.
@@ -382,7 +382,7 @@ pub fn delete_rule(chain: &str, handle: u64) -> Change {
             RuleAttribute::Handle(handle),
         ],
     });
-    Change { message, flags: 0, what: format!("delete rule {handle} of {chain}") }
+    Change::inet(message, 0, format!("delete rule {handle} of {chain}"))
 }
 
 /// The table, its base chains and the hostports chain with the jumps to it. The hostports chain is

@@ -1,9 +1,10 @@
-//! A synchronous nftables netlink connection: atomic batches with every message acknowledged, rule
-//! dumps and single-chain lookups, all in keel-cni's `inet` table.
+//! A synchronous nftables netlink connection: atomic batches with every refusal reported (each
+//! change names its table's family), rule dumps and single-chain lookups in `inet` tables.
 //!
 //! netlink-packet-netfilter builds and parses the messages; netlink-sys gives the socket. The
 //! request/reply loop is written here because the rust-netlink stack only offers it asynchronously
-//! (netlink-proto on a tokio runtime), which a CNI plugin that lives for one command does not need.
+//! (netlink-proto on a tokio runtime), which a CNI plugin that lives for one command does not need,
+//! nor keel-proxy's sync, which blocks on nothing but the kernel.
 
 use std::io;
 
@@ -35,18 +36,28 @@ const RECEIVE_BUFFER: usize = 128 * 1024;
 
 /// What the kernel answered, or why nothing usable came back.
 #[derive(Debug, thiserror::Error)]
-pub(crate) enum NetlinkError {
+pub enum NetlinkError {
     /// The kernel refused a request with this errno (positive).
     #[error("{what}: {}", io::Error::from_raw_os_error(*.errno))]
-    Refused { what: String, errno: i32 },
+    Refused {
+        /// What was asked.
+        what: String,
+        /// The kernel's errno.
+        errno: i32,
+    },
     /// The socket failed, or a reply could not be read.
     #[error("{what}: {source}")]
-    Io { what: String, source: io::Error },
+    Io {
+        /// What was asked.
+        what: String,
+        /// The socket's error.
+        source: io::Error,
+    },
 }
 
 impl NetlinkError {
     /// The kernel's errno, when the kernel refused.
-    pub(crate) fn errno(&self) -> Option<i32> {
+    pub fn errno(&self) -> Option<i32> {
         match self {
             NetlinkError::Refused { errno, .. } => Some(*errno),
             NetlinkError::Io { .. } => None,
@@ -57,23 +68,35 @@ impl NetlinkError {
 /// One change of a batch: an nftables message and the flags it needs beyond REQUEST
 /// (`NLM_F_CREATE`, `NLM_F_EXCL`, `NLM_F_APPEND`).
 #[derive(Debug, Clone)]
-pub(crate) struct Change {
+pub struct Change {
+    /// The family of the table the message is about.
+    pub family: NetfilterProtoFamily,
+    /// The message.
     pub message: NfTablesMessage,
+    /// Flags beyond `NLM_F_REQUEST`.
     pub flags: u16,
     /// What the change does, for error messages ("add rule to hostports").
     pub what: String,
 }
 
+impl Change {
+    /// A change of an `inet` table.
+    pub fn inet(message: NfTablesMessage, flags: u16, what: String) -> Change {
+        Change { family: NetfilterProtoFamily::Inet, message, flags, what }
+    }
+}
+
 /// A netfilter netlink socket in the network namespace it was opened in.
 #[derive(Debug)]
-pub(crate) struct Connection {
+pub struct Connection {
     socket: Socket,
     sequence: u32,
     buffer: Vec<u8>,
 }
 
 impl Connection {
-    pub(crate) fn open() -> Result<Connection, NetlinkError> {
+    /// A socket in the calling thread's network namespace.
+    pub fn open() -> Result<Connection, NetlinkError> {
         let io = |what: &str| {
             let what = what.to_owned();
             move |source| NetlinkError::Io { what, source }
@@ -98,7 +121,7 @@ impl Connection {
 
     /// Applies `changes` atomically in one transaction (one `sendmsg`): all of them or none.
     /// Returns the first refusal, naming the change the kernel refused.
-    pub(crate) fn apply(&mut self, changes: &[Change]) -> Result<(), NetlinkError> {
+    pub fn apply(&mut self, changes: &[Change]) -> Result<(), NetlinkError> {
         if changes.is_empty() {
             return Ok(());
         }
@@ -112,10 +135,11 @@ impl Connection {
             let sequence = self.next_sequence();
             let ack = if index + 1 == changes.len() { NLM_F_ACK } else { 0 };
             let flags = NLM_F_REQUEST | ack | change.flags;
-            emit(&mut request, nftables(change.message.clone()), flags, sequence);
+            emit(&mut request, nftables_in(change.family, change.message.clone()), flags, sequence);
         }
         let end_sequence = self.next_sequence();
         emit(&mut request, control(ControlMessage::BatchEnd), NLM_F_REQUEST, end_sequence);
+        self.fit_send_buffer(request.len())?;
         self.send(&request, "send an nftables batch")?;
 
         // The kernel handles a batch inside sendmsg: every acknowledgement and error is queued on the
@@ -165,11 +189,7 @@ impl Connection {
 
     /// The rules of `table` (of one chain when `chain` is given), in chain order, without their
     /// expressions. A missing table or chain is `ENOENT`.
-    pub(crate) fn dump_rules(
-        &mut self,
-        table: &str,
-        chain: Option<&str>,
-    ) -> Result<Vec<DumpedRule>, NetlinkError> {
+    pub fn dump_rules(&mut self, table: &str, chain: Option<&str>) -> Result<Vec<DumpedRule>, NetlinkError> {
         let what = "dump nftables rules";
         let mut attributes = vec![RuleAttribute::Table(table.to_owned())];
         if let Some(chain) = chain {
@@ -194,11 +214,7 @@ impl Connection {
     }
 
     /// The chain `name` of `table`, or None when the table or the chain does not exist.
-    pub(crate) fn get_chain(
-        &mut self,
-        table: &str,
-        name: &str,
-    ) -> Result<Option<ChainMessage>, NetlinkError> {
+    pub fn get_chain(&mut self, table: &str, name: &str) -> Result<Option<ChainMessage>, NetlinkError> {
         let what = format!("look up nftables chain {name}");
         let sequence = self.next_sequence();
         let mut request = Vec::new();
@@ -217,6 +233,26 @@ impl Connection {
                 }
             }
         }
+    }
+
+    /// Grows the socket's send buffer to hold a batch of `len` bytes: the kernel takes a batch only
+    /// whole, in one datagram, and refuses one larger than the buffer (EMSGSIZE). As nft does, with
+    /// SO_SNDBUFFORCE (root), else SO_SNDBUF within the system's limit.
+    fn fit_send_buffer(&mut self, len: usize) -> Result<(), NetlinkError> {
+        use nix::sys::socket::{getsockopt, setsockopt, sockopt};
+        // The kernel doubles what is set and keeps some for its own bookkeeping.
+        let wanted = len.saturating_add(64 * 1024);
+        let current = getsockopt(&self.socket, sockopt::SndBuf).unwrap_or(0);
+        if current >= wanted {
+            return Ok(());
+        }
+        if setsockopt(&self.socket, sockopt::SndBufForce, &wanted).is_err() {
+            setsockopt(&self.socket, sockopt::SndBuf, &wanted).map_err(|errno| NetlinkError::Io {
+                what: format!("grow the netlink send buffer to {wanted} bytes"),
+                source: errno.into(),
+            })?;
+        }
+        Ok(())
     }
 
     fn send(&self, request: &[u8], what: &str) -> Result<(), NetlinkError> {
@@ -247,13 +283,16 @@ impl Connection {
 
 /// A rule as a dump shows it, without its expressions: where it is and its user data.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct DumpedRule {
+pub struct DumpedRule {
+    /// The rule's chain.
     pub chain: String,
+    /// The rule's handle.
     pub handle: u64,
+    /// The rule's user data (nft keeps its comment there).
     pub userdata: Vec<u8>,
 }
 
-/// One netlink reply, decoded as far as keel-cni reads it.
+/// One netlink reply, decoded as far as its readers need.
 #[derive(Debug)]
 enum Reply {
     Ack,
@@ -272,11 +311,15 @@ fn control(message: ControlMessage) -> NetfilterMessage {
 }
 
 fn nftables(message: NfTablesMessage) -> NetfilterMessage {
-    NetfilterMessage::new(NetfilterHeader::new(NetfilterProtoFamily::Inet, 0, 0), message)
+    nftables_in(NetfilterProtoFamily::Inet, message)
+}
+
+fn nftables_in(family: NetfilterProtoFamily, message: NfTablesMessage) -> NetfilterMessage {
+    NetfilterMessage::new(NetfilterHeader::new(family, 0, 0), message)
 }
 
 /// Appends one netlink message to `buffer`.
-pub(crate) fn emit(buffer: &mut Vec<u8>, message: NetfilterMessage, flags: u16, sequence: u32) {
+pub fn emit(buffer: &mut Vec<u8>, message: NetfilterMessage, flags: u16, sequence: u32) {
     let mut header = NetlinkHeader::default();
     header.flags = flags;
     header.sequence_number = sequence;
@@ -346,7 +389,7 @@ fn parse_rule(payload: &[u8]) -> Option<DumpedRule> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::nft::expr;
+    use crate::expr;
     use netlink_packet_core::{ErrorMessage, NLMSG_DONE};
     use netlink_packet_netfilter::nftables::{Expressions, Operator};
     use std::num::NonZeroI32;

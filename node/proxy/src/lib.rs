@@ -1,0 +1,15 @@
+//! keel-proxy: Keel's kube-proxy. Services, EndpointSlices and this node's Node object come in
+//! through a [`tracker::ChangeTracker`] (kube-proxy's {previous, current} per name); a
+//! [`backend::Backend`] programs the kernel from the [`tracker::ProxyState`] — in full, or only the
+//! changed Service ports — and the [`runner`] bounds how often. The nftables backend ([`nft`])
+//! renders one transaction per sync with a pure function ([`nft::render`]).
+
+pub mod backend;
+pub mod cli;
+pub mod fixtures;
+pub mod model;
+pub mod nft;
+pub mod runner;
+pub mod serve;
+pub mod tracker;
+pub mod watch;

@@ -1,0 +1,151 @@
+//! The keel-proxy binary: flags, the kube-rs watchers feeding the tracker, and the bounded sync
+//! runner driving the nftables backend over netlink. Wiring only; the logic is the library's.
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use anyhow::{Context, Result};
+use clap::Parser;
+use futures::{Stream, StreamExt};
+use k8s_openapi::api::core::v1::{Node, Service};
+use k8s_openapi::api::discovery::v1::EndpointSlice;
+use keel_proxy::backend::Proxier;
+use keel_proxy::cli::Flags;
+use keel_proxy::nft::NftBackend;
+use keel_proxy::nft::netlink::NftNetlink;
+use keel_proxy::runner::{self, RunnerConfig, SyncTrigger};
+use keel_proxy::serve::{self, SyncStatus};
+use keel_proxy::tracker::{ChangeTracker, TrackerConfig};
+use keel_proxy::watch::Feed;
+use kube::runtime::WatchStreamExt;
+use kube::runtime::watcher::{self, Event};
+use kube::{Api, Client};
+
+/// The proxier and the feed, shared by the watcher tasks and the sync runner.
+struct Shared {
+    feed: Feed,
+    proxier: Proxier<NftBackend<NftNetlink>>,
+}
+
+#[tokio::main(flavor = "multi_thread", worker_threads = 2)]
+async fn main() -> Result<()> {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()),
+        )
+        .init();
+    let flags = Flags::parse();
+    let node = flags.node_name()?;
+    let status = Arc::new(Mutex::new(SyncStatus::default()));
+    for (flag, address) in [
+        ("--healthz-bind-address", &flags.healthz_bind_address),
+        ("--metrics-bind-address", &flags.metrics_bind_address),
+    ] {
+        if let Some(address) = address {
+            let listener = tokio::net::TcpListener::bind(address.as_str())
+                .await
+                .with_context(|| format!("{flag} {address}: bind"))?;
+            tokio::spawn(serve::serve(listener, Arc::clone(&status)));
+        }
+    }
+    let client = client(&flags).await?;
+    let tracker =
+        ChangeTracker::new(TrackerConfig { node_name: node.clone(), proxy_name: flags.proxy_name.clone() });
+    let backend = NftBackend::new(&flags.render_config(), NftNetlink::new());
+    let shared = Arc::new(Mutex::new(Shared { feed: Feed::new(), proxier: Proxier::new(tracker, backend) }));
+    let trigger = SyncTrigger::new();
+
+    let services = watcher::watcher(Api::<Service>::all(client.clone()), watcher::Config::default());
+    let slices = watcher::watcher(Api::<EndpointSlice>::all(client.clone()), watcher::Config::default());
+    let nodes = watcher::watcher(
+        Api::<Node>::all(client),
+        watcher::Config::default().fields(&format!("metadata.name={node}")),
+    );
+    tokio::spawn(feed(services, Arc::clone(&shared), trigger.clone(), |s, event| {
+        let Shared { feed, proxier } = s;
+        feed.service(&mut proxier.tracker, event);
+    }));
+    tokio::spawn(feed(slices, Arc::clone(&shared), trigger.clone(), |s, event| {
+        let Shared { feed, proxier } = s;
+        feed.slice(&mut proxier.tracker, event);
+    }));
+    tokio::spawn(feed(nodes, Arc::clone(&shared), trigger.clone(), |s, event| {
+        let Shared { feed, proxier } = s;
+        feed.node(&mut proxier.tracker, event);
+    }));
+
+    let config =
+        RunnerConfig { min_interval: flags.min_sync_period, burst: 2, retry: Duration::from_secs(1) };
+    tracing::info!(node, "keel-proxy: watching; syncs start once Services and EndpointSlices are listed");
+    runner::run(&trigger, config, || {
+        let mut shared = shared.lock().map_err(|_| ())?;
+        if !shared.feed.ready() {
+            return Ok(true);
+        }
+        let started = std::time::Instant::now();
+        match shared.proxier.sync() {
+            Ok(Some(stats)) => {
+                let took = started.elapsed();
+                if let Ok(mut status) = status.lock() {
+                    status.record(std::time::SystemTime::now(), took, stats);
+                }
+                tracing::info!(
+                    full = stats.full,
+                    rules = stats.rules,
+                    elements = stats.elements,
+                    ?took,
+                    "synced"
+                );
+                Ok(true)
+            }
+            Ok(None) => Ok(true),
+            Err(err) => {
+                if let Ok(mut status) = status.lock() {
+                    status.failed();
+                }
+                tracing::error!("sync failed (a full sync follows): {err}");
+                Err(())
+            }
+        }
+    })
+    .await;
+    Ok(())
+}
+
+/// The API client: from `--kubeconfig`, else in-cluster or ~/.kube/config.
+async fn client(flags: &Flags) -> Result<Client> {
+    match &flags.kubeconfig {
+        Some(path) => {
+            let kubeconfig = kube::config::Kubeconfig::read_from(path)
+                .with_context(|| format!("read --kubeconfig {}", path.display()))?;
+            let config = kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default())
+                .await
+                .with_context(|| format!("use --kubeconfig {}", path.display()))?;
+            Client::try_from(config).context("make the API client")
+        }
+        None => Client::try_default().await.context("make the API client (no --kubeconfig)"),
+    }
+}
+
+/// Applies a watcher's events to the shared state and asks for a sync after each.
+async fn feed<K>(
+    stream: impl Stream<Item = Result<Event<K>, watcher::Error>> + Send,
+    shared: Arc<Mutex<Shared>>,
+    trigger: SyncTrigger,
+    apply: impl Fn(&mut Shared, Event<K>) + Send,
+) where
+    K: Send,
+{
+    let mut stream = std::pin::pin!(stream.default_backoff());
+    while let Some(event) = stream.next().await {
+        match event {
+            Ok(event) => {
+                if let Ok(mut shared) = shared.lock() {
+                    apply(&mut shared, event);
+                }
+                trigger.request();
+            }
+            Err(err) => tracing::warn!("watch: {err}"),
+        }
+    }
+}

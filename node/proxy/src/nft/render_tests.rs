@@ -1,0 +1,178 @@
+use super::*;
+use crate::fixtures::{self, ready, slice};
+use crate::tracker::{ChangeTracker, TrackerConfig};
+use std::path::PathBuf;
+
+/// Compares `text` with `tests/golden/<name>.nft`; `KEEL_UPDATE_GOLDEN=1` writes it instead.
+fn golden(name: &str, text: &str) {
+    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/golden").join(format!("{name}.nft"));
+    if std::env::var_os("KEEL_UPDATE_GOLDEN").is_some() {
+        std::fs::write(&path, text).unwrap();
+        return;
+    }
+    let expected = std::fs::read_to_string(&path)
+        .unwrap_or_else(|err| panic!("{}: {err} (KEEL_UPDATE_GOLDEN=1 writes it)", path.display()));
+    assert!(
+        expected == text,
+        "{} differs (KEEL_UPDATE_GOLDEN=1 rewrites it); rendered:\n{text}",
+        path.display()
+    );
+}
+
+use crate::fixtures::{golden_cluster as cluster, golden_config as config};
+
+fn full(renderers: &mut [Renderer], state: &ProxyState) -> Transaction {
+    let mut transaction = Transaction::default();
+    for renderer in renderers {
+        renderer.full(state, &mut transaction);
+    }
+    transaction
+}
+
+fn partial(
+    renderers: &mut [Renderer],
+    state: &ProxyState,
+    changed: &BTreeSet<ServicePortName>,
+) -> Transaction {
+    let mut transaction = Transaction::default();
+    for renderer in renderers {
+        renderer.partial(state, changed, &mut transaction);
+    }
+    transaction
+}
+
+fn renderers(config: &RenderConfig) -> Vec<Renderer> {
+    vec![Renderer::new(Family::Ip, config.clone()), Renderer::new(Family::Ip6, config.clone())]
+}
+
+#[test]
+fn full_sync_of_every_kind_of_service() {
+    let tracker = cluster();
+    let mut renderers = renderers(&config());
+    golden("full", &full(&mut renderers, tracker.state()).to_string());
+    assert_eq!(crate::fixtures::golden_transactions()[0], full(&mut renderers, tracker.state()));
+}
+
+#[test]
+fn nodeport_addresses_restrict_node_ports() {
+    let tracker = cluster();
+    let config = RenderConfig { nodeport_addresses: vec!["198.18.0.0/16".parse().unwrap()], ..config() };
+    let text = full(&mut renderers(&config)[..1], tracker.state()).to_string();
+    let services: Vec<&str> = text
+        .lines()
+        .filter(|line| line.starts_with("add rule ip keel-proxy services ip daddr 198"))
+        .collect();
+    assert_eq!(
+        services,
+        [
+            "add rule ip keel-proxy services ip daddr 198.18.0.0/16 meta l4proto . th dport vmap @service-nodeports"
+        ]
+    );
+    assert!(!text.contains("fib daddr type local"));
+}
+
+#[test]
+fn partial_syncs_touch_only_the_changed_services() {
+    let mut tracker = cluster();
+    let mut renderers = renderers(&config());
+    full(&mut renderers, tracker.state());
+
+    let changes = crate::fixtures::golden_partial_changes(&mut tracker);
+    let transaction = partial(&mut renderers, tracker.state(), &changes.ports);
+    golden("partial", &transaction.to_string());
+    for line in transaction.to_string().lines() {
+        assert!(
+            ["/web/", "/dns/", "/sticky/", "10.96.0.53"].iter().any(|mark| line.contains(mark)),
+            "touches another service: {line}"
+        );
+    }
+
+    // Nothing changed: nothing written.
+    assert!(partial(&mut renderers, tracker.state(), &changes.ports).ops.is_empty());
+
+    // A full sync now renders what partial syncs built up.
+    let mut fresh = self::renderers(&config());
+    let rebuilt = full(&mut fresh, tracker.state());
+    let replayed = full(&mut renderers, tracker.state());
+    assert_eq!(rebuilt, replayed);
+}
+
+#[test]
+fn endpoints_of_a_service_coming_and_going() {
+    let mut tracker = ChangeTracker::new(TrackerConfig { node_name: "node-a".into(), proxy_name: None });
+    let mut renderer = vec![Renderer::new(Family::Ip, config())];
+    let service = fixtures::service("web", "10.96.0.10", &[("", "TCP", 80, None)]);
+    tracker.update_service(&service);
+    tracker.checkout();
+    let text = full(&mut renderer, tracker.state()).to_string();
+    assert!(text.contains(
+        "add element ip keel-proxy no-endpoint-services { 10.96.0.10 . tcp . 80 : goto reject-chain }"
+    ));
+
+    tracker.update_slice(&slice("web-1", "web", &[("", "TCP", 8080)], vec![ready("10.244.0.5", "node-a")]));
+    let changes = tracker.checkout();
+    let text = partial(&mut renderer, tracker.state(), &changes.ports).to_string();
+    let lines: Vec<&str> = text.lines().collect();
+    assert_eq!(lines[0], "delete element ip keel-proxy no-endpoint-services { 10.96.0.10 . tcp . 80 }");
+    assert!(
+        lines
+            .last()
+            .unwrap()
+            .starts_with("add element ip keel-proxy service-ips { 10.96.0.10 . tcp . 80 : goto service-")
+    );
+    assert!(text.contains("meta l4proto tcp dnat to 10.244.0.5:8080"));
+
+    tracker.delete_service(&service);
+    let changes = tracker.checkout();
+    let text = partial(&mut renderer, tracker.state(), &changes.ports).to_string();
+    assert!(text.contains("delete element ip keel-proxy service-ips { 10.96.0.10 . tcp . 80 }"));
+    assert_eq!(text.lines().filter(|line| line.starts_with("delete chain")).count(), 2, "{text}");
+}
+
+#[test]
+fn chain_names_are_stable_and_distinct() {
+    let a = ServicePortName::new("default", "web", "http", crate::model::Protocol::Tcp);
+    let b = ServicePortName::new("default", "web", "http", crate::model::Protocol::Udp);
+    assert_eq!(chain_base(&a), chain_base(&a.clone()));
+    assert_ne!(chain_base(&a), chain_base(&b));
+    assert!(chain_base(&a).ends_with("-default/web/tcp/http"), "{}", chain_base(&a));
+    assert_eq!(chain_base(&a).find('-'), Some(8));
+}
+
+#[test]
+fn internal_traffic_policy_local_keeps_cluster_traffic_on_the_node() {
+    let mut tracker = ChangeTracker::new(TrackerConfig { node_name: "node-a".into(), proxy_name: None });
+    let mut service = fixtures::service("web", "10.96.0.10", &[("", "TCP", 80, None)]);
+    service.spec.as_mut().unwrap().internal_traffic_policy = Some("Local".into());
+    tracker.update_service(&service);
+    tracker.update_slice(&slice("web-1", "web", &[("", "TCP", 80)], vec![ready("10.244.1.5", "node-b")]));
+    tracker.checkout();
+    let text = full(&mut [Renderer::new(Family::Ip, config())], tracker.state()).to_string();
+    assert!(text.contains("no-endpoint-services { 10.96.0.10 . tcp . 80 : goto reject-chain }"), "{text}");
+    assert!(!text.contains("10.244.1.5"));
+}
+
+#[test]
+fn many_endpoints_get_a_map_of_their_own_which_goes_when_they_are_few() {
+    let mut tracker = cluster();
+    let mut renderer = [Renderer::new(Family::Ip, config())];
+    let text = full(&mut renderer, tracker.state()).to_string();
+    let map = "service-S5RRK7ZH-default/big/tcp/__endpoints";
+    assert!(
+        text.contains(&format!("add map ip keel-proxy {map} {{ typeof numgen random mod 1 : verdict; }}")),
+        "{text}"
+    );
+    assert!(text.contains(&format!("numgen random mod 17 vmap @{map}")));
+    assert_eq!(
+        text.lines().filter(|line| line.starts_with(&format!("add element ip keel-proxy {map} "))).count(),
+        17
+    );
+
+    let few = (0..3).map(|n| ready(&format!("10.244.3.{n}"), "node-c")).collect();
+    tracker.update_slice(&slice("big-1", "big", &[("", "TCP", 80)], few));
+    let changes = tracker.checkout();
+    let text = partial(&mut renderer, tracker.state(), &changes.ports).to_string();
+    assert!(text.contains(&format!("delete map ip keel-proxy {map}")), "{text}");
+    assert!(!text.contains("delete element"), "the map's elements go with it: {text}");
+    assert!(text.contains("numgen random mod 3 0 goto endpoint-S5RRK7ZH-default/big/tcp/__10.244.3.0/80"));
+}
