@@ -40,8 +40,10 @@ const CRUN: &str = "crun=/usr/bin/crun";
 /// never an assertion on time).
 const WAIT: Duration = Duration::from_secs(20);
 
+/// Not a current-thread runtime: a connection's tasks must run (and close it) between calls too, or
+/// keel-shim's graceful shutdown waits for a client that never answers its GOAWAY.
 fn runtime() -> Result<tokio::runtime::Runtime> {
-    Ok(tokio::runtime::Builder::new_current_thread().enable_all().build()?)
+    Ok(tokio::runtime::Builder::new_multi_thread().worker_threads(1).enable_all().build()?)
 }
 
 /// `Err(String)` of the suite's helpers as an anyhow error.
@@ -230,6 +232,27 @@ fn unmount_under(dir: &Path) {
     }
 }
 
+/// The containers `<handler> --root DIR/runtime/<handler> list -q` reports (none when it has no state
+/// directory yet).
+fn listed_by_runtime(handler: &str, root: &Path) -> Result<Vec<String>> {
+    let state = root.join("runtime").join(handler);
+    if !state.exists() {
+        return Ok(Vec::new());
+    }
+    let mut cmd = Command::new(format!("/usr/bin/{handler}"));
+    cmd.arg("--root").arg(&state).args(["list", "-q"]);
+    if handler == "crun" {
+        hide_cgroup2(&mut cmd);
+    }
+    let output = cmd.output()?;
+    ensure!(output.status.success(), "{handler} list: {}", String::from_utf8_lossy(&output.stderr));
+    Ok(String::from_utf8_lossy(&output.stdout)
+        .lines()
+        .map(|l| l.trim().to_owned())
+        .filter(|l| !l.is_empty())
+        .collect())
+}
+
 /// The init pid of container `id` as `<runtime> state` reports it (0 when it does not run).
 fn init_pid(handler: &str, root: &Path, id: &str) -> Result<i32> {
     let mut cmd = Command::new(format!("/usr/bin/{handler}"));
@@ -302,14 +325,25 @@ async fn connect(dir: &Path) -> Result<CriClient> {
     CriClient::connect(&Shim::socket_in(dir)).await
 }
 
-/// A busybox container that exits 7 on SIGTERM and says so in its log first.
+/// A busybox container that says hello, then exits 7 on SIGTERM after saying bye.
 const TERM_SEVEN: &[&str] =
     &["sh", "-c", "trap 'echo bye; exit 7' TERM; echo hello; while true; do sleep 1; done"];
 /// A busybox container that exits 5 once `/tmp/go` exists.
 const GO_FIVE: &[&str] = &["sh", "-c", "until [ -e /tmp/go ]; do sleep 1; done; exit 5"];
 
 #[test]
-fn containers_keep_running_across_a_restart_and_are_readopted() -> Result<()> {
+fn containers_keep_running_across_a_sigterm_restart_and_are_readopted() -> Result<()> {
+    containers_survive_a_restart(Signal::SIGTERM)
+}
+
+#[test]
+fn containers_keep_running_across_a_crash_and_are_readopted() -> Result<()> {
+    containers_survive_a_restart(Signal::SIGKILL)
+}
+
+/// A pod with a running container (a), one that exits while keel-shim is away (b) and one only created
+/// (c); keel-shim stopped by `signal`, then started again on the same root.
+fn containers_survive_a_restart(signal: Signal) -> Result<()> {
     let bed = SuiteNode::new()?;
     let dir = tempfile::Builder::new().prefix("keel-shim-").tempdir()?;
     let root = Shim::root_in(dir.path());
@@ -318,35 +352,48 @@ fn containers_keep_running_across_a_restart_and_are_readopted() -> Result<()> {
     let env = &bed.env;
 
     let mut first = ServiceShim::start(&bed, dir.path())?;
-    let (pod_id, a, b, pod_before, a_before, log) = rt
+    let (pod_id, [a, b, c], pod_before, a_before, c_before) = rt
         .block_on(async {
             let mut client = connect(dir.path()).await?;
             rpc("PullImage", cri_suite::image::pull(&mut client, &env.image).await)?;
             let pod = plain_pod(env, "restart")?;
             let pod_id = s(run_pod(&mut client, env, &pod).await)?;
-            let a_config = container_config(env, "readopted", TERM_SEVEN);
-            let a = s(create_container(&mut client, &pod_id, &pod, &a_config).await)?;
-            rpc("StartContainer", start_container(&mut client, &a).await)?;
+            let a =
+                s(support::run_container(&mut client, env, &pod_id, &pod, "readopted", TERM_SEVEN).await)?;
             let b = s(support::run_container(&mut client, env, &pod_id, &pod, "exits-away", GO_FIVE).await)?;
+            let c_config = container_config(env, "created", &["sh", "-c", "exit 3"]);
+            let c = s(create_container(&mut client, &pod_id, &pod, &c_config).await)?;
             let a_before = rpc("ContainerStatus", container_status(&mut client, &a).await)?;
+            let c_before = rpc("ContainerStatus", container_status(&mut client, &c).await)?;
             let pod_before = rpc("PodSandboxStatus", pod_status(&mut client, &pod_id).await)?;
-            let log = PathBuf::from(&a_before.log_path);
-            anyhow::Ok((pod_id, a, b, pod_before, a_before, log))
+            anyhow::Ok((pod_id, [a, b, c], pod_before, a_before, c_before))
         })
         .with_context(|| first.log_tail())?;
     ensure!(a_before.state() == api::ContainerState::ContainerRunning, "{a} is {:?}", a_before.state());
-    let monitors = [monitor_of(&a).context("no monitor of a")?, monitor_of(&b).context("no monitor of b")?];
-    let monitor_starts = [start_of(monitors[0])?, start_of(monitors[1])?];
+    ensure!(c_before.state() == api::ContainerState::ContainerCreated, "{c} is {:?}", c_before.state());
+    let ids = [&a, &b, &c];
+    let mut monitors = Vec::new();
+    for id in ids {
+        let pid = monitor_of(id).with_context(|| format!("no monitor of {id}"))?;
+        monitors.push((pid, start_of(pid)?));
+    }
+    let mut held = Vec::new();
+    let pod_inodes = pod_namespaces(&root, &pod_id, &mut held);
 
-    let status = first.terminate()?;
-    ensure!(status.success(), "keel-shim exited with {status} on SIGTERM:\n{}", first.log_tail());
-    for (pid, start) in monitors.iter().zip(monitor_starts) {
-        ensure!(alive(*pid, start), "monitor {pid} died with keel-shim");
+    if signal == Signal::SIGTERM {
+        let status = first.terminate()?;
+        ensure!(status.success(), "keel-shim exited with {status} on SIGTERM:\n{}", first.log_tail());
+    } else {
+        kill(Pid::from_raw(i32::try_from(first.child.id())?), signal)?;
+        first.child.wait()?;
+    }
+    for (pid, start) in &monitors {
+        ensure!(alive(*pid, *start), "monitor {pid} died with keel-shim");
     }
     // While keel-shim is away, b exits: its monitor records the exit and goes.
     std::fs::write(root.join("rootfs").join(&b).join("merged/tmp/go"), "")?;
-    eventually("b's monitor exits", || !alive(monitors[1], monitor_starts[1]))?;
-    reap(&monitors[1..]);
+    eventually("b's monitor exits", || !alive(monitors[1].0, monitors[1].1))?;
+    reap(&[monitors[1].0]);
 
     let second = ServiceShim::start(&bed, dir.path())?;
     rt.block_on(async {
@@ -361,10 +408,13 @@ fn containers_keep_running_across_a_restart_and_are_readopted() -> Result<()> {
         let expected = BTreeSet::from([
             (a.clone(), api::ContainerState::ContainerRunning),
             (b.clone(), api::ContainerState::ContainerExited),
+            (c.clone(), api::ContainerState::ContainerCreated),
         ]);
         ensure!(states == expected, "containers after the restart: {states:?}, expected {expected:?}");
         let a_after = rpc("ContainerStatus", container_status(&mut client, &a).await)?;
         ensure!(a_after == a_before, "a's status changed: {a_before:?} → {a_after:?}");
+        let c_after = rpc("ContainerStatus", container_status(&mut client, &c).await)?;
+        ensure!(c_after == c_before, "c's status changed: {c_before:?} → {c_after:?}");
         let b_after = rpc("ContainerStatus", container_status(&mut client, &b).await)?;
         ensure!(
             b_after.exit_code == 5 && b_after.reason == "Error" && b_after.finished_at > b_after.started_at,
@@ -376,18 +426,29 @@ fn containers_keep_running_across_a_restart_and_are_readopted() -> Result<()> {
             echoed.exit_code == 0 && echoed.stdout == b"still here\n",
             "ExecSync in the re-adopted container: {echoed:?}"
         );
+        // The monitor still serves its control socket: the log is reopened after a rotation.
+        let log = PathBuf::from(&a_after.log_path);
+        let rotated = log.with_extension("log.1");
+        std::fs::rename(&log, &rotated)?;
+        let request = api::ReopenContainerLogRequest { container_id: a.clone() };
+        rpc("ReopenContainerLog", client.runtime.reopen_container_log(request).await)?;
         let killed = rpc("ExecSync", exec_sync(&mut client, &a, &["sh", "-c", "kill 1"], 10).await)?;
         ensure!(killed.exit_code == 0, "kill 1: {killed:?}");
         let exited = s(wait_state(&mut client, &a, api::ContainerState::ContainerExited).await)?;
         ensure!(exited.exit_code == 7 && exited.reason == "Error", "a's exit: {exited:?}");
-        let logged = std::fs::read_to_string(&log)?;
+        let (before, after) = (std::fs::read_to_string(&rotated)?, std::fs::read_to_string(&log)?);
         ensure!(
-            logged.lines().any(|l| l.ends_with(" stdout F hello"))
-                && logged.lines().any(|l| l.ends_with(" stdout F bye")),
-            "a's log across the restart: {logged:?}"
+            before.lines().any(|l| l.ends_with(" stdout F hello"))
+                && after.lines().any(|l| l.ends_with(" stdout F bye")),
+            "a's log before the rotation {before:?}, after {after:?}"
         );
 
-        for id in [&a, &b] {
+        // The created container starts under the new keel-shim and its exit is seen.
+        rpc("StartContainer", start_container(&mut client, &c).await)?;
+        let c_exited = s(wait_state(&mut client, &c, api::ContainerState::ContainerExited).await)?;
+        ensure!(c_exited.exit_code == 3, "c's exit: {c_exited:?}");
+
+        for id in ids {
             rpc("StopContainer", stop_container(&mut client, id, 0).await)?;
             rpc("RemoveContainer", remove_container(&mut client, id).await)?;
         }
@@ -398,15 +459,26 @@ fn containers_keep_running_across_a_restart_and_are_readopted() -> Result<()> {
         anyhow::Ok(())
     })
     .with_context(|| format!("second keel-shim's log:\n{}", second.log_tail()))?;
-    reap(&monitors[..1]);
-    ensure!(!alive(monitors[0], monitor_starts[0]), "a's monitor still runs");
-    for id in [&a, &b] {
-        ensure!(!root.join("containers").join(id).exists(), "the directory of {id} is left");
-        ensure!(!root.join("rootfs").join(id).exists(), "the rootfs of {id} is left");
+    // The monitors of the first keel-shim are this process's orphans now (it is a subreaper).
+    let pids: Vec<i32> = monitors.iter().map(|(pid, _)| *pid).collect();
+    reap(&pids);
+    let mut left = leftovers(&root, &pod_id, None);
+    left.extend(namespace_holders(&pod_inodes));
+    for (pid, start) in &monitors {
+        if u32::try_from(*pid).ok().and_then(keel_testbed::process_start_time) == Some(*start) {
+            left.push(format!("monitor {pid}"));
+        }
     }
-    ensure!(runtime_containers(&root.join("runtime/runc")).is_empty(), "runc still knows containers");
-    let mounts = mounts_under(&root);
-    ensure!(mounts.is_empty(), "mounts left under the root: {mounts:?}");
+    for id in ids {
+        for dir in [root.join("containers").join(id), root.join("rootfs").join(id)] {
+            if dir.exists() {
+                left.push(dir.display().to_string());
+            }
+        }
+    }
+    left.extend(listed_by_runtime("runc", &root)?);
+    left.extend(mounts_under(&root));
+    ensure!(left.is_empty(), "left after the removal: {left:#?}");
     Ok(())
 }
 
@@ -445,18 +517,29 @@ impl Drop for CgroupParent {
     }
 }
 
-/// The namespaces of `pid` (as `kind:inode`) that are not this test process's own.
-fn private_namespaces(pid: i32) -> BTreeSet<(String, u64)> {
+/// The namespaces of `pid` (as `kind:inode`) that are not this test process's own, each held open in
+/// `held`: a namespace freed meanwhile could otherwise give its inode number to a new one (another
+/// test's) and make the check see that one's processes.
+fn private_namespaces(pid: i32, held: &mut Vec<std::fs::File>) -> BTreeSet<(String, u64)> {
     let mut found = BTreeSet::new();
     for kind in ["net", "ipc", "uts", "pid", "mnt", "cgroup"] {
         let own = std::fs::metadata(format!("/proc/self/ns/{kind}")).map(|m| m.ino()).ok();
-        if let Ok(meta) = std::fs::metadata(format!("/proc/{pid}/ns/{kind}"))
+        if let Ok(file) = std::fs::File::open(format!("/proc/{pid}/ns/{kind}"))
+            && let Ok(meta) = file.metadata()
             && Some(meta.ino()) != own
         {
             found.insert((kind.to_owned(), meta.ino()));
+            held.push(file);
         }
     }
     found
+}
+
+/// The pod's namespaces (`sandbox::check::namespace_inodes`), held open for the same reason.
+fn pod_namespaces(root: &Path, id: &str, held: &mut Vec<std::fs::File>) -> Vec<u64> {
+    let dir = root.join("sandboxes").join(id).join("ns");
+    held.extend(["net", "ipc", "uts"].iter().filter_map(|kind| std::fs::File::open(dir.join(kind)).ok()));
+    namespace_inodes(root, id)
 }
 
 /// Every process inside one of `namespaces`.
@@ -509,7 +592,8 @@ async fn remove_leaves_nothing(
         pause.is_some() == shared_pid,
         "pause process {pause:?} of a pod sharing its PID namespace: {shared_pid}"
     );
-    let pod_inodes = namespace_inodes(root, &pod_id);
+    let mut held = Vec::new();
+    let pod_inodes = pod_namespaces(root, &pod_id, &mut held);
     ensure!(pod_inodes.len() == 3, "the pod's namespaces: {pod_inodes:?}");
     let mut processes: Vec<(String, i32, u64)> = Vec::new();
     let mut namespaces = BTreeSet::new();
@@ -519,7 +603,7 @@ async fn remove_leaves_nothing(
         for (what, pid) in [(format!("init of {id}"), init), (format!("monitor of {id}"), monitor)] {
             processes.push((what, pid, start_of(pid)?));
         }
-        namespaces.extend(private_namespaces(init));
+        namespaces.extend(private_namespaces(init, &mut held));
         let cgroup = format!("{parent}/{id}");
         ensure!(
             cgroup_mounts().iter().any(|m| m.join(cgroup.trim_start_matches('/')).is_dir()),
@@ -528,7 +612,7 @@ async fn remove_leaves_nothing(
     }
     if let Some((pid, start)) = pause {
         processes.push(("pause".to_owned(), pid, start));
-        namespaces.extend(private_namespaces(pid));
+        namespaces.extend(private_namespaces(pid, &mut held));
     }
 
     if stop_first {
@@ -540,8 +624,10 @@ async fn remove_leaves_nothing(
     left.extend(namespace_holders(&pod_inodes).into_iter().map(|h| format!("process {h} in the pod")));
     left.extend(inside(&namespaces));
     for (what, pid, start) in &processes {
-        if alive(*pid, *start) {
-            left.push(format!("{what} ({pid}) runs"));
+        // A zombie is left too: nothing here reaps for keel-shim (PID 1 reaps nothing).
+        if u32::try_from(*pid).ok().and_then(keel_testbed::process_start_time) == Some(*start) {
+            let state = if alive(*pid, *start) { "runs" } else { "is a zombie" };
+            left.push(format!("{what} ({pid}) {state}"));
         }
     }
     let mut names = vec![pod_id.clone()];
@@ -563,8 +649,16 @@ async fn remove_leaves_nothing(
                 left.push(format!("cgroup {}", dir.display()));
             }
         }
-        if runtime_containers(&root.join("runtime").join(handler)).contains(id) {
-            left.push(format!("{handler} state of {id}"));
+        if listed_by_runtime(handler, root)?.contains(id) {
+            left.push(format!("{handler} lists {id}"));
+        }
+    }
+    for mount in cgroup_mounts() {
+        let dir = mount.join(parent.trim_start_matches('/'));
+        for child in std::fs::read_dir(&dir).into_iter().flatten().flatten() {
+            if child.path().is_dir() {
+                left.push(format!("cgroup {}", child.path().display()));
+            }
         }
     }
     let held = env.ipam_dir.as_deref().map(support::allocations).unwrap_or_default();
@@ -617,6 +711,7 @@ struct Traces {
     rootfs: BTreeSet<String>,
     mounts: BTreeSet<String>,
     runtime: BTreeSet<String>,
+    runtime_logs: BTreeSet<String>,
 }
 
 impl Traces {
@@ -633,8 +728,28 @@ impl Traces {
             containers: names(root.join("containers")),
             rootfs: names(root.join("rootfs")),
             mounts: mounts_under(root).into_iter().collect(),
-            runtime: runtime_containers(&root.join("runtime/runc")).into_iter().collect(),
+            runtime: listed_by_runtime("runc", root)
+                .unwrap_or_else(|e| vec![e.to_string()])
+                .into_iter()
+                .collect(),
+            runtime_logs: names(root.join("runtime/runc.logs")),
         }
+    }
+}
+
+/// Records a problem unless `result` is Ok and `now` equals `expected`.
+fn judge(
+    problems: &mut Vec<String>,
+    expected: &Traces,
+    what: &str,
+    result: Result<(), String>,
+    now: &Traces,
+) {
+    if let Err(e) = result {
+        problems.push(format!("{what}: {e}"));
+    }
+    if now != expected {
+        problems.push(format!("{what} left traces: {now:?}, before {expected:?}"));
     }
 }
 
@@ -660,39 +775,37 @@ fn bad_input_gets_its_code_and_leaves_nothing() -> Result<()> {
             std::fs::write(&file, "not a directory")?;
 
             let mut problems = Vec::new();
-            let mut expect = |what: &str, result: Result<(), String>, traces: Traces| {
-                if let Err(e) = result {
-                    problems.push(format!("{what}: {e}"));
-                }
-                if traces != before {
-                    problems.push(format!("{what} left traces: {traces:?}, before {before:?}"));
-                }
-            };
             let mut config = container_config(env, "invalid", &["true"]);
             config.image =
                 Some(api::ImageSpec { image: "Invalid_Reference:!!".to_owned(), ..Default::default() });
             let result = create_container_raw(&mut client, &pod_id, &pod, &config).await;
-            expect(
+            judge(
+                &mut problems,
+                &before,
                 "an invalid image reference",
                 expect_code("CreateContainer", result, Code::InvalidArgument),
-                Traces::of(&root),
+                &Traces::of(&root),
             );
 
             let mut config = container_config(env, "missing", &["true"]);
             config.image = Some(api::ImageSpec { image: env.missing_image.clone(), ..Default::default() });
             let result = create_container_raw(&mut client, &pod_id, &pod, &config).await;
-            expect(
+            judge(
+                &mut problems,
+                &before,
                 "a missing image",
                 expect_code("CreateContainer", result, Code::NotFound),
-                Traces::of(&root),
+                &Traces::of(&root),
             );
 
             let config = container_config(env, "unknown-pod", &["true"]);
             let result = create_container_raw(&mut client, &unknown, &pod, &config).await;
-            expect(
+            judge(
+                &mut problems,
+                &before,
                 "an unknown pod",
                 expect_code("CreateContainer", result, Code::NotFound),
-                Traces::of(&root),
+                &Traces::of(&root),
             );
 
             let mut config = container_config(env, "under-a-file", &["true"]);
@@ -702,10 +815,12 @@ fn bad_input_gets_its_code_and_leaves_nothing() -> Result<()> {
                 ..Default::default()
             });
             let result = create_container_raw(&mut client, &pod_id, &pod, &config).await;
-            expect(
+            judge(
+                &mut problems,
+                &before,
                 "a host path that cannot be created",
                 expect_code("CreateContainer", result, Code::FailedPrecondition),
-                Traces::of(&root),
+                &Traces::of(&root),
             );
 
             let mut config = container_config(env, "relative", &["true"]);
@@ -715,42 +830,64 @@ fn bad_input_gets_its_code_and_leaves_nothing() -> Result<()> {
                 ..Default::default()
             });
             let result = create_container_raw(&mut client, &pod_id, &pod, &config).await;
-            expect(
+            judge(
+                &mut problems,
+                &before,
                 "a relative container path",
                 expect_code("CreateContainer", result, Code::InvalidArgument),
-                Traces::of(&root),
+                &Traces::of(&root),
             );
 
+            let mut config = container_config(env, "twice", &["true"]);
+            config.metadata = Some(api::ContainerMetadata { name: "ok-taken".to_owned(), attempt: 0 });
+            let first = s(create_container(&mut client, &pod_id, &pod, &config).await)?;
+            let taken = Traces::of(&root);
+            let result = create_container_raw(&mut client, &pod_id, &pod, &config).await;
+            let code = expect_code("CreateContainer", result, Code::AlreadyExists);
+            judge(&mut problems, &taken, "the name of an existing container", code, &Traces::of(&root));
+            rpc("RemoveContainer", remove_container(&mut client, &first).await)?;
+            judge(&mut problems, &before, "a created container removed", Ok(()), &Traces::of(&root));
+
             let result = start_container(&mut client, &unknown).await;
-            expect(
+            judge(
+                &mut problems,
+                &before,
                 "StartContainer of an unknown id",
                 expect_code("StartContainer", result, Code::NotFound),
-                Traces::of(&root),
+                &Traces::of(&root),
             );
             let result = stop_container(&mut client, &unknown, 0).await;
-            expect(
+            judge(
+                &mut problems,
+                &before,
                 "StopContainer of an unknown id",
                 expect_code("StopContainer", result, Code::NotFound),
-                Traces::of(&root),
+                &Traces::of(&root),
             );
             let result = container_status(&mut client, &unknown).await;
-            expect(
+            judge(
+                &mut problems,
+                &before,
                 "ContainerStatus of an unknown id",
                 expect_code("ContainerStatus", result, Code::NotFound),
-                Traces::of(&root),
+                &Traces::of(&root),
             );
             let result = exec_sync(&mut client, &unknown, &["true"], 5).await;
-            expect(
+            judge(
+                &mut problems,
+                &before,
                 "ExecSync in an unknown id",
                 expect_code("ExecSync", result, Code::NotFound),
-                Traces::of(&root),
+                &Traces::of(&root),
             );
 
             // A command the image lacks: refused at create or at start; either way, once removed,
             // nothing of it is left.
             let config = container_config(env, "no-such-command", &["/no/such/command"]);
             match create_container_raw(&mut client, &pod_id, &pod, &config).await {
-                Err(_) => expect("a missing command (create)", Ok(()), Traces::of(&root)),
+                Err(_) => {
+                    judge(&mut problems, &before, "a missing command (create)", Ok(()), &Traces::of(&root));
+                }
                 Ok(id) => {
                     let started = start_container(&mut client, &id).await;
                     let status = container_status(&mut client, &id).await;
@@ -764,7 +901,13 @@ fn bad_input_gets_its_code_and_leaves_nothing() -> Result<()> {
                         }
                         (_, status, removed) => Err(format!("status {status:?}, removal {removed:?}")),
                     };
-                    expect("a missing command (start, then removal)", result, Traces::of(&root));
+                    judge(
+                        &mut problems,
+                        &before,
+                        "a missing command (start, then removal)",
+                        result,
+                        &Traces::of(&root),
+                    );
                 }
             }
             ensure!(problems.is_empty(), "{problems:#?}");
