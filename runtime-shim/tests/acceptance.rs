@@ -70,6 +70,9 @@ fn keel_shim_suite_under_crun() -> Result<()> {
     check("keel-shim with crun", &results, &[])
         .map_err(anyhow::Error::msg)
         .with_context(|| format!("keel-shim log:\n{}", shim.daemon.log_tail(40)))?;
+    // Every pod was removed: keel-shim has no child left (pause process or monitor).
+    let children = children_of(i32::try_from(shim.daemon.pid())?);
+    ensure!(children.is_empty(), "keel-shim's children after the suite: {children:?}");
     // Every container ran under crun: runc was never asked for anything.
     let runtimes = shim.root().join("runtime");
     ensure!(runtimes.join("crun").is_dir(), "no crun state directory under {}", runtimes.display());
@@ -144,9 +147,22 @@ struct RootGuard {
 
 impl Drop for RootGuard {
     fn drop(&mut self) {
-        let monitors = monitors_under(&self.root);
+        let mut monitors = monitors_under(&self.root);
         for &pid in &monitors {
             let _ = kill(Pid::from_raw(pid), Signal::SIGKILL);
+        }
+        // The pods' pause processes (setsid'd too), as their records name them.
+        for entry in std::fs::read_dir(self.root.join("sandboxes")).into_iter().flatten().flatten() {
+            let record = std::fs::read(entry.path().join("sandbox.json")).unwrap_or_default();
+            let Ok(record) = serde_json::from_slice::<serde_json::Value>(&record) else { continue };
+            let pid = record["pause"]["pid"].as_i64().and_then(|pid| i32::try_from(pid).ok());
+            if let Some(pid) = pid
+                && u32::try_from(pid).ok().and_then(keel_testbed::process_start_time)
+                    == record["pause"]["start_time"].as_u64()
+            {
+                let _ = kill(Pid::from_raw(pid), Signal::SIGKILL);
+                monitors.push(pid);
+            }
         }
         for handler in ["runc", "crun"] {
             let state = self.root.join("runtime").join(handler);
@@ -169,6 +185,21 @@ fn monitors_under(root: &Path) -> Vec<i32> {
 /// The pid of the monitor of container `id`, if one runs.
 fn monitor_of(id: &str) -> Option<i32> {
     processes(|args| args.iter().any(|a| a == "monitor") && args.iter().any(|a| a == id)).first().copied()
+}
+
+/// The children of `parent` (zombies too), with their command lines.
+fn children_of(parent: i32) -> Vec<(i32, String)> {
+    let mut found = Vec::new();
+    for entry in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
+        let Some(pid) = entry.file_name().to_str().and_then(|n| n.parse::<i32>().ok()) else { continue };
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+        let ppid = stat.rsplit_once(')').and_then(|(_, rest)| rest.split_whitespace().nth(1)?.parse().ok());
+        if ppid == Some(parent) {
+            let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+            found.push((pid, String::from_utf8_lossy(&cmdline).replace('\0', " ")));
+        }
+    }
+    found
 }
 
 /// Pids (not this process) whose command line satisfies `matches`.
@@ -575,10 +606,11 @@ async fn remove_leaves_nothing(
     handler: &str,
     shared_pid: bool,
     stop_first: bool,
+    parents: &mut Vec<CgroupParent>,
 ) -> Result<()> {
     let mut pod = s(pod_config(env, if shared_pid { "shared-pid" } else { "plain" }))?;
     let parent = format!("/keel-accept-{}", keel_testbed::unique_prefix());
-    let _parent = CgroupParent(parent.clone());
+    parents.push(CgroupParent(parent.clone()));
     let linux = pod.linux.get_or_insert_with(Default::default);
     linux.cgroup_parent.clone_from(&parent);
     set_pid_mode(&mut pod, if shared_pid { api::NamespaceMode::Pod } else { api::NamespaceMode::Container });
@@ -672,6 +704,8 @@ async fn remove_leaves_nothing(
 }
 
 fn removed_pods_leave_nothing(handler: &str) -> Result<()> {
+    // Removed once keel-shim (and what it forked) is gone: declared before it.
+    let mut parents = Vec::new();
     let mut bed = SuiteNode::new()?;
     bed.env.runtime_handler = handler.to_owned();
     let shim = Shim::start_with(Some(&bed.node), bed.net_d.path(), &[PAUSE_REGISTRY], &[CRUN])?;
@@ -680,9 +714,9 @@ fn removed_pods_leave_nothing(handler: &str) -> Result<()> {
         .block_on(async {
             let mut client = CriClient::connect(&shim.socket()).await?;
             rpc("PullImage", cri_suite::image::pull(&mut client, &bed.env.image).await)?;
-            remove_leaves_nothing(&mut client, &bed.env, &root, handler, false, true).await?;
-            remove_leaves_nothing(&mut client, &bed.env, &root, handler, true, false).await?;
-            remove_leaves_nothing(&mut client, &bed.env, &root, handler, true, true).await?;
+            remove_leaves_nothing(&mut client, &bed.env, &root, handler, false, true, &mut parents).await?;
+            remove_leaves_nothing(&mut client, &bed.env, &root, handler, true, false, &mut parents).await?;
+            remove_leaves_nothing(&mut client, &bed.env, &root, handler, true, true, &mut parents).await?;
             let mounts = mounts_under(&root);
             ensure!(mounts.is_empty(), "mounts left under the root: {mounts:?}");
             anyhow::Ok(())
