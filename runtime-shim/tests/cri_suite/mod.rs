@@ -19,6 +19,7 @@ pub mod image;
 pub mod logs;
 pub mod multi_container;
 pub mod networking;
+pub mod node;
 pub mod runtime_info;
 pub mod sandbox;
 pub mod streaming;
@@ -67,6 +68,9 @@ pub struct Env {
     pub host_ip: IpAddr,
     /// A directory for pod log directories and host paths (the caller removes it).
     pub scratch: PathBuf,
+    /// The runtime handler every pod is run with (RunPodSandboxRequest.runtime_handler; empty: the
+    /// runtime's default).
+    pub runtime_handler: String,
 }
 
 /// Runs every group but [`runtime_info`] against the runtime behind `client`, which serves the suite

@@ -58,7 +58,7 @@ async fn setup(client: &mut CriClient, env: &Env) -> Result<(String, String), St
         host_port: HOST_PORT.into(),
         host_ip: String::new(),
     }];
-    let pod_id = run_pod(client, &pod).await?;
+    let pod_id = run_pod(client, env, &pod).await?;
     let mut config = container_config(env, "web", &[]);
     config.command = http_server(&CONTAINER_PORT.to_string(), BODY);
     let id = create_container(client, &pod_id, &pod, &config).await?;

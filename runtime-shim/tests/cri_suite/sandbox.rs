@@ -23,7 +23,7 @@ pub async fn run(client: &mut CriClient, env: &Env) -> Vec<CaseResult> {
 async fn running(client: &mut CriClient, env: &Env) -> Result<(), String> {
     let mut config = pod_config(env, "run")?;
     config.annotations.insert("keel.suite/annotation".to_owned(), "value".to_owned());
-    let id = run_pod(client, &config).await?;
+    let id = run_pod(client, env, &config).await?;
     let status = pod_status(client, &id).await.map_err(|s| rpc("PodSandboxStatus", &s))?;
     ensure(status.id == id, || format!("status of {id} has id {}", status.id))?;
     ensure(status.state() == api::PodSandboxState::SandboxReady, || format!("state {:?}", status.state()))?;
@@ -83,7 +83,7 @@ async fn filters(client: &mut CriClient, env: &Env) -> Result<(), String> {
         let mut config = pod_config(env, base)?;
         config.labels.insert("keel.suite/group".to_owned(), group.clone());
         config.labels.insert("keel.suite/label".to_owned(), label.to_owned());
-        let id = run_pod(client, &config).await?;
+        let id = run_pod(client, env, &config).await?;
         if stop {
             stop_pod(client, &id).await.map_err(|s| rpc("StopPodSandbox", &s))?;
         }

@@ -50,13 +50,17 @@ pub fn pod_config(env: &Env, base: &str) -> Result<api::PodSandboxConfig, String
     Ok(keel_testbed::cri::pod_sandbox_config(NAMESPACE, &name, &format!("uid-{name}"), &log_dir))
 }
 
-/// RunPodSandbox.
-pub async fn run_pod(client: &mut CriClient, config: &api::PodSandboxConfig) -> Result<String, String> {
+/// RunPodSandbox with the suite's runtime handler.
+pub async fn run_pod(
+    client: &mut CriClient,
+    env: &Env,
+    config: &api::PodSandboxConfig,
+) -> Result<String, String> {
     client
         .runtime
         .run_pod_sandbox(api::RunPodSandboxRequest {
             config: Some(config.clone()),
-            runtime_handler: String::new(),
+            runtime_handler: env.runtime_handler.clone(),
         })
         .await
         .map(|r| r.into_inner().pod_sandbox_id)
@@ -70,7 +74,7 @@ pub async fn new_pod(
     base: &str,
 ) -> Result<(String, api::PodSandboxConfig), String> {
     let config = pod_config(env, base)?;
-    let id = run_pod(client, &config).await?;
+    let id = run_pod(client, env, &config).await?;
     Ok((id, config))
 }
 
