@@ -1,4 +1,5 @@
-//! `cargo xtask build cni`: the release binaries Keel installs on nodes, built as they ship.
+//! `cargo xtask build cni` / `cargo xtask build shim`: the release binaries Keel installs on nodes, built as
+//! they ship.
 //!
 //! keel-cni is linked statically (static-pie, glibc's crt-static): a CNI plugin is copied onto hosts
 //! whose C library the DaemonSet does not know (upstream's plugins ship static for the same reason),
@@ -21,7 +22,7 @@ const TARGET: &str = "x86_64-unknown-linux-gnu";
 
 #[derive(Debug, clap::Args)]
 pub struct Args {
-    /// What to build: `cni` (the keel-cni plugin, static).
+    /// What to build: `cni` (the keel-cni plugin, static) or `shim` (keel-shim, release).
     pub what: String,
 }
 
@@ -32,7 +33,12 @@ pub fn run(args: &Args) -> Result<()> {
             println!("{}", path.display());
             Ok(())
         }
-        other => bail!("nothing to build named {other}; try `cni`"),
+        "shim" => {
+            let path = release_shim()?;
+            println!("{}", path.display());
+            Ok(())
+        }
+        other => bail!("nothing to build named {other}; try `cni` or `shim`"),
     }
 }
 
@@ -65,4 +71,15 @@ pub fn static_cni() -> Result<PathBuf> {
         bail!("`{}` failed: {status}", util::describe(&command));
     }
     Ok(target_dir.join(TARGET).join("release/keel-cni"))
+}
+
+/// Builds keel-shim and its `keel-shim-monitor` in release mode (the workspace's release profile,
+/// the build `cargo bench` and `cargo build --release` make) and returns keel-shim's path.
+pub fn release_shim() -> Result<PathBuf> {
+    let mut command = util::cargo();
+    command.args(["build", "--locked", "--release", "--package", "keel-shim", "--bins"]);
+    util::run(&mut command)?;
+    let target_dir = std::env::var_os("CARGO_TARGET_DIR")
+        .map_or_else(|| util::workspace_root().join("target"), PathBuf::from);
+    Ok(target_dir.join("release/keel-shim"))
 }
