@@ -120,6 +120,26 @@ struct Record {
     message: String,
     monitor_pid: i32,
     pid: i32,
+    /// The container shares a PID namespace (the pod's or the host's): a stop signals every process
+    /// of its cgroup (`kill --all`), not only its init. In a PID namespace of its own, the init's
+    /// death kills the rest (containerd's shim decides the same way). True for records written
+    /// before the field existed.
+    #[serde(default = "shared_pid_default")]
+    shared_pid: bool,
+}
+
+fn shared_pid_default() -> bool {
+    true
+}
+
+/// Whether `spec` puts its process in a PID namespace it does not create (none listed: the host's;
+/// one with a path: the pod's).
+fn shares_pid_namespace(spec: &oci_spec::runtime::Spec) -> bool {
+    let namespaces = spec.linux().as_ref().and_then(|linux| linux.namespaces().clone()).unwrap_or_default();
+    namespaces
+        .iter()
+        .find(|ns| ns.typ() == oci_spec::runtime::LinuxNamespaceType::Pid)
+        .is_none_or(|ns| ns.path().is_some())
 }
 
 struct Entry {
@@ -430,6 +450,7 @@ impl Containers {
             request.log_path = Some(absolute(log)?);
         }
         let mut spec = request.spec;
+        let shared_pid = shares_pid_namespace(&spec);
         let mut root = spec.root().clone().unwrap_or_default();
         root.set_path(request.rootfs_mounted_at.clone());
         spec.set_root(Some(root));
@@ -536,6 +557,7 @@ impl Containers {
             message: String::new(),
             monitor_pid,
             pid,
+            shared_pid,
         };
         if let Err(e) = save(dir, &record) {
             let _ = runtime.delete(&record.id, true);
@@ -619,8 +641,8 @@ impl Containers {
                 return Ok(());
             }
         }
-        let cid = record.id.clone();
-        let _ = blocking(move || runtime.kill(&cid, libc::SIGKILL, true)).await;
+        let (cid, all) = (record.id.clone(), record.shared_pid);
+        let _ = blocking(move || runtime.kill(&cid, libc::SIGKILL, all)).await;
         let _ = exited.wait_for(|done| *done).await;
         Ok(())
     }
