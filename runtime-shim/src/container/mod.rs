@@ -89,6 +89,10 @@ struct MountRecord {
     propagation: i32,
 }
 
+/// The small monitor-only binary (`src/bin/keel-shim-monitor.rs`) keel-shim runs when it is installed
+/// beside it.
+pub const MONITOR_BINARY: &str = "keel-shim-monitor";
+
 /// The record of `container.json`.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 struct Record {
@@ -235,10 +239,17 @@ fn is_mount_point(path: &Path) -> bool {
 
 impl Containers {
     /// Opens the containers under `root` (`root/containers`, the runtimes' state in
-    /// `root/runtime/<handler>`), re-executing this binary (`/proc/self/exe`) as the monitor. Call it
-    /// inside a tokio runtime: it watches the re-adopted containers' monitors.
+    /// `root/runtime/<handler>`). The monitor is [`MONITOR_BINARY`] beside this executable when it is
+    /// installed (one process per container: a small binary keeps its memory small), else this binary
+    /// re-executed (`/proc/self/exe monitor ...`). Call it inside a tokio runtime: it watches the
+    /// re-adopted containers' monitors.
     pub fn open(root: &Path, runtimes: &BTreeMap<String, PathBuf>) -> io::Result<Containers> {
-        Containers::open_with_monitor(root, runtimes, Path::new("/proc/self/exe"))
+        let sibling = std::env::current_exe()
+            .ok()
+            .and_then(|exe| exe.parent().map(|dir| dir.join(MONITOR_BINARY)))
+            .filter(|path| path.is_file());
+        let monitor = sibling.unwrap_or_else(|| PathBuf::from("/proc/self/exe"));
+        Containers::open_with_monitor(root, runtimes, &monitor)
     }
 
     /// [`Containers::open`] with another keel-shim binary as the monitor (tests run from a test binary).
