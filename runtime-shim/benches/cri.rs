@@ -12,8 +12,18 @@
 //! - stop: StopContainer (timeout 0: SIGKILL) + RemoveContainer + StopPodSandbox + RemovePodSandbox;
 //!   the floor: `runc kill KILL` + waiting for the container's process + `runc delete` + the bridge
 //!   plugin's DEL + removing the namespace.
-//! - rss: the runtime's resident memory with PODS pods of one running container each (containerd: its
-//!   daemon plus its containerd-shim processes; keel-shim: its daemon plus its monitors), and idle.
+//! - rss/pss: the runtime's memory with PODS pods of one running container each (containerd: its
+//!   daemon plus its containerd-shim processes; keel-shim: its daemon plus its monitors), and idle;
+//!   RSS and PSS from `/proc/PID/smaps_rollup` (PSS shares a page among the processes mapping it: the
+//!   text all monitors map counts once in their sum).
+//! - cpu: CPU time per pod (start + stop): the daemon's utime + stime and its waited-for children's
+//!   (runc, CNI plugins, keel-shim's monitors) from `/proc/PID/stat`, plus the children this process
+//!   reaps in the side's turn (containerd's shims are orphans that come to this subreaper; the floor's
+//!   runc, plugin and container). The bench's own client CPU is not counted on any side.
+//! - per RPC: the median of each CRI call on both runtimes.
+//!
+//! Every pod is an ordinary pod as the kubelet asks for it: namespace options network POD, ipc POD,
+//! pid CONTAINER (with pid POD keel-shim would start a pause process to hold the pod's PID namespace).
 //!
 //! The floor does less than a CRI runtime must: no pause container, no snapshot per container, no
 //! loopback plugin (containerd runs it for every pod), no log files; the runtimes' figures above it are
@@ -72,6 +82,9 @@ struct CriSide {
     log_dir: PathBuf,
     image: String,
     next: usize,
+    /// RunPodSandbox, CreateContainer, StartContainer, StopContainer, RemoveContainer, StopPodSandbox,
+    /// RemovePodSandbox.
+    phases: [Samples; 7],
 }
 
 impl CriSide {
@@ -83,17 +96,26 @@ impl CriSide {
             sandbox_config: None,
         };
         client.image.pull_image(request).await.map_err(|s| format!("{name}: PullImage: {s}"))?;
-        Ok(CriSide { name, client, log_dir: log_dir.to_owned(), image: image.to_owned(), next: 0 })
+        Ok(CriSide {
+            name,
+            client,
+            log_dir: log_dir.to_owned(),
+            image: image.to_owned(),
+            next: 0,
+            phases: Default::default(),
+        })
     }
 
     /// RunPodSandbox + CreateContainer + StartContainer: (pod id, container id).
     async fn start(&mut self) -> Result<(String, String)> {
         self.next += 1;
         let pod_name = format!("bench-{}-{}", self.name, self.next);
-        let pod = pod_sandbox_config("bench", &pod_name, &format!("uid-{pod_name}"), &self.log_dir);
+        let pod = kubelet_pod_config(&pod_name, &self.log_dir);
         let request = api::RunPodSandboxRequest { config: Some(pod.clone()), runtime_handler: String::new() };
+        let t0 = Instant::now();
         let pod_id =
             self.client.runtime.run_pod_sandbox(request).await.map_err(|s| format!("RunPodSandbox: {s}"))?;
+        let t1 = Instant::now();
         let pod_id = pod_id.into_inner().pod_sandbox_id;
         let config = api::ContainerConfig {
             metadata: Some(api::ContainerMetadata { name: "sleep".to_owned(), attempt: 0 }),
@@ -114,25 +136,54 @@ impl CriSide {
             .create_container(request)
             .await
             .map_err(|s| format!("CreateContainer: {s}"))?;
+        let t2 = Instant::now();
         let id = id.into_inner().container_id;
         let request = api::StartContainerRequest { container_id: id.clone() };
         self.client.runtime.start_container(request).await.map_err(|s| format!("StartContainer: {s}"))?;
+        let t3 = Instant::now();
+        for (samples, d) in self.phases.iter_mut().zip([t1 - t0, t2 - t1, t3 - t2]) {
+            samples.push(d);
+        }
         Ok((pod_id, id))
     }
 
     /// StopContainer (SIGKILL) + RemoveContainer + StopPodSandbox + RemovePodSandbox.
     async fn stop(&mut self, pod_id: &str, id: &str) -> Result<()> {
         let runtime = &mut self.client.runtime;
+        let t0 = Instant::now();
         let request = api::StopContainerRequest { container_id: id.to_owned(), timeout: 0 };
         runtime.stop_container(request).await.map_err(|s| format!("StopContainer: {s}"))?;
+        let t1 = Instant::now();
         let request = api::RemoveContainerRequest { container_id: id.to_owned() };
         runtime.remove_container(request).await.map_err(|s| format!("RemoveContainer: {s}"))?;
+        let t2 = Instant::now();
         let request = api::StopPodSandboxRequest { pod_sandbox_id: pod_id.to_owned() };
         runtime.stop_pod_sandbox(request).await.map_err(|s| format!("StopPodSandbox: {s}"))?;
+        let t3 = Instant::now();
         let request = api::RemovePodSandboxRequest { pod_sandbox_id: pod_id.to_owned() };
         runtime.remove_pod_sandbox(request).await.map_err(|s| format!("RemovePodSandbox: {s}"))?;
+        let t4 = Instant::now();
+        for (samples, d) in self.phases[3..].iter_mut().zip([t1 - t0, t2 - t1, t3 - t2, t4 - t3]) {
+            samples.push(d);
+        }
         Ok(())
     }
+}
+
+/// A pod as the kubelet asks for an ordinary one: network and IPC shared by the pod, a PID namespace
+/// per container (`shareProcessNamespace` unset). With pid POD keel-shim would start a pause process
+/// to hold the pod's PID namespace.
+fn kubelet_pod_config(name: &str, log_dir: &Path) -> api::PodSandboxConfig {
+    let mut pod = pod_sandbox_config("bench", name, &format!("uid-{name}"), log_dir);
+    let options = api::NamespaceOption {
+        network: api::NamespaceMode::Pod.into(),
+        pid: api::NamespaceMode::Container.into(),
+        ipc: api::NamespaceMode::Pod.into(),
+        ..Default::default()
+    };
+    let linux = pod.linux.get_or_insert_with(Default::default);
+    linux.security_context.get_or_insert_with(Default::default).namespace_options = Some(options);
+    pod
 }
 
 /// The same work by hand: one bundle, runc, the bridge plugin.
@@ -306,15 +357,69 @@ fn keel_shim_bin() -> Option<PathBuf> {
     ["release", "debug"].iter().map(|profile| target.join(profile).join("keel-shim")).find(|p| p.is_file())
 }
 
-/// VmRSS of a process in KiB.
-fn rss_kib(pid: u32) -> u64 {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
-    status
-        .lines()
-        .find_map(|l| l.strip_prefix("VmRSS:"))
-        .and_then(|v| v.split_whitespace().next())
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(0)
+/// Resident and proportional set sizes of a process in KiB (`/proc/PID/smaps_rollup`: PSS counts a
+/// page shared by N processes as 1/N in each, so the monitors' common text counts once in their sum).
+fn memory_kib(pid: u32) -> Mem {
+    let rollup = std::fs::read_to_string(format!("/proc/{pid}/smaps_rollup")).unwrap_or_default();
+    let field = |name: &str| -> u64 {
+        rollup
+            .lines()
+            .find_map(|l| l.strip_prefix(name))
+            .and_then(|v| v.split_whitespace().next())
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(0)
+    };
+    Mem { rss: field("Rss:"), pss: field("Pss:") }
+}
+
+/// Memory in KiB.
+#[derive(Debug, Default, Clone, Copy)]
+struct Mem {
+    rss: u64,
+    pss: u64,
+}
+
+impl std::ops::Add for Mem {
+    type Output = Mem;
+    fn add(self, other: Mem) -> Mem {
+        Mem { rss: self.rss + other.rss, pss: self.pss + other.pss }
+    }
+}
+
+/// CPU time of a process from `/proc/PID/stat`: (its own utime + stime, its waited-for children's
+/// cutime + cstime).
+fn proc_cpu(pid: u32) -> (Duration, Duration) {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    let fields: Vec<u64> = stat
+        .rsplit_once(')')
+        .map(|(_, rest)| rest.split_whitespace().map(|f| f.parse().unwrap_or(0)).collect())
+        .unwrap_or_default();
+    let ticks = |i: usize| fields.get(i).copied().unwrap_or(0);
+    // SAFETY: sysconf has no preconditions.
+    let hz = u64::try_from(unsafe { libc::sysconf(libc::_SC_CLK_TCK) }).unwrap_or(100).max(1);
+    let d = |t: u64| Duration::from_micros(t * 1_000_000 / hz);
+    // After the command's `)`: state is field 3, utime 14, stime 15, cutime 16, cstime 17.
+    (d(ticks(11) + ticks(12)), d(ticks(13) + ticks(14)))
+}
+
+/// CPU time (user + system) of this process's waited-for children, after reaping every zombie it has
+/// (orphans come to it: it is a subreaper — containerd's shims, the floor's containers).
+fn reaped_children_cpu() -> Duration {
+    use nix::sys::wait::{WaitPidFlag, WaitStatus, waitpid};
+    while let Ok(status) = waitpid(None, Some(WaitPidFlag::WNOHANG)) {
+        if status == WaitStatus::StillAlive {
+            break;
+        }
+    }
+    // SAFETY: getrusage writes into the zeroed struct we pass.
+    let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: as above; `ru` is a valid, writable rusage.
+    unsafe { libc::getrusage(libc::RUSAGE_CHILDREN, &raw mut ru) };
+    let tv = |t: libc::timeval| {
+        Duration::from_secs(u64::try_from(t.tv_sec).unwrap_or(0))
+            + Duration::from_micros(u64::try_from(t.tv_usec).unwrap_or(0))
+    };
+    tv(ru.ru_utime) + tv(ru.ru_stime)
 }
 
 /// Processes whose command line satisfies `matches` (arguments split at NUL).
@@ -335,23 +440,41 @@ fn processes(matches: impl Fn(u32, &[String]) -> bool) -> Vec<u32> {
     found
 }
 
-/// A runtime's memory: (daemon KiB, helpers KiB, helper count).
-type Rss = (u64, u64, usize);
-
-fn containerd_rss(daemon: u32, socket: &Path) -> Rss {
+/// containerd's shims (found by their `-address`).
+fn containerd_shims(socket: &Path) -> Vec<u32> {
     let socket = socket.to_string_lossy().into_owned();
-    let shims = processes(|_, args| {
-        args.first().is_some_and(|a| a.contains("containerd-shim")) && args.contains(&socket)
-    });
-    (rss_kib(daemon), shims.iter().map(|&p| rss_kib(p)).sum(), shims.len())
+    processes(|_, args| args.first().is_some_and(|a| a.contains("containerd-shim")) && args.contains(&socket))
 }
 
-fn keel_shim_rss(daemon: u32, bin: &Path) -> Rss {
+/// keel-shim's monitors (and pause processes): the same executable other than the daemon, or the
+/// `keel-shim-monitor` beside it.
+fn keel_shim_monitors(daemon: u32, bin: &Path) -> Vec<u32> {
     let exe = std::fs::canonicalize(bin).unwrap_or_else(|_| bin.to_owned());
-    let monitors = processes(|pid, _| {
-        pid != daemon && std::fs::read_link(format!("/proc/{pid}/exe")).is_ok_and(|e| e == exe)
-    });
-    (rss_kib(daemon), monitors.iter().map(|&p| rss_kib(p)).sum(), monitors.len())
+    let monitor = exe.with_file_name("keel-shim-monitor");
+    processes(|pid, _| {
+        pid != daemon
+            && std::fs::read_link(format!("/proc/{pid}/exe")).is_ok_and(|e| e == exe || e == monitor)
+    })
+}
+
+/// A runtime's memory: (daemon, helpers, helper count).
+type Rss = (Mem, Mem, usize);
+
+fn helpers_memory(daemon: u32, helpers: &[u32]) -> Rss {
+    (
+        memory_kib(daemon),
+        helpers.iter().map(|&p| memory_kib(p)).fold(Mem::default(), |a, b| a + b),
+        helpers.len(),
+    )
+}
+
+/// Waits (untimed, up to 2 s) until `helpers` lists none: a side's processes that outlive its last
+/// RPC are counted in its CPU time, not the next side's.
+fn settle(helpers: impl Fn() -> Vec<u32>) {
+    let deadline = Instant::now() + Duration::from_secs(2);
+    while !helpers().is_empty() && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(5));
+    }
 }
 
 fn mib(kib: u64) -> String {
@@ -473,7 +596,24 @@ fn run() -> Result<()> {
     let warm = floor.start()?;
     floor.stop(warm)?;
     floor.phases = Default::default();
+    ctd.phases = Default::default();
+    if let Some((_, side)) = shim.as_mut() {
+        side.phases = Default::default();
+    }
+    let ctd_pid = containerd.daemon().pid();
+    let ctd_socket = containerd.socket().to_owned();
+    let shim_ids = shim.as_ref().map(|(s, _)| (s.daemon.pid(), s.bin.clone()));
+    settle(|| containerd_shims(&ctd_socket));
+    let _ = reaped_children_cpu();
 
+    // CPU per pod (start + stop): the daemon's own and its reaped children's (runc, CNI plugins,
+    // keel-shim's monitors) from /proc, plus what this process reaps in the turn (containerd's shims
+    // are orphans that come to this subreaper; the floor's runc, plugins and containers).
+    let (mut ctd_cpu, mut floor_cpu, mut shim_cpu) = (Duration::ZERO, Duration::ZERO, Duration::ZERO);
+    let daemon_cpu = |pid: u32| {
+        let (own, children) = proc_cpu(pid);
+        own + children
+    };
     let (mut ctd_start, mut ctd_stop) = (Samples::default(), Samples::default());
     let (mut floor_start, mut floor_stop) = (Samples::default(), Samples::default());
     let (mut shim_start, mut shim_stop) = (Samples::default(), Samples::default());
@@ -482,34 +622,49 @@ fn run() -> Result<()> {
         for turn in 0..sides {
             match (round + turn) % sides {
                 0 => {
+                    let before = daemon_cpu(ctd_pid) + reaped_children_cpu();
                     let (started, d) = bench::time(|| rt.block_on(ctd.start()));
                     let (pod, id) = started?;
                     ctd_start.push(d);
                     let (r, d) = bench::time(|| rt.block_on(ctd.stop(&pod, &id)));
                     r?;
                     ctd_stop.push(d);
+                    settle(|| containerd_shims(&ctd_socket));
+                    ctd_cpu += (daemon_cpu(ctd_pid) + reaped_children_cpu()).saturating_sub(before);
                 }
                 1 => {
+                    let before = reaped_children_cpu();
                     let (pod, d) = bench::time(|| floor.start());
                     floor_start.push(d);
                     let (r, d) = bench::time(|| floor.stop(pod?));
                     r?;
                     floor_stop.push(d);
+                    floor_cpu += reaped_children_cpu().saturating_sub(before);
                 }
                 _ => {
-                    if let Some((_, side)) = shim.as_mut() {
+                    if let (Some((_, side)), Some((pid, bin))) = (shim.as_mut(), shim_ids.as_ref()) {
+                        let before = daemon_cpu(*pid) + reaped_children_cpu();
                         let (started, d) = bench::time(|| rt.block_on(side.start()));
                         let (pod, id) = started?;
                         shim_start.push(d);
                         let (r, d) = bench::time(|| rt.block_on(side.stop(&pod, &id)));
                         r?;
                         shim_stop.push(d);
+                        settle(|| keel_shim_monitors(*pid, bin));
+                        shim_cpu += (daemon_cpu(*pid) + reaped_children_cpu()).saturating_sub(before);
                     }
                 }
             }
         }
     }
+    let per_round = |d: Duration| bench::ms(d / u32::try_from(rounds.max(1)).unwrap_or(1));
 
+    println!(
+        "pods as the kubelet asks for ordinary ones (namespace options: network POD, ipc POD, pid CONTAINER) \
+         on every side; keel-shim does the cgroup work containerd skips here (containerd runs with \
+         disable_cgroup = true: its containers stay in its shim's cgroup; keel-shim's get one each, as by \
+         runc by hand in the floor)"
+    );
     let mut report = Report::new("cri");
     let row = |report: &mut Report, key: &str, what: &str, s: &Samples| {
         report.figure(key, what, &bench::ms(s.median()));
@@ -526,6 +681,21 @@ fn run() -> Result<()> {
     ] {
         row(&mut report, key, what, s);
     }
+    const RPCS: [(&str, &str); 7] = [
+        ("run_pod", "RunPodSandbox"),
+        ("create", "CreateContainer"),
+        ("start", "StartContainer"),
+        ("stop_ctr", "StopContainer"),
+        ("remove_ctr", "RemoveContainer"),
+        ("stop_pod", "StopPodSandbox"),
+        ("remove_pod", "RemovePodSandbox"),
+    ];
+    let rpc_rows = |report: &mut Report, prefix: &str, side: &CriSide| {
+        for ((key, rpc), s) in RPCS.iter().zip(&side.phases) {
+            row(report, &format!("{prefix}_{key}_ms"), &format!("{}: {rpc} median ms", side.name), s);
+        }
+    };
+    rpc_rows(&mut report, "containerd", &ctd);
     let over = |a: &Samples, b: &Samples| bench::ms(a.median().saturating_sub(b.median()));
     report.figure(
         "start_containerd_over_floor_ms",
@@ -537,7 +707,18 @@ fn run() -> Result<()> {
         "stop: containerd − floor ms",
         &over(&ctd_stop, &floor_stop),
     );
-    if shim.is_some() {
+    report.figure(
+        "cpu_containerd_ms",
+        "CPU ms per pod (start + stop): containerd + shims",
+        &per_round(ctd_cpu),
+    );
+    report.figure(
+        "cpu_floor_ms",
+        "CPU ms per pod (start + stop): floor (runc, bridge)",
+        &per_round(floor_cpu),
+    );
+    if let Some((_, side)) = shim.as_ref() {
+        rpc_rows(&mut report, "keel_shim", side);
         report.compare("start", "start (keel-shim vs containerd)", &shim_start, "containerd", &ctd_start);
         report.compare("stop", "stop (keel-shim vs containerd)", &shim_stop, "containerd", &ctd_stop);
         let fraction = |k: &Samples, c: &Samples| {
@@ -563,50 +744,76 @@ fn run() -> Result<()> {
             "stop: keel-shim − floor ms (target ≤ 10)",
             &over(&shim_stop, &floor_stop),
         );
+        report.figure(
+            "cpu_keel_shim_ms",
+            "CPU ms per pod (start + stop): keel-shim + monitors, with the cgroup work",
+            &per_round(shim_cpu),
+        );
     }
 
     // Memory: idle (no pod), then with `pods` pods of one running container each.
-    let ctd_pid = containerd.daemon().pid();
-    let ctd_socket = containerd.socket().to_owned();
-    let memory = |report: &mut Report,
-                  name: &str,
-                  side: &mut CriSide,
-                  measure: &dyn Fn() -> Rss|
-     -> Result<()> {
-        let (idle, _, _) = measure();
-        let mut running = Vec::new();
-        for _ in 0..pods {
-            running.push(rt.block_on(side.start())?);
-        }
-        let (daemon, helpers, count) = measure();
-        for (pod, id) in &running {
-            rt.block_on(side.stop(pod, id))?;
-        }
-        let per = (daemon + helpers).saturating_sub(idle) / u64::try_from(pods.max(1)).unwrap_or(1);
-        report.figure(&format!("{name}_idle_rss_mib"), &format!("{name}: daemon RSS MiB, idle"), &mib(idle));
-        report.figure(
-            &format!("{name}_rss_mib"),
-            &format!("{name}: daemon RSS MiB with {pods} pods"),
-            &mib(daemon),
-        );
-        report.figure(
-            &format!("{name}_helpers_rss_mib"),
-            &format!("{name}: {count} shims/monitors RSS MiB with {pods} pods"),
-            &mib(helpers),
-        );
-        report.figure(
-            &format!("{name}_per_pod_rss_mib"),
-            &format!("{name}: RSS MiB per running pod"),
-            &mib(per),
-        );
-        Ok(())
-    };
-    memory(&mut report, "containerd", &mut ctd, &|| containerd_rss(ctd_pid, &ctd_socket))?;
-    if let Some((s, side)) = shim.as_mut() {
-        let (pid, bin) = (s.daemon.pid(), s.bin.clone());
-        memory(&mut report, "keel_shim", side, &|| keel_shim_rss(pid, &bin))?;
+    let memory =
+        |report: &mut Report, name: &str, side: &mut CriSide, measure: &dyn Fn() -> Rss| -> Result<()> {
+            let (idle, _, _) = measure();
+            let mut running = Vec::new();
+            for _ in 0..pods {
+                running.push(rt.block_on(side.start())?);
+            }
+            let (daemon, helpers, count) = measure();
+            for (pod, id) in &running {
+                rt.block_on(side.stop(pod, id))?;
+            }
+            let n = u64::try_from(pods.max(1)).unwrap_or(1);
+            let per_rss = (daemon.rss + helpers.rss).saturating_sub(idle.rss) / n;
+            let per_pss = (daemon.pss + helpers.pss).saturating_sub(idle.pss) / n;
+            let each = u64::try_from(count.max(1)).unwrap_or(1);
+            report.figure(
+                &format!("{name}_idle_rss_mib"),
+                &format!("{name}: daemon RSS MiB, idle"),
+                &mib(idle.rss),
+            );
+            report.figure(
+                &format!("{name}_rss_mib"),
+                &format!("{name}: daemon RSS MiB with {pods} pods"),
+                &mib(daemon.rss),
+            );
+            report.figure(
+                &format!("{name}_pss_mib"),
+                &format!("{name}: daemon PSS MiB with {pods} pods"),
+                &mib(daemon.pss),
+            );
+            report.figure(
+                &format!("{name}_helper_rss_mib"),
+                &format!("{name}: RSS MiB of each of its {count} shims/monitors"),
+                &mib(helpers.rss / each),
+            );
+            report.figure(
+                &format!("{name}_helper_pss_mib"),
+                &format!("{name}: PSS MiB of each of its {count} shims/monitors"),
+                &mib(helpers.pss / each),
+            );
+            report.figure(
+                &format!("{name}_per_pod_rss_mib"),
+                &format!("{name}: RSS MiB per running pod (daemon growth + helpers)"),
+                &mib(per_rss),
+            );
+            report.figure(
+                &format!("{name}_per_pod_pss_mib"),
+                &format!("{name}: PSS MiB per running pod (daemon growth + helpers)"),
+                &mib(per_pss),
+            );
+            Ok(())
+        };
+    memory(&mut report, "containerd", &mut ctd, &|| helpers_memory(ctd_pid, &containerd_shims(&ctd_socket)))?;
+    if let (Some((_, side)), Some((pid, bin))) = (shim.as_mut(), shim_ids.as_ref()) {
+        memory(&mut report, "keel_shim", side, &|| helpers_memory(*pid, &keel_shim_monitors(*pid, bin)))?;
     }
     report.figure("rounds", "rounds", &rounds.to_string());
     report.print();
+    // The client first: keel-shim waits for open connections when it stops.
+    if let Some((daemon, side)) = shim {
+        drop(side);
+        drop(daemon);
+    }
     Ok(())
 }

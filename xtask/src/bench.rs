@@ -46,6 +46,10 @@ pub fn run(args: &Args) -> Result<()> {
         // keel-cni is measured as it ships: the static release build (see build.rs).
         command.env("KEEL_CNI_BIN", crate::build::static_cni()?);
     }
+    if name == "cri" {
+        // keel-shim is measured as it ships: the release build.
+        command.env("KEEL_SHIM_BIN", crate::build::release_shim()?);
+    }
     command.args(["bench", "--locked", "--package", package, "--bench", name, "--"]).args(&args.extra);
     command.stdout(Stdio::piped());
     let shown = format!("cargo xtask bench {name}{}", extra_suffix(&args.extra));

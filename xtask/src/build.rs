@@ -1,4 +1,5 @@
-//! `cargo xtask build cni`: the release binaries Keel installs on nodes, built as they ship.
+//! `cargo xtask build cni` / `cargo xtask build shim`: the release binaries Keel installs on nodes, built as
+//! they ship.
 //!
 //! keel-cni is linked statically (static-pie, glibc's crt-static): a CNI plugin is copied onto hosts
 //! whose C library the DaemonSet does not know (upstream's plugins ship static for the same reason),
@@ -21,7 +22,7 @@ const TARGET: &str = "x86_64-unknown-linux-gnu";
 
 #[derive(Debug, clap::Args)]
 pub struct Args {
-    /// What to build: `cni` (the keel-cni plugin, static).
+    /// What to build: `cni` (the keel-cni plugin, static) or `shim` (keel-shim and its static monitor).
     pub what: String,
 }
 
@@ -32,7 +33,12 @@ pub fn run(args: &Args) -> Result<()> {
             println!("{}", path.display());
             Ok(())
         }
-        other => bail!("nothing to build named {other}; try `cni`"),
+        "shim" => {
+            let path = release_shim()?;
+            println!("{}", path.display());
+            Ok(())
+        }
+        other => bail!("nothing to build named {other}; try `cni` or `shim`"),
     }
 }
 
@@ -65,4 +71,54 @@ pub fn static_cni() -> Result<PathBuf> {
         bail!("`{}` failed: {status}", util::describe(&command));
     }
     Ok(target_dir.join(TARGET).join("release/keel-cni"))
+}
+
+/// Builds keel-shim as it ships and returns its path: keel-shim in release mode (the workspace's
+/// release profile) and, beside it, `keel-shim-monitor` — one of which runs per container, so it is
+/// built for memory: static and non-PIE (no shared libraries to map, no relocations to write at
+/// start-up), opt-level s, fat LTO, one codegen unit, panic=abort (a monitor that panics is a bug
+/// either way; keel-shim sees the container's exit as Unknown). Both are copied into
+/// `<target>/shim/`, where keel-shim finds its monitor.
+pub fn release_shim() -> Result<PathBuf> {
+    let mut command = util::cargo();
+    command.args(["build", "--locked", "--release", "--package", "keel-shim", "--bin", "keel-shim"]);
+    util::run(&mut command)?;
+    let target_dir = std::env::var_os("CARGO_TARGET_DIR")
+        .map_or_else(|| util::workspace_root().join("target"), PathBuf::from);
+    let static_dir = target_dir.join("static-shim");
+    let mut command = util::cargo();
+    command
+        .args([
+            "build",
+            "--locked",
+            "--release",
+            "--package",
+            "keel-shim",
+            "--bin",
+            "keel-shim-monitor",
+            "--target",
+            TARGET,
+        ])
+        .env("CARGO_TARGET_DIR", &static_dir)
+        .env("CARGO_PROFILE_RELEASE_LTO", "fat")
+        .env("CARGO_PROFILE_RELEASE_CODEGEN_UNITS", "1")
+        .env("CARGO_PROFILE_RELEASE_PANIC", "abort")
+        .env("CARGO_PROFILE_RELEASE_OPT_LEVEL", "s")
+        .env(
+            format!("CARGO_TARGET_{}_RUSTFLAGS", TARGET.to_uppercase().replace('-', "_")),
+            "-C target-feature=+crt-static -C relocation-model=static",
+        );
+    util::run(&mut command)?;
+    let dist = target_dir.join("shim");
+    std::fs::create_dir_all(&dist).with_context(|| format!("create {}", dist.display()))?;
+    for (from, name) in [
+        (target_dir.join("release/keel-shim"), "keel-shim"),
+        (static_dir.join(TARGET).join("release/keel-shim-monitor"), "keel-shim-monitor"),
+    ] {
+        let to = dist.join(name);
+        // A new file, not the old one rewritten: a running monitor keeps executing the old text.
+        let _ = std::fs::remove_file(&to);
+        std::fs::copy(&from, &to).with_context(|| format!("copy {} to {}", from.display(), to.display()))?;
+    }
+    Ok(dist.join("keel-shim"))
 }

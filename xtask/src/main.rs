@@ -30,7 +30,7 @@ enum Command {
     Down(up::Instance),
     /// Run a benchmark program; `--record` appends its figures to docs/benchmarks.md.
     Bench(bench::Args),
-    /// Build a release binary as Keel ships it (`cni`: keel-cni, statically linked).
+    /// Build a release binary as Keel ships it (`cni`: keel-cni, statically linked; `shim`: keel-shim).
     Build(build::Args),
     /// Regenerate the committed data derived from the Kubernetes OpenAPI definitions.
     Codegen(codegen::Args),

@@ -89,6 +89,10 @@ struct MountRecord {
     propagation: i32,
 }
 
+/// The small monitor-only binary (`src/bin/keel-shim-monitor.rs`) keel-shim runs when it is installed
+/// beside it.
+pub const MONITOR_BINARY: &str = "keel-shim-monitor";
+
 /// The record of `container.json`.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 struct Record {
@@ -120,6 +124,26 @@ struct Record {
     message: String,
     monitor_pid: i32,
     pid: i32,
+    /// The container shares a PID namespace (the pod's or the host's): a stop signals every process
+    /// of its cgroup (`kill --all`), not only its init. In a PID namespace of its own, the init's
+    /// death kills the rest (containerd's shim decides the same way). True for records written
+    /// before the field existed.
+    #[serde(default = "shared_pid_default")]
+    shared_pid: bool,
+}
+
+fn shared_pid_default() -> bool {
+    true
+}
+
+/// Whether `spec` puts its process in a PID namespace it does not create (none listed: the host's;
+/// one with a path: the pod's).
+fn shares_pid_namespace(spec: &oci_spec::runtime::Spec) -> bool {
+    let namespaces = spec.linux().as_ref().and_then(|linux| linux.namespaces().clone()).unwrap_or_default();
+    namespaces
+        .iter()
+        .find(|ns| ns.typ() == oci_spec::runtime::LinuxNamespaceType::Pid)
+        .is_none_or(|ns| ns.path().is_some())
 }
 
 struct Entry {
@@ -215,10 +239,17 @@ fn is_mount_point(path: &Path) -> bool {
 
 impl Containers {
     /// Opens the containers under `root` (`root/containers`, the runtimes' state in
-    /// `root/runtime/<handler>`), re-executing this binary (`/proc/self/exe`) as the monitor. Call it
-    /// inside a tokio runtime: it watches the re-adopted containers' monitors.
+    /// `root/runtime/<handler>`). The monitor is [`MONITOR_BINARY`] beside this executable when it is
+    /// installed (one process per container: a small binary keeps its memory small), else this binary
+    /// re-executed (`/proc/self/exe monitor ...`). Call it inside a tokio runtime: it watches the
+    /// re-adopted containers' monitors.
     pub fn open(root: &Path, runtimes: &BTreeMap<String, PathBuf>) -> io::Result<Containers> {
-        Containers::open_with_monitor(root, runtimes, Path::new("/proc/self/exe"))
+        let sibling = std::env::current_exe()
+            .ok()
+            .and_then(|exe| exe.parent().map(|dir| dir.join(MONITOR_BINARY)))
+            .filter(|path| path.is_file());
+        let monitor = sibling.unwrap_or_else(|| PathBuf::from("/proc/self/exe"));
+        Containers::open_with_monitor(root, runtimes, &monitor)
     }
 
     /// [`Containers::open`] with another keel-shim binary as the monitor (tests run from a test binary).
@@ -430,6 +461,7 @@ impl Containers {
             request.log_path = Some(absolute(log)?);
         }
         let mut spec = request.spec;
+        let shared_pid = shares_pid_namespace(&spec);
         let mut root = spec.root().clone().unwrap_or_default();
         root.set_path(request.rootfs_mounted_at.clone());
         spec.set_root(Some(root));
@@ -536,6 +568,7 @@ impl Containers {
             message: String::new(),
             monitor_pid,
             pid,
+            shared_pid,
         };
         if let Err(e) = save(dir, &record) {
             let _ = runtime.delete(&record.id, true);
@@ -619,8 +652,8 @@ impl Containers {
                 return Ok(());
             }
         }
-        let cid = record.id.clone();
-        let _ = blocking(move || runtime.kill(&cid, libc::SIGKILL, true)).await;
+        let (cid, all) = (record.id.clone(), record.shared_pid);
+        let _ = blocking(move || runtime.kill(&cid, libc::SIGKILL, all)).await;
         let _ = exited.wait_for(|done| *done).await;
         Ok(())
     }
