@@ -237,6 +237,11 @@ impl Node {
     /// allocation, and it is no longer listed.
     fn remove_and_check(&mut self, id: &str) -> Result<()> {
         let pause = self.pause_of(id)?;
+        // Held open through the check: a freed namespace's inode number is soon reused by another
+        // test's namespace, which would read as a process left in this pod's.
+        let ns = self.root().join("sandboxes").join(id).join("ns");
+        let _held: Vec<std::fs::File> =
+            ["net", "ipc", "uts"].iter().filter_map(|kind| std::fs::File::open(ns.join(kind)).ok()).collect();
         let inodes = namespace_inodes(&self.root(), id);
         self.remove(id)?;
         let left = leftovers(&self.root(), id, pause);

@@ -33,7 +33,9 @@ pub fn leftovers(root: &Path, id: &str, pause: Option<(i32, u64)>) -> Vec<String
     left
 }
 
-/// The inodes of the namespaces sandbox `id` holds under `root` (take them before removing it).
+/// The inodes of the namespaces sandbox `id` holds under `root` (take them before removing it, and
+/// hold the namespace files open until [`namespace_holders`] has looked: the kernel soon reuses a
+/// freed namespace's inode number for another namespace).
 pub fn namespace_inodes(root: &Path, id: &str) -> Vec<u64> {
     use std::os::unix::fs::MetadataExt;
     let ns = root.join("sandboxes").join(id).join("ns");
