@@ -45,32 +45,35 @@ pub fn run(args: &Args) -> Result<()> {
 /// Builds keel-cni in release mode as a static-pie executable and returns its path.
 pub fn static_cni() -> Result<PathBuf> {
     let target_dir = util::workspace_root().join("target/static");
+    static_binary("keel-cni", "keel-cni", &target_dir, &[], "")?;
+    Ok(target_dir.join(TARGET).join("release/keel-cni"))
+}
+
+/// `cargo build --release` of `package`'s `bin` for [`TARGET`] into `target_dir`, statically linked
+/// (crt-static, plus `extra_rustflags`), fat LTO, one codegen unit, panic=abort, with `profile` (extra
+/// `CARGO_PROFILE_RELEASE_*` settings). The binary lands in `<target_dir>/<TARGET>/release/<bin>`.
+fn static_binary(
+    package: &str,
+    bin: &str,
+    target_dir: &std::path::Path,
+    profile: &[(&str, &str)],
+    extra_rustflags: &str,
+) -> Result<()> {
     let mut command = util::cargo();
     command
-        .args([
-            "build",
-            "--locked",
-            "--release",
-            "--package",
-            "keel-cni",
-            "--bin",
-            "keel-cni",
-            "--target",
-            TARGET,
-        ])
-        .env("CARGO_TARGET_DIR", &target_dir)
+        .args(["build", "--locked", "--release", "--package", package, "--bin", bin, "--target", TARGET])
+        .env("CARGO_TARGET_DIR", target_dir)
         .env("CARGO_PROFILE_RELEASE_LTO", "fat")
         .env("CARGO_PROFILE_RELEASE_CODEGEN_UNITS", "1")
         .env("CARGO_PROFILE_RELEASE_PANIC", "abort")
         .env(
             format!("CARGO_TARGET_{}_RUSTFLAGS", TARGET.to_uppercase().replace('-', "_")),
-            "-C target-feature=+crt-static",
+            format!("-C target-feature=+crt-static {extra_rustflags}").trim_end(),
         );
-    let status = command.status().with_context(|| format!("run `{}`", util::describe(&command)))?;
-    if !status.success() {
-        bail!("`{}` failed: {status}", util::describe(&command));
+    for (key, value) in profile {
+        command.env(format!("CARGO_PROFILE_RELEASE_{key}"), value);
     }
-    Ok(target_dir.join(TARGET).join("release/keel-cni"))
+    util::run(&mut command)
 }
 
 /// Builds keel-shim as it ships and returns its path: keel-shim in release mode (the workspace's
@@ -86,29 +89,13 @@ pub fn release_shim() -> Result<PathBuf> {
     let target_dir = std::env::var_os("CARGO_TARGET_DIR")
         .map_or_else(|| util::workspace_root().join("target"), PathBuf::from);
     let static_dir = target_dir.join("static-shim");
-    let mut command = util::cargo();
-    command
-        .args([
-            "build",
-            "--locked",
-            "--release",
-            "--package",
-            "keel-shim",
-            "--bin",
-            "keel-shim-monitor",
-            "--target",
-            TARGET,
-        ])
-        .env("CARGO_TARGET_DIR", &static_dir)
-        .env("CARGO_PROFILE_RELEASE_LTO", "fat")
-        .env("CARGO_PROFILE_RELEASE_CODEGEN_UNITS", "1")
-        .env("CARGO_PROFILE_RELEASE_PANIC", "abort")
-        .env("CARGO_PROFILE_RELEASE_OPT_LEVEL", "s")
-        .env(
-            format!("CARGO_TARGET_{}_RUSTFLAGS", TARGET.to_uppercase().replace('-', "_")),
-            "-C target-feature=+crt-static -C relocation-model=static",
-        );
-    util::run(&mut command)?;
+    static_binary(
+        "keel-shim",
+        "keel-shim-monitor",
+        &static_dir,
+        &[("OPT_LEVEL", "s")],
+        "-C relocation-model=static",
+    )?;
     let dist = target_dir.join("shim");
     std::fs::create_dir_all(&dist).with_context(|| format!("create {}", dist.display()))?;
     for (from, name) in [
