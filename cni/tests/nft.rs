@@ -14,7 +14,6 @@ use ipnet::IpNet;
 use keel_cni::nft::NftFirewall;
 use keel_cni::plugin::Firewall;
 use keel_cni::spec::{Attachment, Error, PortMapping};
-use keel_testbed::netlink;
 use keel_testbed::{Fabric, Host, NetNs};
 use serde_json::Value;
 
@@ -40,38 +39,15 @@ impl Node {
     fn new() -> Result<Node> {
         keel_testbed::require_root()?;
         let fabric = Fabric::new()?;
-        let host = fabric.add_host("node")?;
-        host.block_on(|| async {
-            let handle = netlink::connect()?;
-            netlink::add_bridge(&handle, BRIDGE).await?;
-            netlink::add_address(&handle, BRIDGE, IpAddr::V4(GATEWAY), 24).await
-        })?
-        .context("make the node's bridge")?;
-        run(host.command("sysctl").args(["-q", "-w", "net.ipv4.ip_forward=1"]))?;
+        let host = keel_testbed::bridge::node(&fabric, BRIDGE, GATEWAY, 24)?;
         Ok(Node { fabric, host, pods: Vec::new() })
     }
 
     /// Adds a pod at 10.244.1.<n> on the bridge, default route via the bridge; returns its index.
     fn add_pod(&mut self, n: u8) -> Result<usize> {
-        let ns = NetNs::create(&format!("{}-pod{n}", self.fabric.prefix()))?;
         let address = Ipv4Addr::new(10, 244, 1, n);
-        let port = format!("veth{n}");
-        self.host
-            .block_on(|| async {
-                let handle = netlink::connect()?;
-                let bridge = netlink::link_index(&handle, BRIDGE).await?;
-                netlink::add_veth_to_bridge(&handle, &port, "eth0", bridge, ns.fd()).await
-            })?
-            .with_context(|| format!("make pod {n}'s veth pair"))?;
-        ns.block_on(|| async {
-            let handle = netlink::connect()?;
-            for link in ["lo", "eth0"] {
-                netlink::set_up(&handle, link).await?;
-            }
-            netlink::add_address(&handle, "eth0", IpAddr::V4(address), 24).await?;
-            netlink::add_default_route(&handle, GATEWAY).await
-        })?
-        .with_context(|| format!("configure pod {n}"))?;
+        let (ns, port) =
+            keel_testbed::bridge::pod(&self.fabric, &self.host, BRIDGE, GATEWAY, address, 24, n)?;
         self.pods.push(Pod { ns, address, port });
         Ok(self.pods.len() - 1)
     }

@@ -17,7 +17,6 @@ use keel_proxy::nft::command::NftCommand;
 use keel_proxy::nft::netlink::NftNetlink;
 use keel_proxy::nft::{Apply, NftBackend, RenderConfig, Transaction};
 use keel_proxy::tracker::{ChangeTracker, TrackerConfig};
-use keel_testbed::netlink;
 use keel_testbed::{Fabric, Host, NetNs};
 
 const BRIDGE: &str = "cni0";
@@ -42,43 +41,20 @@ impl Node {
     fn new() -> Result<Node> {
         keel_testbed::require_root()?;
         let fabric = Fabric::new()?;
-        let host = fabric.add_host("node")?;
-        host.block_on(|| async {
-            let handle = netlink::connect()?;
-            netlink::add_bridge(&handle, BRIDGE).await?;
-            netlink::add_address(&handle, BRIDGE, IpAddr::V4(GATEWAY), 24).await
-        })?
-        .context("make the node's bridge")?;
-        run(host.command("sysctl").args(["-q", "-w", "net.ipv4.ip_forward=1"]))?;
+        let host = keel_testbed::bridge::node(&fabric, BRIDGE, GATEWAY, 24)?;
         Ok(Node { fabric, host, pods: Vec::new(), stop: Arc::new(AtomicBool::new(false)) })
     }
 
     /// A pod at 10.244.1.<n> serving TCP 8080 (answers its name and the client's address) and UDP 5353
     /// (answers its name).
     fn add_pod(&mut self, n: u8) -> Result<Ipv4Addr> {
-        let ns = NetNs::create(&format!("{}-pod{n}", self.fabric.prefix()))?;
         let address = Ipv4Addr::new(10, 244, 1, n);
-        let port = format!("veth{n}");
-        self.host
-            .block_on(|| async {
-                let handle = netlink::connect()?;
-                let bridge = netlink::link_index(&handle, BRIDGE).await?;
-                netlink::add_veth_to_bridge(&handle, &port, "eth0", bridge, ns.fd()).await
-            })?
-            .with_context(|| format!("make pod {n}'s veth pair"))?;
+        let (ns, port) =
+            keel_testbed::bridge::pod(&self.fabric, &self.host, BRIDGE, GATEWAY, address, 24, n)?;
         // Hairpin mode on the bridge port, as the CNI plugin sets it (`hairpinMode`): with
         // br_netfilter, a pod's packet DNATed back to the pod itself is bridged out of the port it
         // came in by.
         run(self.host.command("bridge").args(["link", "set", "dev", &port, "hairpin", "on"]))?;
-        ns.block_on(|| async {
-            let handle = netlink::connect()?;
-            for link in ["lo", "eth0"] {
-                netlink::set_up(&handle, link).await?;
-            }
-            netlink::add_address(&handle, "eth0", IpAddr::V4(address), 24).await?;
-            netlink::add_default_route(&handle, GATEWAY).await
-        })?
-        .with_context(|| format!("configure pod {n}"))?;
         let (tcp, udp) = ns.run(|| -> Result<(TcpListener, UdpSocket)> {
             Ok((TcpListener::bind("0.0.0.0:8080")?, UdpSocket::bind("0.0.0.0:5353")?))
         })??;

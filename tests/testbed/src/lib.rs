@@ -27,6 +27,7 @@
 //! branches on their kind.
 
 pub mod bench;
+pub mod bridge;
 pub mod containerd;
 pub mod cri;
 pub mod durable_fs;
