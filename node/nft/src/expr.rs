@@ -111,28 +111,31 @@ pub fn masquerade() -> Expressions {
 
 /// `dnat <family> to <register 1>:<register 2>`: the address in register 1, the port in register 2.
 pub fn dnat(family: u8) -> Expressions {
-    let attribute = |kind, value: u32| DefaultNla::new(kind, value.to_be_bytes().to_vec());
     Expressions::Other {
         expression_type: "nat".to_owned(),
         attributes: vec![
-            attribute(NFTA_NAT_TYPE, NFT_NAT_DNAT),
-            attribute(NFTA_NAT_FAMILY, u32::from(family)),
-            attribute(NFTA_NAT_REG_ADDR_MIN, u32::from(Register::Reg1)),
-            attribute(NFTA_NAT_REG_PROTO_MIN, u32::from(Register::Reg2)),
-            attribute(NFTA_NAT_FLAGS, NF_NAT_RANGE_PROTO_SPECIFIED),
+            u32_attribute(NFTA_NAT_TYPE, NFT_NAT_DNAT),
+            u32_attribute(NFTA_NAT_FAMILY, u32::from(family)),
+            u32_attribute(NFTA_NAT_REG_ADDR_MIN, u32::from(Register::Reg1)),
+            u32_attribute(NFTA_NAT_REG_PROTO_MIN, u32::from(Register::Reg2)),
+            u32_attribute(NFTA_NAT_FLAGS, NF_NAT_RANGE_PROTO_SPECIFIED),
         ],
     }
 }
 
 /// `fib daddr type` into register 1 (an `RTN_*` address type, host byte order).
 pub fn fib_daddr_type() -> Expressions {
-    let attribute = |kind, value: u32| DefaultNla::new(kind, value.to_be_bytes().to_vec());
+    fib_address_type(NFTA_FIB_F_DADDR)
+}
+
+/// `fib saddr type` or `fib daddr type` (by `flag`) into register 1.
+fn fib_address_type(flag: u32) -> Expressions {
     Expressions::Other {
         expression_type: "fib".to_owned(),
         attributes: vec![
-            attribute(NFTA_FIB_DREG, u32::from(Register::Reg1)),
-            attribute(NFTA_FIB_RESULT, NFT_FIB_RESULT_ADDRTYPE),
-            attribute(NFTA_FIB_FLAGS, NFTA_FIB_F_DADDR),
+            u32_attribute(NFTA_FIB_DREG, u32::from(Register::Reg1)),
+            u32_attribute(NFTA_FIB_RESULT, NFT_FIB_RESULT_ADDRTYPE),
+            u32_attribute(NFTA_FIB_FLAGS, flag),
         ],
     }
 }
@@ -320,15 +323,7 @@ pub fn ct_state() -> Expressions {
 
 /// `fib saddr type` into register 1.
 pub fn fib_saddr_type() -> Expressions {
-    let attribute = |kind, value: u32| DefaultNla::new(kind, value.to_be_bytes().to_vec());
-    Expressions::Other {
-        expression_type: "fib".to_owned(),
-        attributes: vec![
-            attribute(NFTA_FIB_DREG, u32::from(Register::Reg1)),
-            attribute(NFTA_FIB_RESULT, NFT_FIB_RESULT_ADDRTYPE),
-            attribute(NFTA_FIB_FLAGS, NFTA_FIB_F_SADDR),
-        ],
-    }
+    fib_address_type(NFTA_FIB_F_SADDR)
 }
 
 /// `update @<set> { <register 1> }`: adds the key, or refreshes its timeout (the set's).
