@@ -2,8 +2,8 @@
 //! that the kubelet hands to clients. Each URL is served (an HTTP answer other than 404 to a request
 //! without an upgrade) and single-use (the same URL again: 404); and real sessions run through fresh
 //! URLs with the Python `kubernetes` client (websocket, `v4.channel.k8s.io`, which containerd 1.6's
-//! streaming server speaks too): exec with its output and exit code, and port-forward of an HTTP
-//! server in the pod.
+//! streaming server speaks too): exec with its output and exit code, attach to a container's output,
+//! and port-forward of an HTTP server in the pod.
 
 use std::net::{SocketAddr, ToSocketAddrs};
 
@@ -19,9 +19,11 @@ pub async fn run(client: &mut CriClient, env: &Env) -> Vec<CaseResult> {
         let server = http_server("8080", SERVED);
         let server: Vec<&str> = server.iter().map(String::as_str).collect();
         let id = run_container(client, env, &pod_id, &pod, "streaming", &server).await?;
-        Ok::<_, String>((pod_id, id))
+        let ticker = ["sh", "-c", "while true; do echo tick; sleep 0.2; done"];
+        let ticker = run_container(client, env, &pod_id, &pod, "ticker", &ticker).await?;
+        Ok::<_, String>((pod_id, id, ticker))
     };
-    let (pod_id, id) = match setup.await {
+    let (pod_id, id, ticker) = match setup.await {
         Ok(ids) => ids,
         Err(e) => return vec![case(GROUP, "setup: a running container", Err(e))],
     };
@@ -40,10 +42,12 @@ pub async fn run(client: &mut CriClient, env: &Env) -> Vec<CaseResult> {
     let unknown = api::ExecRequest { container_id: "f".repeat(64), ..exec };
     let exec_session = exec_session(client, env, &id).await;
     let forward_session = forward_session(client, env, &pod_id).await;
+    let attach_session = attach_session(client, env, &ticker).await;
     vec![
         case(GROUP, "runtime should support exec: a served URL", served(env, "Exec", exec_url)),
         case(GROUP, "runtime should support exec: output and exit code over websocket", exec_session),
         case(GROUP, "runtime should support portforward: HTTP through the forward", forward_session),
+        case(GROUP, "runtime should support attach: the container's output over websocket", attach_session),
         case(GROUP, "runtime should support attach: a served URL", served(env, "Attach", attach_url)),
         case(
             GROUP,
@@ -117,6 +121,22 @@ while True:
 print(json.dumps({"answer": got.decode(errors="replace"), "error": pf.error(port)}))
 "#;
 
+/// The Python client's attach: `url`, then the JSON of what it read on stdout until a `tick` line.
+const PY_ATTACH: &str = r#"
+import json, sys
+from kubernetes.client import Configuration
+from kubernetes.stream.ws_client import WSClient
+url = sys.argv[1]
+ws = WSClient(Configuration(), "ws" + url[4:], {"sec-websocket-protocol": "v4.channel.k8s.io"}, capture_all=True)
+got = ""
+for _ in range(50):
+    got += ws.read_stdout(timeout=1) or ""
+    if "tick\n" in got:
+        break
+ws.close()
+print(json.dumps({"stdout": got}))
+"#;
+
 /// Runs `script` with `args` in the venv's Python inside the node (where the streaming server
 /// listens) and parses the JSON it prints.
 fn python_in_node(env: &Env, script: &'static str, args: Vec<String>) -> Result<serde_json::Value, String> {
@@ -173,4 +193,14 @@ async fn forward_session(client: &mut CriClient, env: &Env, pod_id: &str) -> Res
         }
         tokio::time::sleep(std::time::Duration::from_millis(200)).await;
     }
+}
+
+/// Attach to a container printing `tick` five times a second: its output reaches the client.
+async fn attach_session(client: &mut CriClient, env: &Env, id: &str) -> Result<(), String> {
+    let request = api::AttachRequest { container_id: id.to_owned(), stdout: true, ..Default::default() };
+    let url = client.runtime.attach(request).await.map_err(|s| rpc("Attach", &s))?.into_inner().url;
+    let out = python_in_node(env, PY_ATTACH, vec![url])?;
+    ensure(out["stdout"].as_str().is_some_and(|s| s.contains("tick\n")), || {
+        format!("attach read no tick from the container: {out}")
+    })
 }
