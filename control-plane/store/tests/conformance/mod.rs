@@ -86,6 +86,29 @@ where
     }
 }
 
+/// The first version of `key` written after `revision`, read from its history by a watch.
+async fn first_write_after(store: &dyn Store, key: &str, revision: Revision) -> Result<KeyValue> {
+    let mut attempts = 0;
+    loop {
+        let outcome = async {
+            let mut watch = store.watch(key, Some(revision + 1)).await?;
+            match tokio::time::timeout(Duration::from_secs(10), watch.next()).await {
+                Ok(Some(event)) => event,
+                _ => Err(StoreError::Unavailable(format!("no write of {key} after {revision} arrived"))),
+            }
+        };
+        match outcome.await {
+            Ok(event) => return Ok(event.kv),
+            Err(StoreError::Unavailable(reason)) if attempts < 50 => {
+                attempts += 1;
+                eprintln!("retrying after: {reason}");
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+            Err(other) => return Err(other.into()),
+        }
+    }
+}
+
 /// Reads `count` events from `watch`, failing after `timeout` without them.
 pub async fn take_events(watch: &mut WatchStream, count: usize, timeout: Duration) -> Result<Vec<Event>> {
     let mut events = Vec::with_capacity(count);
@@ -300,10 +323,17 @@ pub async fn conflicts_under_concurrent_writers(fixture: &impl Fixture) -> Resul
                             current = now.context("counter deleted")?;
                         }
                         Err(StoreError::Unavailable(_)) => {
+                            // The update was conditional on `expected`: it landed exactly when the
+                            // key's first write after `expected` is this one. (The latest value is
+                            // no answer: another writer may have written over it since.)
+                            let expected = current.mod_revision;
                             current = retrying(|| store.get(key)).await?.context("counter missing")?;
-                            if current.value.ends_with(format!(" {mine}").as_bytes()) {
-                                revisions.push(current.mod_revision);
-                                break;
+                            if current.mod_revision != expected {
+                                let next = first_write_after(&*store, key, expected).await?;
+                                if next.value.ends_with(format!(" {mine}").as_bytes()) {
+                                    revisions.push(next.mod_revision);
+                                    break;
+                                }
                             }
                         }
                         Err(other) => return Err(other.into()),
