@@ -111,14 +111,34 @@ pub fn masquerade() -> Expressions {
 
 /// `dnat <family> to <register 1>:<register 2>`: the address in register 1, the port in register 2.
 pub fn dnat(family: u8) -> Expressions {
+    dnat_registers(family, Register::Reg1, Register::Reg2)
+}
+
+/// `dnat <family> to <address>:<port>` from the registers `address` and `port`.
+pub fn dnat_registers(family: u8, address: Register, port: Register) -> Expressions {
     Expressions::Other {
         expression_type: "nat".to_owned(),
         attributes: vec![
             u32_attribute(NFTA_NAT_TYPE, NFT_NAT_DNAT),
             u32_attribute(NFTA_NAT_FAMILY, u32::from(family)),
-            u32_attribute(NFTA_NAT_REG_ADDR_MIN, u32::from(Register::Reg1)),
-            u32_attribute(NFTA_NAT_REG_PROTO_MIN, u32::from(Register::Reg2)),
+            u32_attribute(NFTA_NAT_REG_ADDR_MIN, u32::from(address)),
+            u32_attribute(NFTA_NAT_REG_PROTO_MIN, u32::from(port)),
             u32_attribute(NFTA_NAT_FLAGS, NF_NAT_RANGE_PROTO_SPECIFIED),
+        ],
+    }
+}
+
+/// The 4-byte number in `register` turned from host to network byte order (`byteorder`), as nft
+/// does before looking a host-order number up in an interval set.
+pub fn hton32(register: Register) -> Expressions {
+    Expressions::Other {
+        expression_type: "byteorder".to_owned(),
+        attributes: vec![
+            u32_attribute(NFTA_BYTEORDER_SREG, u32::from(register)),
+            u32_attribute(NFTA_BYTEORDER_DREG, u32::from(register)),
+            u32_attribute(NFTA_BYTEORDER_OP, NFT_BYTEORDER_HTON),
+            u32_attribute(NFTA_BYTEORDER_LEN, 4),
+            u32_attribute(NFTA_BYTEORDER_SIZE, 4),
         ],
     }
 }
@@ -244,6 +264,13 @@ pub const ICMP_PORT_UNREACH: u8 = 3;
 pub const ICMPV6_PORT_UNREACH: u8 = 4;
 /// `NFTA_FIB_F_SADDR`.
 const NFTA_FIB_F_SADDR: u32 = 1;
+// byteorder expression (enum nft_byteorder_attributes, enum nft_byteorder_ops).
+const NFTA_BYTEORDER_SREG: u16 = 1;
+const NFTA_BYTEORDER_DREG: u16 = 2;
+const NFTA_BYTEORDER_OP: u16 = 3;
+const NFTA_BYTEORDER_LEN: u16 = 4;
+const NFTA_BYTEORDER_SIZE: u16 = 5;
+const NFT_BYTEORDER_HTON: u32 = 1;
 /// `NFT_LOOKUP_F_INV`.
 const NFT_LOOKUP_F_INV: u32 = 1;
 /// `NF_DROP`: the verdict code of `drop`.
@@ -295,6 +322,15 @@ pub fn lookup(set: &str, source: Register, verdict_map: bool, invert: bool) -> E
         attributes.push(Lookup::Flags(NFT_LOOKUP_F_INV));
     }
     Expressions::Lookup(attributes)
+}
+
+/// A lookup of the key starting at `source` in map `set`, its data into `destination` (`map @set`).
+pub fn lookup_map(set: &str, source: Register, destination: Register) -> Expressions {
+    Expressions::Lookup(vec![
+        Lookup::Set(set.to_owned()),
+        Lookup::SourceRegister(source),
+        Lookup::DestinationRegister(destination),
+    ])
 }
 
 /// `numgen random mod <modulus> offset <offset>` into register 1 (host byte order).

@@ -12,13 +12,14 @@ use netlink_packet_netfilter::NetfilterProtoFamily;
 use netlink_packet_netfilter::nftables::{
     ChainAttribute, ChainMessage, DataAttribute, Expressions, Hook as HookAttribute, InetHookNumber,
     ListAttribute, MetaKey, NfTablesMessage, Operator, Register, RuleAttribute, RuleMessage, SetAttribute,
-    SetElementAttribute, SetElementList, SetElementMessage, SetFlags, SetMessage, TableAttribute, TableFlags,
-    TableMessage, Verdict as VerdictCode, VerdictAttribute,
+    SetElementAttribute, SetElementFlags, SetElementList, SetElementMessage, SetFlags, SetMessage,
+    TableAttribute, TableFlags, TableMessage, Verdict as VerdictCode, VerdictAttribute,
 };
 
 use super::Apply;
 use super::transaction::{
-    BaseChain, ChainType, Family, Hook, Key, KeyType, Op, SetSpec, Stmt, TABLE, Transaction, Verdict,
+    BaseChain, ChainType, Family, Hook, Key, KeyType, Op, SLOT_SIZE, SetData, SetSpec, Stmt, TABLE,
+    Transaction, Value, Verdict,
 };
 
 /// nft's datatype numbers (`enum datatypes`), for `nft list` to show the sets' types.
@@ -71,15 +72,14 @@ pub fn encode(transaction: &Transaction) -> Vec<Change> {
     let mut changes = Vec::with_capacity(transaction.ops.len());
     let mut ops = transaction.ops.iter().peekable();
     while let Some(op) = ops.next() {
-        let Some((family, set, adding, first)) = element_of(op) else {
+        let Some((family, set, adding, mut elements)) = elements_of(op) else {
             changes.push(encode_op(op));
             continue;
         };
-        let mut elements = vec![first];
         while elements.len() < ELEMENTS_PER_MESSAGE {
-            match ops.peek().and_then(|next| element_of(next)) {
+            match ops.peek().and_then(|next| elements_of(next)) {
                 Some((f, s, a, next)) if f == family && s == set && a == adding => {
-                    elements.push(next);
+                    elements.extend(next);
                     ops.next();
                 }
                 _ => break,
@@ -90,13 +90,14 @@ pub fn encode(transaction: &Transaction) -> Vec<Change> {
     changes
 }
 
-/// An element operation's family, set, whether it adds, and the element.
-fn element_of(op: &Op) -> Option<(Family, &str, bool, ListAttribute<SetElementAttribute>)> {
+/// An element operation's family, set, whether it adds, and the kernel's elements for it (two
+/// for an interval: its start and its end).
+fn elements_of(op: &Op) -> Option<(Family, &str, bool, Vec<ListAttribute<SetElementAttribute>>)> {
     match op {
-        Op::AddElement { family, set, key, verdict } => {
-            Some((*family, set, true, element(key, verdict.as_ref())))
+        Op::AddElement { family, set, key, value } => {
+            Some((*family, set, true, elements(*family, key, value.as_ref())))
         }
-        Op::DeleteElement { family, set, key } => Some((*family, set, false, element(key, None))),
+        Op::DeleteElement { family, set, key } => Some((*family, set, false, elements(*family, key, None))),
         _ => None,
     }
 }
@@ -206,14 +207,14 @@ fn encode_op(op: &Op) -> Change {
             0,
             || format!("delete set {family} {name}"),
         ),
-        Op::AddElement { .. } | Op::DeleteElement { .. } => match element_of(op) {
-            Some((family, set, adding, element)) => element_change(family, set, adding, vec![element]),
+        Op::AddElement { .. } | Op::DeleteElement { .. } => match elements_of(op) {
+            Some((family, set, adding, elements)) => element_change(family, set, adding, elements),
             None => unreachable_change(),
         },
     }
 }
 
-/// Never reached (`element_of` answers for every element operation); a no-op change if it were.
+/// Never reached (`elements_of` answers for every element operation); a no-op change if it were.
 fn unreachable_change() -> Change {
     change(Family::Ip, NfTablesMessage::GetTable(TableMessage { attributes: Vec::new() }), 0, String::new)
 }
@@ -253,12 +254,16 @@ fn set_attributes(family: Family, name: &str, spec: &SetSpec) -> Vec<SetAttribut
             (concat(&[address_type, TYPE_INET_PROTOCOL, TYPE_INET_SERVICE]), address_len + 8)
         }
         KeyType::NodePort => (concat(&[TYPE_INET_PROTOCOL, TYPE_INET_SERVICE]), 8),
-        KeyType::Numgen => (TYPE_INTEGER, 4),
+        KeyType::Numgen | KeyType::Slot => (TYPE_INTEGER, 4),
         KeyType::Address => (address_type, address_len),
+        KeyType::AddressPair => (concat(&[address_type, address_type]), address_len * 2),
     };
     let mut flags = SetFlags::empty();
-    if spec.verdict_map {
+    if spec.data != SetData::None {
         flags |= SetFlags::Map;
+    }
+    if spec.key == KeyType::Slot {
+        flags |= SetFlags::Interval;
     }
     if spec.timeout.is_some() {
         // `flags dynamic,timeout`: the data path adds elements that expire.
@@ -273,27 +278,67 @@ fn set_attributes(family: Family, name: &str, spec: &SetSpec) -> Vec<SetAttribut
         // Required by the kernel; names the set within the batch (we refer to sets by name).
         SetAttribute::Id(set_id(name)),
     ];
-    if spec.verdict_map {
-        attributes.push(SetAttribute::DataType(NFT_DATA_VERDICT));
+    match spec.data {
+        SetData::None => {}
+        SetData::Verdict => attributes.push(SetAttribute::DataType(NFT_DATA_VERDICT)),
+        SetData::Endpoint => {
+            // address . port, the port padded to 4 bytes.
+            attributes.push(SetAttribute::DataType(concat(&[address_type, TYPE_INET_SERVICE])));
+            attributes.push(SetAttribute::DataLen(address_len + 4));
+        }
     }
     if let Some(seconds) = spec.timeout {
         attributes.push(SetAttribute::Timeout(u64::from(seconds) * 1000));
     }
-    if spec.key == KeyType::Numgen {
-        attributes.push(SetAttribute::UserData(numgen_map_userdata()));
+    match spec.key {
+        KeyType::Numgen => attributes.push(SetAttribute::UserData(numgen_map_userdata())),
+        KeyType::Slot => attributes.push(SetAttribute::UserData(slot_map_userdata(family))),
+        _ => {}
     }
     attributes
+}
+
+/// One type-length-value entry of nft's set user data (libnftnl's NFTNL_UDATA_SET_*).
+fn userdata_entry(kind: u8, value: &[u8]) -> Vec<u8> {
+    let mut bytes = vec![kind, value.len() as u8];
+    bytes.extend_from_slice(value);
+    bytes
+}
+
+/// The user data nft 1.0.6 writes for `typeof numgen random mod 65536 : ip daddr . tcp dport;
+/// flags interval` (captured with `nft --debug=mnl`), so that `nft list` shows the endpoint map
+/// as it shows nft's own: the key's numgen expression, the data's concatenation of payload
+/// expressions (nft's protocol description and field numbers: ip 12/12 or ip6 13/9, tcp 8/2).
+fn slot_map_userdata(family: Family) -> Vec<u8> {
+    let entry = userdata_entry;
+    let word = |value: u32| value.to_ne_bytes();
+    let numgen = [entry(0, &word(1)), entry(1, &word(SLOT_SIZE)), entry(2, &word(0))].concat();
+    let key_typeof = [entry(0, &word(23)), entry(1, &numgen)].concat();
+    let payload = |description: u32, field: u32| {
+        let fields = [entry(0, &word(description)), entry(1, &word(field))].concat();
+        [entry(0, &word(7)), entry(1, &fields)].concat()
+    };
+    let address = match family {
+        Family::Ip => payload(12, 12),
+        Family::Ip6 => payload(13, 9),
+    };
+    let parts = [entry(0, &address), entry(1, &payload(8, 2))].concat();
+    let data_typeof = [entry(0, &word(13)), entry(1, &parts)].concat();
+    [
+        entry(0, &word(1)), // key byte order: host
+        entry(1, &word(0)), // data byte order: none
+        entry(3, &key_typeof),
+        entry(4, &data_typeof),
+        entry(6, &word(0)),
+    ]
+    .concat()
 }
 
 /// The user data nft 1.0.6 writes for `typeof numgen random mod 1 : verdict` (captured with
 /// `nft --debug=mnl`): without it `nft list` shows the map as `type 0` and its keys byte-swapped.
 /// Type-length-value entries (libnftnl's NFTNL_UDATA_SET_*), values in host byte order.
 fn numgen_map_userdata() -> Vec<u8> {
-    let entry = |kind: u8, value: &[u8]| {
-        let mut bytes = vec![kind, value.len() as u8];
-        bytes.extend_from_slice(value);
-        bytes
-    };
+    let entry = userdata_entry;
     let word = |value: u32| value.to_ne_bytes();
     // The key's expression: numgen (23), random, modulus 1, offset 0.
     let numgen = [entry(0, &word(1)), entry(1, &word(1)), entry(2, &word(0))].concat();
@@ -322,13 +367,40 @@ fn address_len(family: Family) -> u32 {
     }
 }
 
-/// One element of an element message: its key, and its verdict for a verdict map.
-fn element(key: &Key, verdict: Option<&Verdict>) -> ListAttribute<SetElementAttribute> {
-    let mut attributes = vec![SetElementAttribute::Key(DataAttribute::Value(key_bytes(key)))];
-    if let Some(verdict) = verdict {
-        attributes.push(SetElementAttribute::Data(DataAttribute::Verdict(verdict_attributes(verdict))));
+/// The elements of an element message for one key: the key and what it maps to; an interval is
+/// two elements, its first value (with the data) and the value after its last, flagged as an end
+/// (how the kernel's rbtree set holds intervals; nft sends the same).
+fn elements(family: Family, key: &Key, value: Option<&Value>) -> Vec<ListAttribute<SetElementAttribute>> {
+    let data = value.map(|value| match value {
+        Value::Verdict(verdict) => {
+            SetElementAttribute::Data(DataAttribute::Verdict(verdict_attributes(verdict)))
+        }
+        Value::Endpoint(address, port) => {
+            let mut bytes = expr::octets(*address);
+            let [high, low] = port.to_be_bytes();
+            bytes.extend([high, low, 0, 0]);
+            debug_assert_eq!(bytes.len() as u32, address_len(family) + 4);
+            SetElementAttribute::Data(DataAttribute::Value(bytes))
+        }
+    });
+    if let Key::Slots(first, last) = key {
+        // Interval keys in network byte order: the rbtree compares them with memcmp (the rule
+        // turns numgen's host-order number around before its lookup).
+        let mut start = vec![SetElementAttribute::Key(DataAttribute::Value(first.to_be_bytes().to_vec()))];
+        start.extend(data);
+        let mut elements = vec![ListAttribute::Element(start)];
+        // The last interval of the number space has no value after it to end on.
+        if let Some(end) = last.checked_add(1) {
+            elements.push(ListAttribute::Element(vec![
+                SetElementAttribute::Key(DataAttribute::Value(end.to_be_bytes().to_vec())),
+                SetElementAttribute::Flags(SetElementFlags::IntervalEnd),
+            ]));
+        }
+        return elements;
     }
-    ListAttribute::Element(attributes)
+    let mut attributes = vec![SetElementAttribute::Key(DataAttribute::Value(key_bytes(key)))];
+    attributes.extend(data);
+    vec![ListAttribute::Element(attributes)]
 }
 
 /// A key's bytes as the kernel compares them: each part of a concatenation padded to 4 bytes.
@@ -346,6 +418,8 @@ fn key_bytes(key: &Key) -> Vec<u8> {
         Key::NodePort(protocol, port) => protocol_and_port(*protocol, *port).to_vec(),
         // numgen writes its number in host byte order.
         Key::Numgen(value) => value.to_ne_bytes().to_vec(),
+        Key::Slots(first, _) => first.to_be_bytes().to_vec(),
+        Key::AddressPair(address) => [expr::octets(*address), expr::octets(*address)].concat(),
     }
 }
 
@@ -459,6 +533,44 @@ fn statement(family: Family, stmt: &Stmt) -> Vec<Expressions> {
         }
         Stmt::Numgen { modulus, map } => {
             vec![expr::numgen_random(*modulus, 0), expr::lookup(map, Register::Reg1, true, false)]
+        }
+        Stmt::DnatSlot { protocol, offset, map } => {
+            // The map's data lands from register 1 on: the address, then the port in the 32-bit
+            // register after it (register32(1) for IPv4, register32(4) for IPv6).
+            let words = address_len(family) / 4;
+            vec![
+                expr::meta(MetaKey::L4Proto),
+                expr::cmp(Operator::Equal, vec![protocol.number()]),
+                expr::numgen_random(SLOT_SIZE, *offset),
+                expr::hton32(Register::Reg1),
+                expr::lookup_map(map, Register::Reg1, Register::Reg1),
+                expr::dnat_registers(
+                    match family {
+                        Family::Ip => expr::NFPROTO_IPV4,
+                        Family::Ip6 => expr::NFPROTO_IPV6,
+                    },
+                    Register::Reg1,
+                    register32(words),
+                ),
+            ]
+        }
+        Stmt::AddressPairInSet(set) => {
+            let words = address_len(family) / 4;
+            vec![
+                expr::payload_into(
+                    Header::Network,
+                    address_offset(family, Field::Source),
+                    address_len(family),
+                    register32(0),
+                ),
+                expr::payload_into(
+                    Header::Network,
+                    address_offset(family, Field::Destination),
+                    address_len(family),
+                    register32(words),
+                ),
+                expr::lookup(set, register32(0), false, false),
+            ]
         }
         Stmt::UpdateSaddr(set) => vec![address(Field::Source), expr::dynset_update(set)],
         Stmt::Dnat(protocol, ip, port) => vec![

@@ -75,14 +75,31 @@ fn nodeport_addresses_restrict_node_ports() {
 fn partial_syncs_touch_only_the_changed_services() {
     let mut tracker = cluster();
     let mut renderers = renderers(&config());
-    full(&mut renderers, tracker.state());
+    let before = full(&mut renderers, tracker.state()).to_string();
+    let marks = ["/web/", "/dns/", "/sticky/", "10.96.0.53"];
+    // The selection slots of the changed Services, from their DNAT rules.
+    let slots: BTreeSet<(&str, u32)> = before
+        .lines()
+        .filter(|line| marks.iter().any(|mark| line.contains(mark)))
+        .filter_map(|line| {
+            let family = line.split(' ').nth(2)?;
+            let offset = line.split(" offset ").nth(1)?.split(' ').next()?.parse::<u32>().ok()?;
+            Some((family, offset / SLOT_SIZE))
+        })
+        .collect();
 
     let changes = crate::fixtures::golden_partial_changes(&mut tracker);
     let transaction = partial(&mut renderers, tracker.state(), &changes.ports);
     golden("partial", &transaction.to_string());
     for line in transaction.to_string().lines() {
+        let family = line.split(' ').nth(2).unwrap_or_default();
+        let in_a_changed_slot = line
+            .split(&format!("{} {{ ", endpoint_map(0)))
+            .nth(1)
+            .and_then(|rest| rest.split('-').next()?.parse::<u32>().ok())
+            .is_some_and(|first| slots.contains(&(family, first / SLOT_SIZE)));
         assert!(
-            ["/web/", "/dns/", "/sticky/", "10.96.0.53"].iter().any(|mark| line.contains(mark)),
+            marks.iter().any(|mark| line.contains(mark)) || in_a_changed_slot || line.contains(HAIRPIN),
             "touches another service: {line}"
         );
     }
@@ -120,13 +137,89 @@ fn endpoints_of_a_service_coming_and_going() {
             .unwrap()
             .starts_with("add element ip keel-proxy service-ips { 10.96.0.10 . tcp . 80 : goto service-")
     );
-    assert!(text.contains("meta l4proto tcp dnat to 10.244.0.5:8080"));
+    assert!(text.contains("add element ip keel-proxy endpoints-0 { 0-65535 : 10.244.0.5 . 8080 }"), "{text}");
+    assert!(text.contains("add element ip keel-proxy hairpin { 10.244.0.5 . 10.244.0.5 }"), "{text}");
 
     tracker.delete_service(&service);
     let changes = tracker.checkout();
     let text = partial(&mut renderer, tracker.state(), &changes.ports).to_string();
     assert!(text.contains("delete element ip keel-proxy service-ips { 10.96.0.10 . tcp . 80 }"));
-    assert_eq!(text.lines().filter(|line| line.starts_with("delete chain")).count(), 2, "{text}");
+    assert!(text.contains("delete element ip keel-proxy endpoints-0 { 0-65535 }"), "{text}");
+    assert!(text.contains("delete element ip keel-proxy hairpin { 10.244.0.5 . 10.244.0.5 }"), "{text}");
+    assert_eq!(text.lines().filter(|line| line.starts_with("delete chain")).count(), 1, "{text}");
+}
+
+/// An endpoint added, replaced or removed is a change of map elements alone: no rule is written,
+/// so the kernel does not validate the table (which costs a walk of every chain).
+#[test]
+fn endpoint_changes_write_only_map_elements() {
+    let mut tracker = ChangeTracker::new(TrackerConfig { node_name: "node-a".into(), proxy_name: None });
+    let mut renderer = vec![Renderer::new(Family::Ip, config())];
+    tracker.update_service(&fixtures::service("web", "10.96.0.10", &[("", "TCP", 80, None)]));
+    tracker.update_service(&fixtures::service("api", "10.96.0.11", &[("", "TCP", 80, None)]));
+    let web = |addresses: &[&str]| {
+        let endpoints = addresses.iter().map(|address| ready(address, "node-a")).collect();
+        slice("web-1", "web", &[("", "TCP", 8080)], endpoints)
+    };
+    tracker.update_slice(&web(&["10.244.0.5", "10.244.0.6"]));
+    // api shares an endpoint address with web: the hairpin element stays while either has it.
+    tracker.update_slice(&slice("api-1", "api", &[("", "TCP", 8081)], vec![ready("10.244.0.6", "node-a")]));
+    tracker.checkout();
+    full(&mut renderer, tracker.state());
+
+    for (step, addresses) in
+        [&["10.244.0.5", "10.244.0.7"][..], &["10.244.0.5", "10.244.0.7", "10.244.0.8"], &["10.244.0.8"]]
+            .into_iter()
+            .enumerate()
+    {
+        tracker.update_slice(&web(addresses));
+        let changes = tracker.checkout();
+        let transaction = partial(&mut renderer, tracker.state(), &changes.ports);
+        let text = transaction.to_string();
+        assert!(!transaction.ops.is_empty(), "step {step}");
+        for op in &transaction.ops {
+            assert!(
+                matches!(op, Op::AddElement { set, .. } | Op::DeleteElement { set, .. } if set.starts_with(ENDPOINTS) || set == HAIRPIN),
+                "step {step}: {op}\n{text}"
+            );
+        }
+        if step == 0 {
+            // 10.244.0.6 left web but api still has it.
+            assert!(!text.contains("10.244.0.6 . 10.244.0.6"), "{text}");
+            assert!(text.contains("add element ip keel-proxy hairpin { 10.244.0.7 . 10.244.0.7 }"), "{text}");
+        }
+        if step == 1 {
+            let intervals: Vec<&str> =
+                text.lines().filter(|line| line.starts_with("add element ip keel-proxy endpoints")).collect();
+            assert_eq!(
+                intervals,
+                [
+                    // web's slot is 1 (api, first by name, took 0).
+                    "add element ip keel-proxy endpoints-0 { 65536-87381 : 10.244.0.5 . 8080 }",
+                    "add element ip keel-proxy endpoints-0 { 87382-109226 : 10.244.0.7 . 8080 }",
+                    "add element ip keel-proxy endpoints-0 { 109227-131071 : 10.244.0.8 . 8080 }",
+                ]
+            );
+        }
+    }
+    // What the partial syncs built up is what a full sync renders.
+    let replayed = full(&mut renderer, tracker.state());
+    assert_eq!(replayed, full(&mut [Renderer::new(Family::Ip, config())], tracker.state()));
+}
+
+#[test]
+fn slot_ranges_split_the_slot_evenly() {
+    for count in [1usize, 2, 3, 7, 17, 1000, 65_536] {
+        let ranges: Vec<(u32, u32)> = slot_ranges(count).collect();
+        assert_eq!(ranges.len(), count);
+        assert_eq!(ranges[0].0, 0);
+        assert_eq!(ranges[count - 1].1, SLOT_SIZE - 1);
+        for pair in ranges.windows(2) {
+            assert_eq!(pair[0].1 + 1, pair[1].0);
+        }
+        let sizes: BTreeSet<u32> = ranges.iter().map(|(first, last)| last - first + 1).collect();
+        assert!(sizes.len() <= 2 && sizes.last().unwrap() - sizes.first().unwrap() <= 1, "{sizes:?}");
+    }
 }
 
 #[test]
@@ -153,8 +246,12 @@ fn internal_traffic_policy_local_keeps_cluster_traffic_on_the_node() {
 }
 
 #[test]
-fn many_endpoints_get_a_map_of_their_own_which_goes_when_they_are_few() {
+fn many_endpoints_of_an_affinity_service_get_a_map_of_their_own_which_goes_when_they_are_few() {
     let mut tracker = cluster();
+    let mut big = fixtures::service("big", "10.96.0.60", &[("", "TCP", 80, None)]);
+    big.spec.as_mut().unwrap().session_affinity = Some("ClientIP".into());
+    tracker.update_service(&big);
+    tracker.checkout();
     let mut renderer = [Renderer::new(Family::Ip, config())];
     let text = full(&mut renderer, tracker.state()).to_string();
     let map = "service-S5RRK7ZH-default/big/tcp/__endpoints";
@@ -173,6 +270,9 @@ fn many_endpoints_get_a_map_of_their_own_which_goes_when_they_are_few() {
     let changes = tracker.checkout();
     let text = partial(&mut renderer, tracker.state(), &changes.ports).to_string();
     assert!(text.contains(&format!("delete map ip keel-proxy {map}")), "{text}");
-    assert!(!text.contains("delete element"), "the map's elements go with it: {text}");
+    assert!(
+        !text.contains(&format!("delete element ip keel-proxy {map}")),
+        "the map's elements go with it: {text}"
+    );
     assert!(text.contains("numgen random mod 3 0 goto endpoint-S5RRK7ZH-default/big/tcp/__10.244.3.0/80"));
 }

@@ -12,6 +12,10 @@ use crate::model::Protocol;
 /// keel-proxy's table (one per family: `ip keel-proxy` and `ip6 keel-proxy`).
 pub const TABLE: &str = "keel-proxy";
 
+/// How many `numgen` values each endpoint selection spans: selection `n` owns the values
+/// `n * SLOT_SIZE ..= n * SLOT_SIZE + SLOT_SIZE - 1` of the endpoint selection map.
+pub const SLOT_SIZE: u32 = 65_536;
+
 /// The address family of a table.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum Family {
@@ -95,10 +99,26 @@ pub enum KeyType {
     ServiceIp,
     /// protocol . port.
     NodePort,
-    /// A `numgen random` value (the endpoint selection map).
+    /// A `numgen random` value (an affinity Service's endpoint selection map).
     Numgen,
     /// An address.
     Address,
+    /// Intervals of `numgen random mod 65536 offset <slot>` values, mapped to endpoints (the
+    /// shared endpoint selection map).
+    Slot,
+    /// address . address (the hairpin set: an endpoint reaching itself).
+    AddressPair,
+}
+
+/// What a map's elements map to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum SetData {
+    /// Nothing: a plain set.
+    None,
+    /// A verdict (a verdict map).
+    Verdict,
+    /// An endpoint, address . port (a DNAT map).
+    Endpoint,
 }
 
 /// A named set or map.
@@ -106,8 +126,8 @@ pub enum KeyType {
 pub struct SetSpec {
     /// Its key.
     pub key: KeyType,
-    /// A verdict map (else a plain set).
-    pub verdict_map: bool,
+    /// What its elements map to.
+    pub data: SetData,
     /// Elements added by the data path expire after this many seconds (affinity sets).
     pub timeout: Option<u32>,
 }
@@ -121,6 +141,19 @@ pub enum Key {
     NodePort(Protocol, u16),
     /// A `numgen` value.
     Numgen(u32),
+    /// The `numgen` values `first` to `last`, both included (an interval).
+    Slots(u32, u32),
+    /// address . address, the same address twice.
+    AddressPair(IpAddr),
+}
+
+/// What an element maps its key to.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Value {
+    /// A verdict (verdict maps).
+    Verdict(Verdict),
+    /// An endpoint: address . port (the endpoint selection map).
+    Endpoint(IpAddr, u16),
 }
 
 /// What a rule or verdict-map element does with the packet.
@@ -171,6 +204,11 @@ pub enum Stmt {
     NumgenIsZero(u32),
     /// `numgen random mod <modulus> vmap @<map>`.
     Numgen { modulus: u32, map: String },
+    /// `meta l4proto <protocol> dnat ip to numgen random mod 65536 offset <offset> map @<map>`:
+    /// DNAT to the endpoint whose interval of the map holds the random number.
+    DnatSlot { protocol: Protocol, offset: u32, map: String },
+    /// `ip saddr . ip daddr @<set>`.
+    AddressPairInSet(String),
     /// `update @<set> { ip saddr }`.
     UpdateSaddr(String),
     /// `meta l4proto <protocol> dnat to <address>:<port>`.
@@ -205,8 +243,8 @@ pub enum Op {
     AddSet { family: Family, name: String, spec: SetSpec },
     /// `delete set` / `delete map`.
     DeleteSet { family: Family, name: String, spec: SetSpec },
-    /// `add element` (with a verdict for verdict maps).
-    AddElement { family: Family, set: String, key: Key, verdict: Option<Verdict> },
+    /// `add element` (with what it maps to, for maps).
+    AddElement { family: Family, set: String, key: Key, value: Option<Value> },
     /// `delete element`.
     DeleteElement { family: Family, set: String, key: Key },
 }
@@ -288,7 +326,7 @@ impl fmt::Display for Op {
                 Ok(())
             }
             Op::AddSet { family, name, spec } => {
-                let kind = if spec.verdict_map { "map" } else { "set" };
+                let kind = if spec.data == SetData::None { "set" } else { "map" };
                 write!(f, "add {kind} {family} {TABLE} {} {{ ", Name(name))?;
                 let key = match spec.key {
                     KeyType::ServiceIp => {
@@ -297,25 +335,37 @@ impl fmt::Display for Op {
                     KeyType::NodePort => "type inet_proto . inet_service".to_owned(),
                     KeyType::Numgen => "typeof numgen random mod 1".to_owned(),
                     KeyType::Address => format!("type {}", family.address_type()),
+                    KeyType::Slot => format!("typeof numgen random mod {SLOT_SIZE}"),
+                    KeyType::AddressPair => {
+                        format!("type {} . {}", family.address_type(), family.address_type())
+                    }
                 };
                 write!(f, "{key}")?;
-                if spec.verdict_map {
-                    write!(f, " : verdict")?;
+                match spec.data {
+                    SetData::None => {}
+                    SetData::Verdict => write!(f, " : verdict")?,
+                    // typeof, as the key: nft cannot mix `typeof` and `type`.
+                    SetData::Endpoint => write!(f, " : {family} daddr . tcp dport")?,
                 }
                 write!(f, "; ")?;
+                if spec.key == KeyType::Slot {
+                    write!(f, "flags interval; ")?;
+                }
                 if let Some(timeout) = spec.timeout {
                     write!(f, "flags dynamic,timeout; timeout {timeout}s; ")?;
                 }
                 write!(f, "}}")
             }
             Op::DeleteSet { family, name, spec } => {
-                let kind = if spec.verdict_map { "map" } else { "set" };
+                let kind = if spec.data == SetData::None { "set" } else { "map" };
                 write!(f, "delete {kind} {family} {TABLE} {}", Name(name))
             }
-            Op::AddElement { family, set, key, verdict } => {
+            Op::AddElement { family, set, key, value } => {
                 write!(f, "add element {family} {TABLE} {} {{ {}", Name(set), KeyText(key))?;
-                if let Some(verdict) = verdict {
-                    write!(f, " : {}", VerdictText(verdict))?;
+                match value {
+                    None => {}
+                    Some(Value::Verdict(verdict)) => write!(f, " : {}", VerdictText(verdict))?,
+                    Some(Value::Endpoint(address, port)) => write!(f, " : {address} . {port}")?,
                 }
                 write!(f, " }}")
             }
@@ -334,6 +384,8 @@ impl fmt::Display for KeyText<'_> {
             Key::ServiceIp(address, protocol, port) => write!(f, "{address} . {} . {port}", protocol.name()),
             Key::NodePort(protocol, port) => write!(f, "{} . {port}", protocol.name()),
             Key::Numgen(value) => write!(f, "{value}"),
+            Key::Slots(first, last) => write!(f, "{first}-{last}"),
+            Key::AddressPair(address) => write!(f, "{address} . {address}"),
         }
     }
 }
@@ -370,6 +422,13 @@ fn write_stmt(f: &mut fmt::Formatter<'_>, family: Family, stmt: &Stmt) -> fmt::R
         Stmt::DispatchNodePort(map) => write!(f, "meta l4proto . th dport vmap @{}", Name(map)),
         Stmt::NumgenIsZero(modulus) => write!(f, "numgen random mod {modulus} 0"),
         Stmt::Numgen { modulus, map } => write!(f, "numgen random mod {modulus} vmap @{}", Name(map)),
+        Stmt::DnatSlot { protocol, offset, map } => write!(
+            f,
+            "meta l4proto {} dnat {ip} to numgen random mod {SLOT_SIZE} offset {offset} map @{}",
+            protocol.name(),
+            Name(map)
+        ),
+        Stmt::AddressPairInSet(set) => write!(f, "{ip} saddr . {ip} daddr @{}", Name(set)),
         Stmt::UpdateSaddr(set) => write!(f, "update @{} {{ {ip} saddr }}", Name(set)),
         Stmt::Dnat(protocol, address, port) => match address {
             IpAddr::V4(address) => write!(f, "meta l4proto {} dnat to {address}:{port}", protocol.name()),
