@@ -2,10 +2,12 @@
 //! through a [`tracker::ChangeTracker`] (kube-proxy's {previous, current} per name); a
 //! [`backend::Backend`] programs the kernel from the [`tracker::ProxyState`] — in full, or only the
 //! changed Service ports — and the [`runner`] bounds how often. The nftables backend ([`nft`])
-//! renders one transaction per sync with a pure function ([`nft::render`]).
+//! renders one transaction per sync with a pure function ([`nft::render`]); after each successful
+//! sync, [`conntrack`] deletes the UDP conntrack entries that still point at gone endpoints.
 
 pub mod backend;
 pub mod cli;
+pub mod conntrack;
 pub mod fixtures;
 pub mod model;
 pub mod nft;

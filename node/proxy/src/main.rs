@@ -1,5 +1,6 @@
 //! The keel-proxy binary: flags, the kube-rs watchers feeding the tracker, and the bounded sync
-//! runner driving the nftables backend over netlink. Wiring only; the logic is the library's.
+//! runner driving the nftables backend over netlink, with the stale UDP conntrack cleanup after each
+//! successful sync. Wiring only; the logic is the library's.
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -11,6 +12,7 @@ use k8s_openapi::api::core::v1::{Node, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use keel_proxy::backend::Proxier;
 use keel_proxy::cli::Flags;
+use keel_proxy::conntrack::{self, netlink::ConntrackNetlink};
 use keel_proxy::nft::NftBackend;
 use keel_proxy::nft::netlink::NftNetlink;
 use keel_proxy::runner::{self, RunnerConfig, SyncTrigger};
@@ -25,6 +27,8 @@ use kube::{Api, Client};
 struct Shared {
     feed: Feed,
     proxier: Proxier<NftBackend<NftNetlink>>,
+    /// The conntrack table, cleaned of stale UDP entries after each successful sync.
+    conntrack: ConntrackNetlink,
 }
 
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
@@ -52,7 +56,11 @@ async fn main() -> Result<()> {
     let tracker =
         ChangeTracker::new(TrackerConfig { node_name: node.clone(), proxy_name: flags.proxy_name.clone() });
     let backend = NftBackend::new(&flags.render_config(), NftNetlink::new());
-    let shared = Arc::new(Mutex::new(Shared { feed: Feed::new(), proxier: Proxier::new(tracker, backend) }));
+    let shared = Arc::new(Mutex::new(Shared {
+        feed: Feed::new(),
+        proxier: Proxier::new(tracker, backend),
+        conntrack: ConntrackNetlink::new(),
+    }));
     let trigger = SyncTrigger::new();
 
     let services = watcher::watcher(Api::<Service>::all(client.clone()), watcher::Config::default());
@@ -62,15 +70,15 @@ async fn main() -> Result<()> {
         watcher::Config::default().fields(&format!("metadata.name={node}")),
     );
     tokio::spawn(feed(services, Arc::clone(&shared), trigger.clone(), |s, event| {
-        let Shared { feed, proxier } = s;
+        let Shared { feed, proxier, .. } = s;
         feed.service(&mut proxier.tracker, event);
     }));
     tokio::spawn(feed(slices, Arc::clone(&shared), trigger.clone(), |s, event| {
-        let Shared { feed, proxier } = s;
+        let Shared { feed, proxier, .. } = s;
         feed.slice(&mut proxier.tracker, event);
     }));
     tokio::spawn(feed(nodes, Arc::clone(&shared), trigger.clone(), |s, event| {
-        let Shared { feed, proxier } = s;
+        let Shared { feed, proxier, .. } = s;
         feed.node(&mut proxier.tracker, event);
     }));
 
@@ -96,6 +104,21 @@ async fn main() -> Result<()> {
                     ?took,
                     "synced"
                 );
+                let Shared { proxier, conntrack: table, .. } = &mut *shared;
+                match conntrack::clean_stale_flows(table, proxier.tracker.state()) {
+                    Ok(cleaned) if cleaned.stale > 0 => {
+                        tracing::info!(
+                            listed = cleaned.listed,
+                            stale = cleaned.stale,
+                            deleted = cleaned.deleted,
+                            "stale UDP conntrack entries removed"
+                        );
+                    }
+                    Ok(_) => {}
+                    Err(err) => {
+                        tracing::warn!("conntrack cleanup failed (the next sync runs it again): {err}");
+                    }
+                }
                 Ok(true)
             }
             Ok(None) => Ok(true),
