@@ -2,11 +2,13 @@
 //! through a [`tracker::ChangeTracker`] (kube-proxy's {previous, current} per name); a
 //! [`backend::Backend`] programs the kernel from the [`tracker::ProxyState`] — in full, or only the
 //! changed Service ports — and the [`runner`] bounds how often. The nftables backend ([`nft`])
-//! renders one transaction per sync with a pure function ([`nft::render`]).
+//! renders one transaction per sync with a pure function ([`nft::render`]). [`healthcheck`] serves
+//! the health-check node ports of externalTrafficPolicy Local Services.
 
 pub mod backend;
 pub mod cli;
 pub mod fixtures;
+pub mod healthcheck;
 pub mod model;
 pub mod nft;
 pub mod runner;
