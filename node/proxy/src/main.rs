@@ -1,5 +1,6 @@
 //! The keel-proxy binary: flags, the kube-rs watchers feeding the tracker, and the bounded sync
-//! runner driving the nftables backend over netlink. Wiring only; the logic is the library's.
+//! runner driving the nftables backend over netlink, then the health-check node ports. Wiring only;
+//! the logic is the library's.
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -11,6 +12,7 @@ use k8s_openapi::api::core::v1::{Node, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use keel_proxy::backend::Proxier;
 use keel_proxy::cli::Flags;
+use keel_proxy::healthcheck::{self, HealthChecks, ServiceHealthServer};
 use keel_proxy::nft::NftBackend;
 use keel_proxy::nft::netlink::NftNetlink;
 use keel_proxy::runner::{self, RunnerConfig, SyncTrigger};
@@ -48,6 +50,10 @@ async fn main() -> Result<()> {
             tokio::spawn(serve::serve(listener, Arc::clone(&status)));
         }
     }
+    // The health-check node ports follow each successful sync (failed binds retried every 5 s).
+    let (health_checks, desired_health_checks) = tokio::sync::watch::channel(HealthChecks::default());
+    let health_server = ServiceHealthServer::new(healthcheck::bind_addresses(&flags.nodeport_addresses));
+    tokio::spawn(healthcheck::run(health_server, desired_health_checks, Duration::from_secs(5)));
     let client = client(&flags).await?;
     let tracker =
         ChangeTracker::new(TrackerConfig { node_name: node.clone(), proxy_name: flags.proxy_name.clone() });
@@ -86,9 +92,17 @@ async fn main() -> Result<()> {
         match shared.proxier.sync() {
             Ok(Some(stats)) => {
                 let took = started.elapsed();
+                let mut healthy = false;
                 if let Ok(mut status) = status.lock() {
                     status.record(std::time::SystemTime::now(), took, stats);
+                    healthy = status.healthy();
                 }
+                let desired = healthcheck::health_checks(shared.proxier.tracker.state(), healthy);
+                health_checks.send_if_modified(|current| {
+                    let changed = *current != desired;
+                    *current = desired;
+                    changed
+                });
                 tracing::info!(
                     full = stats.full,
                     rules = stats.rules,
