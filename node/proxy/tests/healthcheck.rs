@@ -86,6 +86,11 @@ fn another_host_reads_the_local_endpoint_count_from_the_health_check_node_port()
         "192.0.2.41",
     );
 
+    // With --nodeport-addresses, the node's own addresses inside them (here the bridge's).
+    let cidrs = ["10.244.0.0/16".parse()?];
+    let addresses = node.run(|| healthcheck::bind_addresses(&cidrs))?;
+    assert_eq!(addresses, [IpAddr::V4(Ipv4Addr::new(10, 244, 1, 1))]);
+
     std::thread::scope(|scope| -> Result<()> {
         // Dropped on every way out of this closure: the server then closes its ports and ends.
         let (desired, receiver) = tokio::sync::watch::channel(HealthChecks::default());
