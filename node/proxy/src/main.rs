@@ -1,6 +1,6 @@
 //! The keel-proxy binary: flags, the kube-rs watchers feeding the tracker, and the bounded sync
-//! runner driving the nftables backend over netlink, with the stale UDP conntrack cleanup after each
-//! successful sync. Wiring only; the logic is the library's.
+//! runner driving the nftables backend over netlink, with the stale UDP conntrack cleanup and the
+//! health-check node ports after each successful sync. Wiring only; the logic is the library's.
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -13,6 +13,7 @@ use k8s_openapi::api::discovery::v1::EndpointSlice;
 use keel_proxy::backend::Proxier;
 use keel_proxy::cli::Flags;
 use keel_proxy::conntrack::{self, netlink::ConntrackNetlink};
+use keel_proxy::healthcheck::{self, HealthChecks, ServiceHealthServer};
 use keel_proxy::nft::NftBackend;
 use keel_proxy::nft::netlink::NftNetlink;
 use keel_proxy::runner::{self, RunnerConfig, SyncTrigger};
@@ -52,6 +53,10 @@ async fn main() -> Result<()> {
             tokio::spawn(serve::serve(listener, Arc::clone(&status)));
         }
     }
+    // The health-check node ports follow each successful sync (failed binds retried every 5 s).
+    let (health_checks, desired_health_checks) = tokio::sync::watch::channel(HealthChecks::default());
+    let health_server = ServiceHealthServer::new(healthcheck::bind_addresses(&flags.nodeport_addresses));
+    tokio::spawn(healthcheck::run(health_server, desired_health_checks, Duration::from_secs(5)));
     let client = client(&flags).await?;
     let tracker =
         ChangeTracker::new(TrackerConfig { node_name: node.clone(), proxy_name: flags.proxy_name.clone() });
@@ -94,8 +99,10 @@ async fn main() -> Result<()> {
         match shared.proxier.sync() {
             Ok(Some(stats)) => {
                 let took = started.elapsed();
+                let mut healthy = false;
                 if let Ok(mut status) = status.lock() {
                     status.record(std::time::SystemTime::now(), took, stats);
+                    healthy = status.healthy();
                 }
                 tracing::info!(
                     full = stats.full,
@@ -104,21 +111,7 @@ async fn main() -> Result<()> {
                     ?took,
                     "synced"
                 );
-                let Shared { proxier, conntrack: table, .. } = &mut *shared;
-                match conntrack::clean_stale_flows(table, proxier.tracker.state()) {
-                    Ok(cleaned) if cleaned.stale > 0 => {
-                        tracing::info!(
-                            listed = cleaned.listed,
-                            stale = cleaned.stale,
-                            deleted = cleaned.deleted,
-                            "stale UDP conntrack entries removed"
-                        );
-                    }
-                    Ok(_) => {}
-                    Err(err) => {
-                        tracing::warn!("conntrack cleanup failed (the next sync runs it again): {err}");
-                    }
-                }
+                after_sync(&mut shared, &health_checks, healthy);
                 Ok(true)
             }
             Ok(None) => Ok(true),
@@ -133,6 +126,29 @@ async fn main() -> Result<()> {
     })
     .await;
     Ok(())
+}
+
+/// What follows a successful sync: the health-check node ports get the new counts, and the UDP
+/// conntrack entries pointing at gone endpoints go. A failed cleanup is logged (the next sync runs
+/// it again).
+fn after_sync(shared: &mut Shared, health_checks: &tokio::sync::watch::Sender<HealthChecks>, healthy: bool) {
+    let Shared { proxier, conntrack: table, .. } = shared;
+    let desired = healthcheck::health_checks(proxier.tracker.state(), healthy);
+    health_checks.send_if_modified(|current| {
+        let changed = *current != desired;
+        *current = desired;
+        changed
+    });
+    match conntrack::clean_stale_flows(table, proxier.tracker.state()) {
+        Ok(cleaned) if cleaned.stale > 0 => tracing::info!(
+            listed = cleaned.listed,
+            stale = cleaned.stale,
+            deleted = cleaned.deleted,
+            "stale UDP conntrack entries removed"
+        ),
+        Ok(_) => {}
+        Err(err) => tracing::warn!("conntrack cleanup failed (the next sync runs it again): {err}"),
+    }
 }
 
 /// The API client: from `--kubeconfig`, else in-cluster or ~/.kube/config.

@@ -113,3 +113,28 @@ fn terminating_endpoints_only_when_no_ready_ones() {
     set.retain(|e| !e.ready);
     assert_eq!(ips(usable(&set, false)), ["10.0.0.2"]);
 }
+
+#[test]
+fn health_check_node_port_only_for_local_load_balancers_and_in_range() {
+    let lb = |port: Option<i32>| {
+        let mut service = fixtures::local_load_balancer(
+            fixtures::service("lb", "10.96.0.5", &[("", "TCP", 80, Some(30001))]),
+            "192.0.2.10",
+            "192.0.2.20",
+        );
+        service.spec.as_mut().unwrap().health_check_node_port = port;
+        service
+    };
+    let port = |service: &Service| service_ports(service)[0].1.health_check_node_port;
+    assert_eq!(port(&lb(Some(32000))), Some(32000));
+    for bad in [None, Some(0), Some(-1), Some(70_000)] {
+        assert_eq!(port(&lb(bad)), None, "{bad:?}");
+        assert_eq!(service_ports(&lb(bad)).len(), 1, "a bad health-check port leaves the Service be");
+    }
+    let mut cluster_policy = lb(Some(32000));
+    cluster_policy.spec.as_mut().unwrap().external_traffic_policy = Some("Cluster".into());
+    assert_eq!(port(&cluster_policy), None);
+    let mut node_port = lb(Some(32000));
+    node_port.spec.as_mut().unwrap().type_ = Some("NodePort".into());
+    assert_eq!(port(&node_port), None, "kube-proxy's NeedsHealthCheck: LoadBalancer only");
+}

@@ -40,6 +40,11 @@ impl SyncStatus {
         self.last = Some((at, stats));
     }
 
+    /// What /healthz says: healthy once a sync succeeded.
+    pub fn healthy(&self) -> bool {
+        self.last.is_some()
+    }
+
     /// Records a failed sync.
     pub fn failed(&mut self) {
         self.failures += 1;

@@ -506,5 +506,36 @@ fn services_and_slices_written_through_the_api_change_the_data_path() -> Result<
     // The slice loses pod3 through the API: the proxy's next sync stops sending it traffic.
     create(web_slice(&pods[..1]))?;
     expect(&["pod2"])?;
+
+    // A LoadBalancer Service with externalTrafficPolicy Local: the API server allocates its
+    // health-check node port, and keel-proxy answers there with the count of pod2 (on this node).
+    let lb = fixtures::local_load_balancer(
+        fixtures::service("lb", "10.96.0.40", &[("", "TCP", 443, None)]),
+        "192.0.2.40",
+        "192.0.2.41",
+    );
+    let lb_slice = slice("lb-1", "lb", &[("", "TCP", 8080)], vec![ready(&pods[0].to_string(), NODE)]);
+    let port = node.host.block_on(|| async move {
+        let kubeconfig = kube::config::Kubeconfig::read_from(&kubeconfig)?;
+        let config = kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default()).await?;
+        let client = kube::Client::try_from(config)?;
+        let mut lb = lb;
+        lb.spec.as_mut().context("spec")?.health_check_node_port = None;
+        let created =
+            Api::<Service>::namespaced(client.clone(), "default").create(&PostParams::default(), &lb).await?;
+        Api::<EndpointSlice>::namespaced(client, "default").create(&PostParams::default(), &lb_slice).await?;
+        let port =
+            created.spec.and_then(|spec| spec.health_check_node_port).context("no healthCheckNodePort")?;
+        anyhow::Ok(u16::try_from(port)?)
+    })??;
+    let mut answer = String::new();
+    for _ in 0..100 {
+        answer = get(port, "/").unwrap_or_default();
+        if answer.starts_with("HTTP/1.1 200") {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert!(answer.starts_with("HTTP/1.1 200") && answer.contains("\"localEndpoints\": 1"), "{answer}");
     Ok(())
 }
