@@ -408,9 +408,7 @@ fn apiserver_binary() -> Result<std::path::PathBuf> {
 /// an EndpointSlice written through the API (no EndpointSlice controller yet) change the data path.
 #[test]
 fn services_and_slices_written_through_the_api_change_the_data_path() -> Result<()> {
-    use k8s_openapi::api::core::v1::Service;
     use keel_testbed::process::Readiness;
-    use kube::api::{Api, PostParams};
 
     let mut node = Node::new()?;
     let pods: Vec<Ipv4Addr> = (2..4).map(|n| node.add_pod(n)).collect::<Result<_>>()?;
@@ -449,29 +447,40 @@ fn services_and_slices_written_through_the_api_change_the_data_path() -> Result<
     ]);
     let _proxy = node.host.start_daemon("keel-proxy", command, Readiness::None, Duration::from_secs(10))?;
 
-    let web = fixtures::service("web", "10.96.0.10", &[("http", "TCP", 80, None)]);
-    let create = |slice: EndpointSlice| {
-        let kubeconfig = kubeconfig.clone();
-        let web = web.clone();
-        node.host.block_on(move || async move {
-            let kubeconfig = kube::config::Kubeconfig::read_from(&kubeconfig)?;
-            let config = kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default()).await?;
-            let client = kube::Client::try_from(config)?;
-            let services: Api<Service> = Api::namespaced(client.clone(), "default");
-            if services.get_opt("web").await?.is_none() {
-                services.create(&PostParams::default(), &web).await?;
-            }
-            let slices: Api<EndpointSlice> = Api::namespaced(client, "default");
-            match slices.get_opt("web-1").await? {
-                None => drop(slices.create(&PostParams::default(), &slice).await?),
-                Some(existing) => {
-                    let mut slice = slice;
-                    slice.metadata.resource_version = existing.metadata.resource_version;
-                    drop(slices.replace("web-1", &PostParams::default(), &slice).await?);
-                }
-            }
-            anyhow::Ok(())
-        })?
+    // Objects go in through kubectl, as a user writes them (inside the node, where the API is).
+    let kubectl = keel_testbed::kubectl::newest()?;
+    let kubectl = |args: &[&str], stdin: Option<String>| -> Result<String> {
+        let mut command = node.host.command(&kubectl.path);
+        command.arg("--kubeconfig").arg(&kubeconfig).args(args);
+        command.stdin(std::process::Stdio::piped()).stdout(std::process::Stdio::piped());
+        command.stderr(std::process::Stdio::piped());
+        let mut child = command.spawn().context("run kubectl")?;
+        if let Some(text) = stdin {
+            child.stdin.take().context("stdin")?.write_all(text.as_bytes())?;
+        }
+        drop(child.stdin.take());
+        let output = child.wait_with_output()?;
+        if !output.status.success() {
+            bail!("kubectl {args:?}: {}", String::from_utf8_lossy(&output.stderr));
+        }
+        Ok(String::from_utf8_lossy(&output.stdout).into_owned())
+    };
+    let apply = |object: serde_json::Value| kubectl(&["apply", "-f", "-"], Some(object.to_string()));
+    let typed = |kind: &str, api_version: &str, object: serde_json::Value| {
+        let mut object = object;
+        object["kind"] = kind.into();
+        object["apiVersion"] = api_version.into();
+        object
+    };
+    let web = typed(
+        "Service",
+        "v1",
+        serde_json::to_value(fixtures::service("web", "10.96.0.10", &[("http", "TCP", 80, None)]))?,
+    );
+    let create = |slice: EndpointSlice| -> Result<()> {
+        apply(web.clone())?;
+        apply(typed("EndpointSlice", "discovery.k8s.io/v1", serde_json::to_value(slice)?))?;
+        Ok(())
     };
     create(web_slice(&pods))?;
     let target = target("10.96.0.10", 80);
@@ -503,7 +512,7 @@ fn services_and_slices_written_through_the_api_change_the_data_path() -> Result<
     let metrics = get(10249, "/metrics")?;
     assert!(metrics.contains("kubeproxy_sync_proxy_rules_last_timestamp_seconds "), "{metrics}");
     assert!(!metrics.contains("kubeproxy_sync_proxy_rules_duration_seconds_count 0\n"), "{metrics}");
-    // The slice loses pod3 through the API: the proxy's next sync stops sending it traffic.
+    // The slice loses pod3 (kubectl apply): the proxy's next sync stops sending it traffic.
     create(web_slice(&pods[..1]))?;
     expect(&["pod2"])?;
 
@@ -515,19 +524,25 @@ fn services_and_slices_written_through_the_api_change_the_data_path() -> Result<
         "192.0.2.41",
     );
     let lb_slice = slice("lb-1", "lb", &[("", "TCP", 8080)], vec![ready(&pods[0].to_string(), NODE)]);
-    let port = node.host.block_on(|| async move {
-        let kubeconfig = kube::config::Kubeconfig::read_from(&kubeconfig)?;
-        let config = kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default()).await?;
-        let client = kube::Client::try_from(config)?;
-        let mut lb = lb;
-        lb.spec.as_mut().context("spec")?.health_check_node_port = None;
-        let created =
-            Api::<Service>::namespaced(client.clone(), "default").create(&PostParams::default(), &lb).await?;
-        Api::<EndpointSlice>::namespaced(client, "default").create(&PostParams::default(), &lb_slice).await?;
-        let port =
-            created.spec.and_then(|spec| spec.health_check_node_port).context("no healthCheckNodePort")?;
-        anyhow::Ok(u16::try_from(port)?)
-    })??;
+    let mut lb = lb;
+    lb.spec.as_mut().context("spec")?.health_check_node_port = None;
+    apply(typed("Service", "v1", serde_json::to_value(lb)?))?;
+    apply(typed("EndpointSlice", "discovery.k8s.io/v1", serde_json::to_value(lb_slice)?))?;
+    let port = kubectl(&["get", "service", "lb", "-o", "jsonpath={.spec.healthCheckNodePort}"], None)?;
+    let port: u16 = port.trim().parse().with_context(|| format!("healthCheckNodePort {port:?}"))?;
+    // Deleted through kubectl: once the proxy has synced, nothing answers at its address.
+    kubectl(&["delete", "service", "web"], None)?;
+    let mut gone = false;
+    for _ in 0..100 {
+        let outcome =
+            node.host.run(move || TcpStream::connect_timeout(&target, Duration::from_millis(300)))?;
+        if outcome.is_err() {
+            gone = true;
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert!(gone, "the deleted Service's address still answered");
     let mut answer = String::new();
     for _ in 0..100 {
         answer = get(port, "/").unwrap_or_default();
