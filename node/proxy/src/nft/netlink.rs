@@ -323,13 +323,19 @@ fn slot_map_userdata(family: Family) -> Vec<u8> {
         Family::Ip6 => payload(13, 9),
     };
     let parts = [entry(0, &address), entry(1, &payload(8, 2))].concat();
-    let data_typeof = [entry(0, &word(13)), entry(1, &parts)].concat();
+    typeof_userdata(&key_typeof, &[entry(0, &word(13)), entry(1, &parts)].concat())
+}
+
+/// Set user data for `typeof <key> : <data>`, given the two expressions' entries: the key in host
+/// byte order, the data's none, and nft's closing entry.
+fn typeof_userdata(key_typeof: &[u8], data_typeof: &[u8]) -> Vec<u8> {
+    let word = |value: u32| value.to_ne_bytes();
     [
-        entry(0, &word(1)), // key byte order: host
-        entry(1, &word(0)), // data byte order: none
-        entry(3, &key_typeof),
-        entry(4, &data_typeof),
-        entry(6, &word(0)),
+        userdata_entry(0, &word(1)), // key byte order: host
+        userdata_entry(1, &word(0)), // data byte order: none
+        userdata_entry(3, key_typeof),
+        userdata_entry(4, data_typeof),
+        userdata_entry(6, &word(0)),
     ]
     .concat()
 }
@@ -344,15 +350,7 @@ fn numgen_map_userdata() -> Vec<u8> {
     let numgen = [entry(0, &word(1)), entry(1, &word(1)), entry(2, &word(0))].concat();
     let key_typeof = [entry(0, &word(23)), entry(1, &numgen)].concat();
     // The data's expression: a verdict (1), no data.
-    let data_typeof = [entry(0, &word(1)), entry(1, &[])].concat();
-    [
-        entry(0, &word(1)), // key byte order: host
-        entry(1, &word(0)), // data byte order: none
-        entry(3, &key_typeof),
-        entry(4, &data_typeof),
-        entry(6, &word(0)),
-    ]
-    .concat()
+    typeof_userdata(&key_typeof, &[entry(0, &word(1)), entry(1, &[])].concat())
 }
 
 /// A set's batch-local id: a hash of its name (ids only need to differ within one batch).
