@@ -57,6 +57,8 @@ async fn main() -> Result<()> {
     let (health_checks, desired_health_checks) = tokio::sync::watch::channel(HealthChecks::default());
     let health_server = ServiceHealthServer::new(healthcheck::bind_addresses(&flags.nodeport_addresses));
     tokio::spawn(healthcheck::run(health_server, desired_health_checks, Duration::from_secs(5)));
+    // Their `serviceProxyHealthy` follows /healthz between syncs too (stalled syncs turn it false).
+    tokio::spawn(follow_proxy_health(Arc::clone(&status), health_checks.clone()));
     let client = client(&flags).await?;
     let tracker =
         ChangeTracker::new(TrackerConfig { node_name: node.clone(), proxy_name: flags.proxy_name.clone() });
@@ -74,15 +76,15 @@ async fn main() -> Result<()> {
         Api::<Node>::all(client),
         watcher::Config::default().fields(&format!("metadata.name={node}")),
     );
-    tokio::spawn(feed(services, Arc::clone(&shared), trigger.clone(), |s, event| {
+    tokio::spawn(feed(services, Arc::clone(&shared), Arc::clone(&status), trigger.clone(), |s, event| {
         let Shared { feed, proxier, .. } = s;
         feed.service(&mut proxier.tracker, event);
     }));
-    tokio::spawn(feed(slices, Arc::clone(&shared), trigger.clone(), |s, event| {
+    tokio::spawn(feed(slices, Arc::clone(&shared), Arc::clone(&status), trigger.clone(), |s, event| {
         let Shared { feed, proxier, .. } = s;
         feed.slice(&mut proxier.tracker, event);
     }));
-    tokio::spawn(feed(nodes, Arc::clone(&shared), trigger.clone(), |s, event| {
+    tokio::spawn(feed(nodes, Arc::clone(&shared), Arc::clone(&status), trigger.clone(), |s, event| {
         let Shared { feed, proxier, .. } = s;
         feed.node(&mut proxier.tracker, event);
     }));
@@ -101,8 +103,9 @@ async fn main() -> Result<()> {
                 let took = started.elapsed();
                 let mut healthy = false;
                 if let Ok(mut status) = status.lock() {
-                    status.record(std::time::SystemTime::now(), took, stats);
-                    healthy = status.healthy();
+                    let now = std::time::SystemTime::now();
+                    status.record(now, took, stats);
+                    healthy = status.healthy(now);
                 }
                 tracing::info!(
                     full = stats.full,
@@ -114,7 +117,12 @@ async fn main() -> Result<()> {
                 after_sync(&mut shared, &health_checks, healthy);
                 Ok(true)
             }
-            Ok(None) => Ok(true),
+            Ok(None) => {
+                if let Ok(mut status) = status.lock() {
+                    status.up_to_date();
+                }
+                Ok(true)
+            }
             Err(err) => {
                 if let Ok(mut status) = status.lock() {
                     status.failed();
@@ -151,6 +159,25 @@ fn after_sync(shared: &mut Shared, health_checks: &tokio::sync::watch::Sender<He
     }
 }
 
+/// Every second, the proxy's health (as /healthz has it) into the health-check ports' answers.
+async fn follow_proxy_health(
+    status: Arc<Mutex<SyncStatus>>,
+    health_checks: tokio::sync::watch::Sender<HealthChecks>,
+) {
+    let mut tick = tokio::time::interval(Duration::from_secs(1));
+    loop {
+        tick.tick().await;
+        let Ok(healthy) = status.lock().map(|status| status.healthy(std::time::SystemTime::now())) else {
+            continue;
+        };
+        health_checks.send_if_modified(|current| {
+            let changed = current.proxy_healthy != healthy;
+            current.proxy_healthy = healthy;
+            changed
+        });
+    }
+}
+
 /// The API client: from `--kubeconfig`, else in-cluster or ~/.kube/config.
 async fn client(flags: &Flags) -> Result<Client> {
     match &flags.kubeconfig {
@@ -170,6 +197,7 @@ async fn client(flags: &Flags) -> Result<Client> {
 async fn feed<K>(
     stream: impl Stream<Item = Result<Event<K>, watcher::Error>> + Send,
     shared: Arc<Mutex<Shared>>,
+    status: Arc<Mutex<SyncStatus>>,
     trigger: SyncTrigger,
     apply: impl Fn(&mut Shared, Event<K>) + Send,
 ) where
@@ -181,6 +209,12 @@ async fn feed<K>(
             Ok(event) => {
                 if let Ok(mut shared) = shared.lock() {
                     apply(&mut shared, event);
+                    // A change waiting for a sync: /healthz fails if it waits too long.
+                    if shared.proxier.has_pending()
+                        && let Ok(mut status) = status.lock()
+                    {
+                        status.queued(std::time::SystemTime::now());
+                    }
                 }
                 trigger.request();
             }

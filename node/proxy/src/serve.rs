@@ -16,6 +16,10 @@ use crate::backend::SyncStats;
 const BUCKETS: [f64; 12] =
     [0.001, 0.002, 0.004, 0.008, 0.016, 0.032, 0.064, 0.128, 0.256, 0.512, 1.024, 2.048];
 
+/// How long a change may wait for a sync before /healthz answers 503: kube-proxy's health timeout,
+/// twice its default `--sync-period` of 30 s.
+pub const HEALTH_TIMEOUT: Duration = Duration::from_secs(60);
+
 /// What the sync loop records.
 #[derive(Debug, Clone, Default)]
 pub struct SyncStatus {
@@ -26,6 +30,8 @@ pub struct SyncStatus {
     failures: u64,
     /// The last successful sync: when, and what it wrote.
     last: Option<(SystemTime, SyncStats)>,
+    /// When the oldest change not yet synced came in (kube-proxy's oldestPendingQueued).
+    pending_since: Option<SystemTime>,
 }
 
 impl SyncStatus {
@@ -38,11 +44,24 @@ impl SyncStatus {
         self.count += 1;
         self.sum += seconds;
         self.last = Some((at, stats));
+        self.pending_since = None;
     }
 
-    /// What /healthz says: healthy once a sync succeeded.
-    pub fn healthy(&self) -> bool {
-        self.last.is_some()
+    /// Records a sync that found nothing to do (changes undone before it ran): nothing waits.
+    pub fn up_to_date(&mut self) {
+        self.pending_since = None;
+    }
+
+    /// Records a change (an informer event) at `at`, for the next sync to apply.
+    pub fn queued(&mut self, at: SystemTime) {
+        self.pending_since.get_or_insert(at);
+    }
+
+    /// What /healthz says at `now`: healthy once a sync succeeded, unless a change has waited for
+    /// one longer than [`HEALTH_TIMEOUT`] (syncs failing or stalled), as kube-proxy.
+    pub fn healthy(&self, now: SystemTime) -> bool {
+        let waited = |since: SystemTime| now.duration_since(since).unwrap_or_default();
+        self.last.is_some() && self.pending_since.is_none_or(|since| waited(since) <= HEALTH_TIMEOUT)
     }
 
     /// Records a failed sync.
@@ -83,18 +102,16 @@ pub fn metrics(status: &SyncStatus) -> String {
     text
 }
 
-/// kube-proxy's /healthz answer: 200 once a sync succeeded, 503 before; the JSON body says when.
+/// kube-proxy's /healthz answer: 200 while [`SyncStatus::healthy`], 503 otherwise; the JSON body
+/// says when the last sync was.
 pub fn healthz(status: &SyncStatus, now: SystemTime) -> (StatusCode, String) {
     let current = seconds_since_epoch(now);
+    let code = if status.healthy(now) { StatusCode::OK } else { StatusCode::SERVICE_UNAVAILABLE };
     match status.last {
-        Some((at, _)) => (
-            StatusCode::OK,
-            format!("{{\"lastUpdated\": {}, \"currentTime\": {current}}}", seconds_since_epoch(at)),
-        ),
-        None => (
-            StatusCode::SERVICE_UNAVAILABLE,
-            format!("{{\"lastUpdated\": null, \"currentTime\": {current}}}"),
-        ),
+        Some((at, _)) => {
+            (code, format!("{{\"lastUpdated\": {}, \"currentTime\": {current}}}", seconds_since_epoch(at)))
+        }
+        None => (code, format!("{{\"lastUpdated\": null, \"currentTime\": {current}}}")),
     }
 }
 
@@ -159,6 +176,32 @@ mod tests {
         );
         assert_eq!(healthz(&SyncStatus::default(), at).0, StatusCode::SERVICE_UNAVAILABLE);
         assert_eq!(healthz(&status, at).0, StatusCode::OK);
+    }
+
+    #[test]
+    fn a_change_waiting_longer_than_the_health_timeout_makes_healthz_fail() {
+        let start = UNIX_EPOCH + Duration::from_secs(1_000);
+        let mut status = SyncStatus::default();
+        status.queued(start);
+        assert!(!status.healthy(start), "no sync yet");
+        status.record(start, Duration::from_millis(3), SyncStats::default());
+        assert!(status.healthy(start + HEALTH_TIMEOUT * 10), "nothing pending: healthy however long");
+        // A change comes and no sync follows (syncs failing): healthy until the timeout, then not.
+        let change = start + Duration::from_secs(5);
+        status.queued(change);
+        status.queued(change + Duration::from_secs(30)); // the oldest change counts
+        status.failed();
+        assert!(status.healthy(change + HEALTH_TIMEOUT));
+        let late = change + HEALTH_TIMEOUT + Duration::from_secs(1);
+        assert!(!status.healthy(late));
+        assert_eq!(healthz(&status, late).0, StatusCode::SERVICE_UNAVAILABLE);
+        // A sync brings it back.
+        status.record(late, Duration::from_millis(3), SyncStats::default());
+        assert_eq!(healthz(&status, late).0, StatusCode::OK);
+        // So does a sync with nothing to do (the change was undone before it ran).
+        status.queued(late);
+        status.up_to_date();
+        assert!(status.healthy(late + HEALTH_TIMEOUT * 2));
     }
 
     #[tokio::test]
