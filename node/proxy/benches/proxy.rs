@@ -11,8 +11,15 @@
 //! CPU time (user + system of this process, which includes the kernel's work inside sendmsg, and of
 //! waited-for children for `nft`) is given beside wall time.
 //!
-//! Usage: `cargo xtask bench proxy` or `cargo bench -p keel-proxy --bench proxy [-- SERVICES ROUNDS]`
-//! (10000 Services and 5 rounds by default).
+//! Then the data path (proxy/datapath.rs): connections to a ClusterIP vs to a pod IP, and the first
+//! connection at N vs 10 Services.
+//!
+//! Usage: `cargo xtask bench proxy` or `cargo bench -p keel-proxy --bench proxy
+//! [-- SERVICES ROUNDS [DATAPATH_ROUNDS CONNECTIONS]]` (10000 Services, 5 sync rounds, 20 data-path
+//! rounds of 2000 connections by default; a data-path round count of 0 skips the data path).
+
+#[path = "proxy/datapath.rs"]
+mod datapath;
 
 use std::io::Write;
 use std::process::Stdio;
@@ -29,6 +36,8 @@ fn main() {
     let mut args = std::env::args().skip(1).filter_map(|a| a.parse::<usize>().ok());
     let services = args.next().unwrap_or(10_000);
     let rounds = args.next().unwrap_or(5);
+    let datapath_rounds = args.next().unwrap_or(20);
+    let connections = args.next().unwrap_or(2000);
     let fabric = Fabric::new().expect("fabric");
     let (netlink_node, nft_node) =
         (fabric.add_host("netlink").expect("host"), fabric.add_host("nft").expect("host"));
@@ -127,6 +136,9 @@ fn main() {
         "  of which the netlink commit",
         &bench::ms(change_commit.median()),
     );
+    if datapath_rounds > 0 {
+        datapath::measure(services, datapath_rounds, connections, &mut report);
+    }
     report.print();
 }
 

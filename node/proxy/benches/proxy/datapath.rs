@@ -1,4 +1,5 @@
-//! What keel-proxy's ruleset costs the traffic it steers, in testbed namespaces (as root). Each node is a
+//! The data-path half of `cargo xtask bench proxy` (benches/proxy/datapath.rs, a module of benches/proxy.rs): what
+//! keel-proxy's ruleset costs the traffic it steers, in testbed namespaces (as root). Each node is a
 //! namespace of its own (its own fabric) with bridge cni0 (10.244.1.1/24) and four pods on it: the
 //! client (.2), the two endpoints of the Service under test (.3, .4) and a pod reached directly (.5),
 //! each server answering every connection with a few bytes. keel-proxy's rules are programmed through
@@ -21,9 +22,9 @@
 //! a port the kernel hands out again meanwhile reopens that entry (both paths alike). The directly
 //! reached pod is not an endpoint of the Service, so the two paths never share a conntrack tuple.
 //!
-//! Usage: `cargo xtask bench datapath` or `cargo bench -p keel-proxy --bench datapath
-//! [-- SERVICES ROUNDS CONNECTIONS]` (10000 Services, 20 rounds, 2000 connections per round and path
-//! for the rate; a quarter of that per round and node for the latency).
+//! [`measure`] takes N, the rounds and the connections per round and path for the rate (a quarter
+//! of that per round and node for the latency); benches/proxy.rs passes them (10000 Services, 20
+//! rounds, 2000 connections by default).
 
 use std::io::{Read, Write};
 use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4, TcpListener, TcpStream};
@@ -49,15 +50,10 @@ const TARGET_PORT: u16 = 8080;
 const REQUEST: &[u8] = b"ping\n";
 const RESPONSE: &[u8] = b"pong\n";
 
-fn main() {
-    keel_testbed::require_root().expect("benchmarks need root");
-    let mut args = std::env::args().skip(1).filter_map(|a| a.parse::<usize>().ok());
-    let services = args.next().unwrap_or(10_000).max(1);
-    let rounds = args.next().unwrap_or(20).max(1);
-    let connections = args.next().unwrap_or(2000).max(10);
-    let mut report = Report::new("datapath");
-    report.figure("services", "Services (2 endpoints each) in the large table", &services.to_string());
-
+/// Measures the data path with `services` Services in the large table and adds the figures to
+/// `report`.
+pub fn measure(services: usize, rounds: usize, connections: usize, report: &mut Report) {
+    let (services, rounds, connections) = (services.max(1), rounds.max(1), connections.max(10));
     let small = Node::new(10);
     let large = Node::new(services);
     for node in [&large, &small] {
@@ -119,9 +115,8 @@ fn main() {
         "conntrack entries in the large node after",
         &large.conntrack_entries(),
     );
-    report.figure("rounds", "rounds", &rounds.to_string());
+    report.figure("datapath_rounds", "data-path rounds", &rounds.to_string());
     report.figure("connections", "connections per round and path (rate)", &connections.to_string());
-    report.print();
 }
 
 /// A node namespace with its bridge, pods with servers, and keel-proxy's table of `services`.
