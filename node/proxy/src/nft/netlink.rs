@@ -76,9 +76,14 @@ pub fn encode(transaction: &Transaction) -> Vec<Change> {
             changes.push(encode_op(op));
             continue;
         };
-        while elements.len() < ELEMENTS_PER_MESSAGE {
+        loop {
             match ops.peek().and_then(|next| elements_of(next)) {
-                Some((f, s, a, next)) if f == family && s == set && a == adding => {
+                Some((f, s, a, next))
+                    if f == family
+                        && s == set
+                        && a == adding
+                        && elements.len() + next.len() <= ELEMENTS_PER_MESSAGE =>
+                {
                     elements.extend(next);
                     ops.next();
                 }
