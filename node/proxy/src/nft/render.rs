@@ -353,7 +353,8 @@ impl Renderer {
         ops.push(chain(MARK_FOR_MASQUERADE, None));
         ops.push(rule(MARK_FOR_MASQUERADE, vec![Stmt::MarkSet(MASQUERADE_MARK)]));
         ops.push(chain(MASQUERADING, None));
-        // Hairpin: a pod DNATed to itself answers itself unless its source is the node's.
+        // Hairpin: a pod DNATed back to itself is masqueraded, so its answer goes back through the
+        // node (from itself to itself unmasqueraded, the reply would skip the un-DNAT).
         ops.push(rule(MASQUERADING, vec![Stmt::AddressPairInSet(HAIRPIN.into()), jump(MARK_FOR_MASQUERADE)]));
         ops.push(rule(MASQUERADING, vec![Stmt::MarkClear(MASQUERADE_MARK), Stmt::Verdict(Verdict::Return)]));
         ops.push(rule(MASQUERADING, vec![Stmt::MarkToggle(MASQUERADE_MARK), Stmt::Masquerade]));
