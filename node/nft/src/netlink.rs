@@ -94,21 +94,28 @@ pub struct Connection {
     buffer: Vec<u8>,
 }
 
+/// A netfilter netlink socket (nftables, ctnetlink: `what` names it in errors) in the calling
+/// thread's network namespace: bound, connected to the kernel, NETLINK_CAP_ACK (errors without a
+/// copy of the refused request: smaller replies, nothing we would read), and a receive timeout (a
+/// kernel that never answers a dump or lookup is an error, not a hung command).
+pub fn netfilter_socket(what: &str) -> Result<Socket, NetlinkError> {
+    let io = |step: &str| {
+        let what = format!("{step} the {what} netlink socket");
+        move |source| NetlinkError::Io { what, source }
+    };
+    let mut socket = Socket::new(NETLINK_NETFILTER).map_err(io("open"))?;
+    socket.bind_auto().map_err(io("bind"))?;
+    socket.connect(&SocketAddr::new(0, 0)).map_err(io("connect"))?;
+    socket.set_cap_ack(true).map_err(io("set NETLINK_CAP_ACK on"))?;
+    nix::sys::socket::setsockopt(&socket, nix::sys::socket::sockopt::ReceiveTimeout, &REPLY_TIMEOUT)
+        .map_err(|errno| io("set SO_RCVTIMEO on")(errno.into()))?;
+    Ok(socket)
+}
+
 impl Connection {
     /// A socket in the calling thread's network namespace.
     pub fn open() -> Result<Connection, NetlinkError> {
-        let io = |what: &str| {
-            let what = what.to_owned();
-            move |source| NetlinkError::Io { what, source }
-        };
-        let mut socket = Socket::new(NETLINK_NETFILTER).map_err(io("open a netfilter netlink socket"))?;
-        socket.bind_auto().map_err(io("bind the netfilter netlink socket"))?;
-        socket.connect(&SocketAddr::new(0, 0)).map_err(io("connect the netfilter netlink socket"))?;
-        // Errors without a copy of the refused request: smaller replies, nothing we would read.
-        socket.set_cap_ack(true).map_err(io("set NETLINK_CAP_ACK"))?;
-        // A kernel that never answers a dump or lookup is an error, not a hung CNI command.
-        nix::sys::socket::setsockopt(&socket, nix::sys::socket::sockopt::ReceiveTimeout, &REPLY_TIMEOUT)
-            .map_err(|errno| io("set SO_RCVTIMEO")(errno.into()))?;
+        let socket = netfilter_socket("nftables")?;
         // A seed unlikely to match a stale reply of an earlier socket that had the same port.
         let sequence = std::process::id().wrapping_mul(7919);
         Ok(Connection { socket, sequence, buffer: Vec::with_capacity(RECEIVE_BUFFER) })

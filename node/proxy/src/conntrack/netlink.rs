@@ -12,7 +12,7 @@
 
 use std::io;
 
-use keel_nft::netlink::{NetlinkError, emit};
+use keel_nft::netlink::{NetlinkError, emit, netfilter_socket};
 use netlink_packet_core::{
     DefaultNla, Emitable, NLA_F_NESTED, NLM_F_ACK, NLM_F_DUMP, NLM_F_REQUEST, NLMSG_DONE, NLMSG_ERROR,
     NetlinkBuffer, NlasIterator, Parseable, parse_u16_be,
@@ -23,7 +23,7 @@ use netlink_packet_netfilter::conntrack::{
 use netlink_packet_netfilter::{
     NetfilterHeader, NetfilterMessage, NetfilterMessageInner, NetfilterProtoFamily, NetfilterSubsystem,
 };
-use netlink_sys::{Socket, SocketAddr as NetlinkAddr, protocols::NETLINK_NETFILTER};
+use netlink_sys::Socket;
 
 use super::{ConntrackTable, Flow, FlowTuple};
 
@@ -48,8 +48,6 @@ const CTA_FILTER_F_CTA_PROTO_NUM: u32 = 1 << 3;
 const NFGENMSG_LEN: usize = 4;
 /// `struct nlmsghdr`.
 const NLMSG_HEADER_LEN: usize = 16;
-/// How long a reply may take.
-const REPLY_TIMEOUT: nix::sys::time::TimeVal = nix::sys::time::TimeVal::new(10, 0);
 /// Larger than any dump datagram the kernel sends.
 const RECEIVE_BUFFER: usize = 128 * 1024;
 
@@ -77,16 +75,7 @@ impl ConntrackNetlink {
     /// The socket, opened at first use.
     fn socket(&mut self) -> Result<&Socket, NetlinkError> {
         if self.socket.is_none() {
-            let io = |what: &str| {
-                let what = what.to_owned();
-                move |source| NetlinkError::Io { what, source }
-            };
-            let mut socket = Socket::new(NETLINK_NETFILTER).map_err(io("open a ctnetlink socket"))?;
-            socket.bind_auto().map_err(io("bind the ctnetlink socket"))?;
-            socket.connect(&NetlinkAddr::new(0, 0)).map_err(io("connect the ctnetlink socket"))?;
-            socket.set_cap_ack(true).map_err(io("set NETLINK_CAP_ACK"))?;
-            nix::sys::socket::setsockopt(&socket, nix::sys::socket::sockopt::ReceiveTimeout, &REPLY_TIMEOUT)
-                .map_err(|errno| io("set SO_RCVTIMEO")(errno.into()))?;
+            let socket = netfilter_socket("ctnetlink")?;
             self.buffer = Vec::with_capacity(RECEIVE_BUFFER);
             self.socket = Some(socket);
         }
