@@ -251,3 +251,19 @@ pub fn golden_transactions() -> [Transaction; 2] {
     }
     [full, partial]
 }
+
+/// An HTTP/1 response as tests read it: the status code (0 when unreadable), the headers with
+/// lower-cased names, and the body.
+pub type HttpAnswer = (u16, BTreeMap<String, String>, String);
+
+/// Reads a whole HTTP/1 response (as a `Connection: close` request gets it).
+pub fn http_answer(response: &str) -> HttpAnswer {
+    let (head, body) = response.split_once("\r\n\r\n").unwrap_or((response, ""));
+    let mut lines = head.lines();
+    let status = lines.next().and_then(|line| line.split(' ').nth(1)).and_then(|code| code.parse().ok());
+    let headers = lines
+        .filter_map(|line| line.split_once(": "))
+        .map(|(name, value)| (name.to_lowercase(), value.to_owned()))
+        .collect();
+    (status.unwrap_or(0), headers, body.to_owned())
+}

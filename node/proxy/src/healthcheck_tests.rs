@@ -105,19 +105,12 @@ fn free_port() -> u16 {
 }
 
 /// GET / on loopback `port`: Ok((status, headers lower-cased, body)), or the connect error.
-async fn get(port: u16) -> std::io::Result<(u16, BTreeMap<String, String>, String)> {
+async fn get(port: u16) -> std::io::Result<fixtures::HttpAnswer> {
     let mut stream = tokio::net::TcpStream::connect(("127.0.0.1", port)).await?;
     stream.write_all(b"GET /any/path HTTP/1.1\r\nHost: lb\r\nConnection: close\r\n\r\n").await?;
     let mut response = String::new();
     stream.read_to_string(&mut response).await?;
-    let (head, body) = response.split_once("\r\n\r\n").unwrap_or((&response, ""));
-    let mut lines = head.lines();
-    let status = lines.next().and_then(|line| line.split(' ').nth(1)).and_then(|code| code.parse().ok());
-    let headers = lines
-        .filter_map(|line| line.split_once(": "))
-        .map(|(name, value)| (name.to_lowercase(), value.to_owned()))
-        .collect();
-    Ok((status.unwrap_or(0), headers, body.to_owned()))
+    Ok(fixtures::http_answer(&response))
 }
 
 #[tokio::test]

@@ -3,7 +3,6 @@
 //! the health-check server runs on the node's every address (its default); another host of the
 //! fabric asks the node's address, as a cloud load balancer would.
 
-use std::collections::BTreeMap;
 use std::io::{Read, Write};
 use std::net::{IpAddr, Ipv4Addr, SocketAddr, TcpStream};
 use std::time::Duration;
@@ -23,7 +22,7 @@ const NODE: &str = "node-a";
 const HEALTH_CHECK_PORT: u16 = 30999; // fixtures::local_load_balancer's.
 
 /// An HTTP answer: status, headers (lower-cased names), body.
-type Answer = (u16, BTreeMap<String, String>, String);
+type Answer = fixtures::HttpAnswer;
 
 /// GET / from inside `client` to `target`: the answer, or the connect/read error.
 fn get(client: &Host, target: SocketAddr) -> Result<std::io::Result<Answer>> {
@@ -33,14 +32,7 @@ fn get(client: &Host, target: SocketAddr) -> Result<std::io::Result<Answer>> {
         stream.write_all(b"GET /healthz HTTP/1.1\r\nHost: node\r\nConnection: close\r\n\r\n")?;
         let mut response = String::new();
         stream.read_to_string(&mut response)?;
-        let (head, body) = response.split_once("\r\n\r\n").unwrap_or((response.as_str(), ""));
-        let mut lines = head.lines();
-        let status = lines.next().and_then(|line| line.split(' ').nth(1)).and_then(|code| code.parse().ok());
-        let headers = lines
-            .filter_map(|line| line.split_once(": "))
-            .map(|(name, value)| (name.to_lowercase(), value.to_owned()))
-            .collect();
-        Ok((status.unwrap_or(0), headers, body.to_owned()))
+        Ok(fixtures::http_answer(&response))
     })
 }
 
