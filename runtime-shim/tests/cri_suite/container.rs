@@ -6,8 +6,8 @@ use std::collections::HashMap;
 use std::path::Path;
 
 use super::support::{
-    container_config, container_status, create_container, expect_code, list_containers, new_pod,
-    remove_container, rpc, start_container, stop_container, wait_state,
+    container_config, container_status, create_container, exec_until_ok, expect_code, list_containers,
+    new_pod, remove_container, rpc, start_container, stop_container, wait_state,
 };
 use super::{CaseResult, CriClient, Env, api, case, ensure};
 
@@ -90,6 +90,15 @@ async fn starting(
     ensure(status.finished_at == 0, || format!("finished_at {} while running", status.finished_at))
 }
 
+/// The rest of a script that set its SIGTERM trap: it says so, then waits.
+const TRAP_SET: &str = "mkdir -p /tmp && : > /tmp/trap-set; sleep 1000 & wait";
+
+/// Waits until the container's shell has set its trap: RUNNING only says its process started, and a
+/// SIGTERM before the `trap` ran would kill the shell (exit 143) whatever the test meant.
+async fn wait_trap_set(client: &mut CriClient, id: &str) -> Result<(), String> {
+    exec_until_ok(client, id, &["sh", "-c", "test -e /tmp/trap-set"]).await.map(drop)
+}
+
 /// A container that exits on SIGTERM is EXITED after StopContainer, with a finish time.
 async fn stopping(
     client: &mut CriClient,
@@ -97,10 +106,12 @@ async fn stopping(
     pod_id: &str,
     pod: &api::PodSandboxConfig,
 ) -> Result<(), String> {
-    let config = container_config(env, "stop", &["sh", "-c", "trap 'exit 0' TERM; sleep 1000 & wait"]);
+    let script = format!("trap 'exit 0' TERM; {TRAP_SET}");
+    let config = container_config(env, "stop", &["sh", "-c", &script]);
     let id = create_container(client, pod_id, pod, &config).await?;
     start_container(client, &id).await.map_err(|s| rpc("StartContainer", &s))?;
     wait_state(client, &id, api::ContainerState::ContainerRunning).await?;
+    wait_trap_set(client, &id).await?;
     stop_container(client, &id, 30).await.map_err(|s| rpc("StopContainer", &s))?;
     let status = container_status(client, &id).await.map_err(|s| rpc("ContainerStatus", &s))?;
     ensure(status.state() == api::ContainerState::ContainerExited, || {
@@ -122,10 +133,12 @@ async fn stopping_with_kill(
     pod_id: &str,
     pod: &api::PodSandboxConfig,
 ) -> Result<(), String> {
-    let config = container_config(env, "kill", &["sh", "-c", "trap '' TERM; sleep 1000 & wait"]);
+    let script = format!("trap '' TERM; {TRAP_SET}");
+    let config = container_config(env, "kill", &["sh", "-c", &script]);
     let id = create_container(client, pod_id, pod, &config).await?;
     start_container(client, &id).await.map_err(|s| rpc("StartContainer", &s))?;
     wait_state(client, &id, api::ContainerState::ContainerRunning).await?;
+    wait_trap_set(client, &id).await?;
     stop_container(client, &id, 1).await.map_err(|s| rpc("StopContainer", &s))?;
     let status = container_status(client, &id).await.map_err(|s| rpc("ContainerStatus", &s))?;
     ensure(status.state() == api::ContainerState::ContainerExited, || {
