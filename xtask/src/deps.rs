@@ -1,9 +1,14 @@
 //! `cargo xtask deps`: what Keel needs to build, test and run, from Debian's packages.
 //!
 //! Idempotent and fast when everything is present (one `dpkg-query`). As root on Debian/Ubuntu it
-//! installs what is missing; elsewhere it prints the exact command. Tools that come with the machine
-//! image rather than from Debian (kubectl 1.27–1.33, Node.js 20, cargo-nextest) are checked, never
-//! installed, and named when missing. Later issues add their needs to the lists below.
+//! installs what is missing; elsewhere it prints the exact command. cargo-nextest, which no Debian
+//! package has, is built from crates.io at a pinned version when it is missing. Tools that come with the
+//! machine image (kubectl 1.27–1.33, Node.js 20, clippy, rustfmt) are checked, never installed, and named
+//! when missing. Later issues add their needs to the lists below.
+//!
+//! xtask itself must build before any of this is installed (a fresh machine has only the toolchains), so
+//! nothing in its dependency tree may need a system package at build time: `tests/bootstrap.rs` checks
+//! it.
 
 use std::path::Path;
 use std::process::Command;
@@ -39,6 +44,12 @@ pub const PACKAGES: &[(&str, &str)] = &[
     ("python3-venv", "a virtualenv for the Python kubernetes client tests"),
 ];
 
+/// cargo subcommands built from crates.io when missing: (crate, pinned version, the `cargo` subcommand,
+/// `cargo install` feature arguments). nextest 0.9.151 builds on rustc 1.91+; its self-update feature is
+/// left out (updates come from this pin).
+pub const CARGO_TOOLS: &[(&str, &str, &str, &[&str])] =
+    &[("cargo-nextest", "0.9.151", "nextest", &["--no-default-features", "--features", "default-no-update"])];
+
 /// kubectl versions that must be present (from the machine image, not Debian).
 pub const KUBECTL_MINORS: std::ops::RangeInclusive<u32> = 27..=33;
 
@@ -71,6 +82,25 @@ pub fn ensure(check_only: bool) -> Result<()> {
             bail!("still missing after apt-get install: {}", still.join(" "));
         }
     }
+    for (krate, version, subcommand, features) in CARGO_TOOLS {
+        let found = util::cargo().args([subcommand, "--version"]).output();
+        let current = found
+            .is_ok_and(|out| out.status.success() && String::from_utf8_lossy(&out.stdout).contains(version));
+        if current {
+            continue;
+        }
+        if check_only {
+            bail!(
+                "missing {krate} {version}: install it with `cargo install --locked {krate} --version {version}`"
+            );
+        }
+        eprintln!("deps: building {krate} {version} from crates.io");
+        util::run(
+            util::cargo()
+                .args(["install", "--locked", "--quiet", krate, "--version", version])
+                .args(*features),
+        )?;
+    }
     let mut problems = Vec::new();
     let kubectls: Vec<u32> = keel_testbed::kubectl::installed().iter().map(|k| k.minor).collect();
     for minor in KUBECTL_MINORS.filter(|minor| !kubectls.contains(minor)) {
@@ -87,11 +117,7 @@ pub fn ensure(check_only: bool) -> Result<()> {
         )),
         Err(_) => problems.push("Node.js 20 (no `node` on PATH; it comes with the machine image)".into()),
     }
-    for (tool, args) in [
-        ("cargo-nextest", &["nextest", "--version"]),
-        ("clippy", &["clippy", "--version"]),
-        ("rustfmt", &["fmt", "--version"]),
-    ] {
+    for (tool, args) in [("clippy", &["clippy", "--version"]), ("rustfmt", &["fmt", "--version"])] {
         let ok = util::cargo().args(args).output().is_ok_and(|out| out.status.success());
         if !ok {
             problems.push(format!("{tool} (a cargo subcommand of the machine's Rust toolchain)"));
@@ -105,7 +131,7 @@ pub fn ensure(check_only: bool) -> Result<()> {
     // The JavaScript client, from the npm registry at the versions the committed lock file pins.
     let node = if check_only { keel_testbed::node::client()? } else { keel_testbed::node::ensure()? };
     eprintln!(
-        "deps: all {} Debian packages, kubectl 1.27–1.33, Node.js 20, cargo tools, the Python kubernetes \
+        "deps: all {} Debian packages, cargo-nextest, kubectl 1.27–1.33, Node.js 20, clippy and rustfmt, the Python kubernetes \
          client {} ({}) and @kubernetes/client-node {} ({}) present",
         PACKAGES.len(),
         keel_testbed::python::KUBERNETES_CLIENT,

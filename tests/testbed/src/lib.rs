@@ -29,6 +29,7 @@
 pub mod bench;
 pub mod bridge;
 pub mod containerd;
+#[cfg(feature = "cri")]
 pub mod cri;
 pub mod durable_fs;
 pub mod etcd;
