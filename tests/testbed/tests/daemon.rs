@@ -20,6 +20,12 @@ fn sh(script: &str) -> Command {
     cmd
 }
 
+/// Whether the daemon printed `line` as a line of its own: its log also holds the command line (the
+/// header a start writes), where the words of an `echo` appear before the script has run at all.
+fn printed(text: &str, line: &str) -> bool {
+    text.lines().any(|l| l == line)
+}
+
 fn read_pid(path: &std::path::Path) -> Result<u32> {
     let deadline = Instant::now() + Duration::from_secs(5);
     loop {
@@ -81,13 +87,14 @@ fn crash_before_ready_reports_status_and_log() -> Result<()> {
 fn drop_stops_and_reaps_the_group() -> Result<()> {
     let dir = tempfile::tempdir()?;
     let bg_file = dir.path().join("bg");
-    let script = format!("sleep 60 & echo $! > {}; echo started; wait", bg_file.display());
+    // "started" is printed before the pid file is written, which readiness waits for.
+    let script = format!("sleep 60 & bg=$!; echo started; echo $bg > {}; wait", bg_file.display());
     let ready = Readiness::Command(sh(&format!("test -s {}", bg_file.display())));
     let daemon = Daemon::start("group", sh(&script), ready, Duration::from_secs(10))?;
     let pid = daemon.pid();
     let bg = read_pid(&bg_file)?;
     assert!(daemon.is_running());
-    assert!(daemon.log().contains("started"));
+    assert!(printed(&daemon.log(), "started"));
     let environ = std::fs::read(format!("/proc/{pid}/environ"))?;
     let marker = format!("{OWNER_ENV}={}", std::process::id());
     assert!(environ.split(|&b| b == 0).any(|var| var == marker.as_bytes()), "no owner marker");
@@ -132,7 +139,7 @@ fn a_failing_test_shows_the_log_of_its_daemons() -> Result<()> {
             Readiness::None,
             Duration::from_secs(5),
         )?;
-        while !daemon.log().contains("words-of-the-daemon") {
+        while !printed(&daemon.log(), "words-of-the-daemon") {
             sleep(Duration::from_millis(10));
         }
         anyhow::bail!("simulated test failure");
@@ -145,7 +152,7 @@ fn a_failing_test_shows_the_log_of_its_daemons() -> Result<()> {
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(!out.status.success(), "the child test was meant to fail");
     assert!(stderr.contains("keel-testbed: daemon talker"), "{stderr}");
-    assert!(stderr.contains("words-of-the-daemon"), "the daemon's log was not shown:\n{stderr}");
+    assert!(printed(&stderr, "words-of-the-daemon"), "the daemon's log was not shown:\n{stderr}");
     Ok(())
 }
 
@@ -161,7 +168,7 @@ fn panicking_test_still_reaps_its_daemon() -> Result<()> {
         )
         .expect("sleep starts");
         PID.store(daemon.pid(), Ordering::SeqCst);
-        while !daemon.log().contains("last-words") {
+        while !printed(&daemon.log(), "last-words") {
             sleep(Duration::from_millis(10));
         }
         panic!("simulated test failure");
@@ -253,7 +260,8 @@ fn stop_falls_back_to_sigkill() -> Result<()> {
         ready,
         Duration::from_secs(5),
     )?;
-    while !daemon.log().contains("ignoring") {
+    // Only once the shell has printed this has it set the trap.
+    while !printed(&daemon.log(), "ignoring") {
         sleep(Duration::from_millis(10));
     }
     daemon.set_stop_grace(Duration::from_millis(300));
