@@ -1,5 +1,8 @@
 //! The CRI server on its unix socket: a stale socket file is replaced, a live one (another keel-shim
-//! answering) refused; the socket is made mode 0660 and removed again on shutdown.
+//! answering) refused; the socket is made mode 0660 and removed again on shutdown. Every connection
+//! passes through [`authority::AuthorityFix`], so clients on grpc's C core are served as grpc-go's are.
+
+pub mod authority;
 
 use std::future::Future;
 use std::os::unix::fs::{FileTypeExt, MetadataExt, PermissionsExt};
@@ -57,7 +60,7 @@ impl Listener {
         let socket = config.socket.clone();
         let shim = Shim::new(config).await?;
         let incoming = futures::stream::unfold(listener, |listener| async move {
-            let accepted = listener.accept().await.map(|(stream, _)| stream);
+            let accepted = listener.accept().await.map(|(stream, _)| authority::AuthorityFix::new(stream));
             Some((accepted, listener))
         });
         tracing::info!(socket = %socket.display(), "serving CRI v1");

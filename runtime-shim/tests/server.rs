@@ -200,3 +200,41 @@ async fn keel_shim_specifics_and_unimplemented_rpcs() -> Result<()> {
     ensure!(status.success(), "keel-shim exited with {status}");
     Ok(())
 }
+
+/// A CRI client on grpc's C core (Python's grpcio, with its default channel options) is served: it sends
+/// the percent-encoded socket path as `:authority`, which h2 alone resets with PROTOCOL_ERROR. Version
+/// (unary), ListImages (a response with no items) and a NotFound status all reach the client as they
+/// would from containerd.
+#[test]
+fn a_client_on_grpc_c_core_is_served() -> Result<()> {
+    let dir = tempfile::tempdir()?;
+    let socket = dir.path().join("cri.sock");
+    let _shim = start(dir.path(), &socket)?;
+    let python = keel_testbed::python::python()?;
+    let script = r#"
+import sys, grpc
+channel = grpc.insecure_channel("unix://" + sys.argv[1])
+ident = lambda b: b
+def call(method, request):
+    return channel.unary_unary(method, request_serializer=ident, response_deserializer=ident)(request, timeout=10)
+# VersionRequest{version: "v1"}; VersionResponse{version, runtime_name, runtime_version, runtime_api_version}.
+for _ in range(3):
+    print("version", call("/runtime.v1.RuntimeService/Version", b"\n\x02v1").hex())
+print("images", call("/runtime.v1.ImageService/ListImages", b"").hex())
+try:
+    # ContainerStatusRequest{container_id: "missing"}.
+    call("/runtime.v1.RuntimeService/ContainerStatus", b"\n\x07missing")
+    print("status no error")
+except grpc.RpcError as e:
+    print("status", e.code().name)
+"#;
+    let out = Command::new(python).arg("-c").arg(script).arg(&socket).output()?;
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    ensure!(out.status.success(), "grpcio client failed: {stdout}{}", String::from_utf8_lossy(&out.stderr));
+    let name = "keel-shim".bytes().map(|b| format!("{b:02x}")).collect::<String>();
+    let versions: Vec<&str> = stdout.lines().filter_map(|l| l.strip_prefix("version ")).collect();
+    ensure!(versions.len() == 3 && versions.iter().all(|v| v.contains(&name)), "{stdout}");
+    ensure!(stdout.lines().any(|l| l == "images "), "{stdout}");
+    ensure!(stdout.lines().any(|l| l == "status NOT_FOUND"), "{stdout}");
+    Ok(())
+}

@@ -132,9 +132,10 @@ pub fn ensure(check_only: bool) -> Result<()> {
     let node = if check_only { keel_testbed::node::client()? } else { keel_testbed::node::ensure()? };
     eprintln!(
         "deps: all {} Debian packages, cargo-nextest, kubectl 1.27–1.33, Node.js 20, clippy and rustfmt, the Python kubernetes \
-         client {} ({}) and @kubernetes/client-node {} ({}) present",
+         client {} and grpcio {} ({}) and @kubernetes/client-node {} ({}) present",
         PACKAGES.len(),
         keel_testbed::python::KUBERNETES_CLIENT,
+        keel_testbed::python::GRPCIO,
         python.display(),
         keel_testbed::node::CLIENT_NODE,
         node.display()

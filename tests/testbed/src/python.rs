@@ -1,5 +1,6 @@
-//! The official Python `kubernetes` client (PyPI), in a virtualenv `cargo xtask deps` makes under the
-//! workspace's target directory, for tests that drive Keel's API with it.
+//! The official Python `kubernetes` client and grpcio (PyPI), in a virtualenv `cargo xtask deps` makes
+//! under the workspace's target directory, for tests that drive Keel's API and its CRI server with
+//! them (grpcio is grpc's C core, the gRPC stack of Python, Ruby and C++ tooling).
 
 use std::path::PathBuf;
 use std::process::Command;
@@ -8,6 +9,8 @@ use anyhow::{Context, Result, bail};
 
 /// The client version tests are written against.
 pub const KUBERNETES_CLIENT: &str = "37.0.2";
+/// grpcio, for a CRI client on grpc's C core.
+pub const GRPCIO: &str = "1.85.3";
 
 /// Where the virtualenv lives: `$KEEL_PYTHON_VENV`, else `<workspace>/target/keel-python`.
 pub fn venv_dir() -> PathBuf {
@@ -28,7 +31,10 @@ fn has_client() -> bool {
     Command::new(interpreter())
         .args([
             "-c",
-            &format!("import kubernetes, sys; sys.exit(kubernetes.__version__ != {KUBERNETES_CLIENT:?})"),
+            &format!(
+                "import grpc, kubernetes, sys; \
+                 sys.exit(kubernetes.__version__ != {KUBERNETES_CLIENT:?} or grpc.__version__ != {GRPCIO:?})"
+            ),
         ])
         .output()
         .is_ok_and(|out| out.status.success())
@@ -38,7 +44,7 @@ fn has_client() -> bool {
 pub fn python() -> Result<PathBuf> {
     if !has_client() {
         bail!(
-            "the Python kubernetes client {KUBERNETES_CLIENT} is not in {} (run `cargo xtask deps`)",
+            "the Python kubernetes client {KUBERNETES_CLIENT} or grpcio {GRPCIO} is not in {} (run `cargo xtask deps`)",
             venv_dir().display()
         );
     }
@@ -69,11 +75,12 @@ pub fn ensure() -> Result<PathBuf> {
             "--quiet",
             "--disable-pip-version-check",
             &format!("kubernetes=={KUBERNETES_CLIENT}"),
+            &format!("grpcio=={GRPCIO}"),
         ])
         .status()
         .context("running pip")?;
     if !status.success() {
-        bail!("pip install kubernetes=={KUBERNETES_CLIENT} failed: {status}");
+        bail!("pip install kubernetes=={KUBERNETES_CLIENT} grpcio=={GRPCIO} failed: {status}");
     }
     python()
 }
