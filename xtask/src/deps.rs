@@ -8,7 +8,7 @@
 //!
 //! xtask itself must build before any of this is installed (a fresh machine has only the toolchains), so
 //! nothing in its dependency tree may need a system package at build time: `tests/bootstrap.rs` checks
-//! it.
+//! it. The upstream peers come last but one: `cargo xtask peers` builds them with the machine's Go.
 
 use std::path::Path;
 use std::process::Command;
@@ -126,12 +126,19 @@ pub fn ensure(check_only: bool) -> Result<()> {
     if !problems.is_empty() {
         bail!("missing prerequisites that Debian does not provide:\n  {}", problems.join("\n  "));
     }
+    // The upstream peers (Kubernetes v1.34, cri-tools, etcd 3.6, kwok), built from the Go module proxy
+    // into /var/cache/keel/peers when missing: tests run Keel beside them.
+    if check_only {
+        crate::peers::check(&|_| true)?;
+    } else {
+        crate::peers::ensure(&|_| true)?;
+    }
     // The Python client the API tests drive, from PyPI into a virtualenv of the workspace's.
     let python = if check_only { keel_testbed::python::python()? } else { keel_testbed::python::ensure()? };
     // The JavaScript client, from the npm registry at the versions the committed lock file pins.
     let node = if check_only { keel_testbed::node::client()? } else { keel_testbed::node::ensure()? };
     eprintln!(
-        "deps: all {} Debian packages, cargo-nextest, kubectl 1.27–1.33, Node.js 20, clippy and rustfmt, the Python kubernetes \
+        "deps: all {} Debian packages, the upstream peers, cargo-nextest, kubectl 1.27–1.33, Node.js 20, clippy and rustfmt, the Python kubernetes \
          client {} and grpcio {} ({}) and @kubernetes/client-node {} ({}) present",
         PACKAGES.len(),
         keel_testbed::python::KUBERNETES_CLIENT,

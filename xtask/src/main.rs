@@ -4,6 +4,7 @@ mod bench;
 mod build;
 mod codegen;
 mod deps;
+mod peers;
 mod test;
 mod up;
 mod util;
@@ -22,6 +23,9 @@ struct Cli {
 enum Command {
     /// Install (as root on Debian/Ubuntu) or list what Keel needs to build, test and run.
     Deps(deps::Args),
+    /// Build the upstream reference components (Kubernetes v1.34, cri-tools, etcd 3.6, kwok) into
+    /// /var/cache/keel/peers, each only when missing.
+    Peers(peers::Args),
     /// THE test command: deps, fmt check, clippy, unit tests and root integration tests.
     Test(test::Args),
     /// Build and start what exists of Keel on this machine.
@@ -54,6 +58,7 @@ fn main() -> std::process::ExitCode {
 fn run(command: Command) -> Result<()> {
     match command {
         Command::Deps(args) => deps::run(&args),
+        Command::Peers(args) => peers::run(&args),
         Command::Test(args) => test::run(&args),
         Command::Up(args) => up::up(&args),
         Command::Down(instance) => up::down(&instance),

@@ -11,6 +11,8 @@
 //! - [`cri`]: a CRI v1 client over a runtime's unix socket.
 //! - [`images`]: small OCI images built from busybox-static (OCI layout, archive, pushed to a registry).
 //! - [`kubectl`]: every installed kubectl version, for version-matrix tests.
+//! - [`peers`]: the upstream components (Kubernetes v1.34, cri-tools, etcd 3.6, kwok) `cargo xtask
+//!   peers` builds, and where they are.
 //! - [`python`], [`node`]: the official Python and JavaScript Kubernetes clients, installed by
 //!   `cargo xtask deps` under the target directory.
 //! - [`durable_fs`]: a FUSE filesystem that keeps what was not fsynced in memory and loses it on a
@@ -43,6 +45,7 @@ pub mod netlink;
 pub mod netns;
 pub mod node;
 mod orphans;
+pub mod peers;
 pub mod process;
 pub mod python;
 pub mod registry;

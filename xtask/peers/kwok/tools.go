@@ -1,0 +1,8 @@
+//go:build tools
+
+// The packages `cargo xtask peers` builds from this module.
+package peers
+
+import (
+	_ "sigs.k8s.io/kwok/cmd/kwok"
+)
