@@ -1,8 +1,10 @@
-//! `cargo xtask bench store`: the embedded store against etcd (one member, same disk, both durable),
-//! side by side in one run, over the same `Store` trait the API server uses.
+//! `cargo xtask bench store`: the embedded store against etcd 3.6 (the release line Kubernetes 1.34
+//! ships with, built by `cargo xtask peers`) and Debian's etcd 3.4.23 (one member each, same disk, all
+//! durable), side by side in one run, over the same `Store` trait the API server uses.
 //!
-//! - writes_1 / writes_64: durable single-key puts from 1 and 64 concurrent writers: writes/s and the
-//!   p50/p99 latency of each put; ratio = embedded/etcd throughput.
+//! - writes_1 / writes_64: durable single-key puts from 1 and 64 concurrent writers: writes/s, the
+//!   p50/p99 latency of each put and the CPU per put (this process, which is the client and for the
+//!   embedded store the store, plus the etcd member); ratio = embedded/etcd throughput.
 //! - range_10k: one range read of 10,000 keys of 1 KiB at the latest revision.
 //! - watch: from the start of a put to its event reaching a watcher, one put at a time.
 //!
@@ -17,7 +19,7 @@ use keel_store::embedded::{EmbeddedStore, Options};
 use keel_store::etcd::{EtcdOptions, EtcdStore};
 use keel_store::{RangeRequest, Store, Txn, TxnOp};
 use keel_testbed::bench::{self, Report, Samples};
-use keel_testbed::etcd::EtcdCluster;
+use keel_testbed::etcd::{EtcdCluster, EtcdConfig, EtcdRelease};
 
 const WRITES_PER_ROUND: usize = 6400;
 const RANGE_KEYS: usize = 10_000;
@@ -96,27 +98,64 @@ fn ms(d: Duration) -> String {
     bench::ms(d)
 }
 
+/// A store under test: the embedded one, or an etcd cluster (whose process's CPU counts too).
+struct Candidate {
+    name: String,
+    store: Arc<dyn Store>,
+    /// The etcd member's pid; the embedded store runs in this process.
+    server: Option<u32>,
+}
+
+impl Candidate {
+    /// CPU used so far by everything serving this store's requests: this process (client and, for the
+    /// embedded store, the store) plus the etcd member.
+    fn cpu(&self) -> Duration {
+        bench::cpu_time() + self.server.map_or(Duration::ZERO, |pid| bench::process_usage(pid).0)
+    }
+}
+
 fn main() {
     let rounds: usize = std::env::args().skip(1).find_map(|a| a.parse().ok()).unwrap_or(3);
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().expect("runtime");
     let dir = tempfile::tempdir().expect("temp dir");
-    let cluster = EtcdCluster::start(1).expect("etcd");
+    let releases = [EtcdRelease::Current, EtcdRelease::Debian];
+    let clusters: Vec<EtcdCluster> = releases
+        .iter()
+        .map(|&release| EtcdCluster::start_with(EtcdConfig::new(1).release(release)).expect("etcd"))
+        .collect();
     runtime.block_on(async {
-        let embedded: Arc<dyn Store> =
-            Arc::new(EmbeddedStore::open(Options::new(dir.path().join("data"))).expect("embedded store"));
-        let etcd: Arc<dyn Store> =
-            Arc::new(EtcdStore::connect(EtcdOptions::new(cluster.client_urls())).await.expect("etcd store"));
-        let stores = [("embedded", &embedded), ("etcd", &etcd)];
+        let mut candidates = vec![Candidate {
+            name: "embedded".into(),
+            store: Arc::new(
+                EmbeddedStore::open(Options::new(dir.path().join("data"))).expect("embedded store"),
+            ),
+            server: None,
+        }];
+        for (release, cluster) in releases.iter().zip(&clusters) {
+            let store =
+                EtcdStore::connect(EtcdOptions::new(cluster.client_urls())).await.expect("etcd store");
+            candidates.push(Candidate {
+                name: format!("etcd {}", release.version()),
+                store: Arc::new(store),
+                server: Some(cluster.pid(0).expect("etcd pid")),
+            });
+        }
         let mut report = Report::new("store");
+        let key = |c: &Candidate| c.name.replace(|c: char| !c.is_ascii_alphanumeric(), "_");
 
         for writers in [1, 64] {
             let writes = if writers == 1 { WRITES_PER_ROUND / 8 } else { WRITES_PER_ROUND };
-            let mut loads: [Vec<Load>; 2] = [Vec::new(), Vec::new()];
+            let mut loads: Vec<Vec<Load>> = candidates.iter().map(|_| Vec::new()).collect();
+            let mut cpu = vec![Duration::ZERO; candidates.len()];
             for round in 0..rounds {
-                for turn in 0..2 {
-                    let which = (round + turn) % 2;
-                    let (name, store) = stores[which];
-                    let load = write_load(store, writers, writes, &format!("{name}-{writers}-{round}")).await;
+                // Each round starts with another store, so none always runs on a cold or warm machine.
+                for turn in 0..candidates.len() {
+                    let which = (round + turn) % candidates.len();
+                    let candidate = &candidates[which];
+                    let before = candidate.cpu();
+                    let tag = format!("{}-{writers}-{round}", key(candidate));
+                    let load = write_load(&candidate.store, writers, writes, &tag).await;
+                    cpu[which] += candidate.cpu() - before;
                     loads[which].push(load);
                 }
             }
@@ -125,66 +164,80 @@ fn main() {
                 rates.sort_by(f64::total_cmp);
                 rates[rates.len() / 2]
             };
-            let latencies = |loads: &[Load]| {
+            let keel_rate = rate(&loads[0]);
+            for (i, candidate) in candidates.iter().enumerate() {
+                let k = if i == 0 { String::new() } else { format!("_{}", key(candidate)) };
+                let this_rate = rate(&loads[i]);
+                report.figure(
+                    &format!("writes_{writers}{k}_per_s"),
+                    &format!("durable puts, {writers} writer(s): {} writes/s", candidate.name),
+                    &format!("{this_rate:.0}"),
+                );
                 let mut all = Samples::default();
-                for load in loads {
+                for load in &loads[i] {
                     all.extend(&load.latencies);
                 }
-                all
-            };
-            let (keel_rate, etcd_rate) = (rate(&loads[0]), rate(&loads[1]));
-            let (keel_lat, etcd_lat) = (latencies(&loads[0]), latencies(&loads[1]));
-            report.figure(
-                &format!("writes_{writers}_per_s"),
-                &format!("durable puts, {writers} writer(s): embedded writes/s"),
-                &format!("{keel_rate:.0}"),
-            );
-            report.figure(
-                &format!("writes_{writers}_etcd_per_s"),
-                "  etcd writes/s",
-                &format!("{etcd_rate:.0}"),
-            );
-            report.figure(
-                &format!("writes_{writers}_ratio"),
-                "  ratio embedded/etcd",
-                &format!("{:.2}", keel_rate / etcd_rate),
-            );
-            for (key, samples) in [("", &keel_lat), ("_etcd", &etcd_lat)] {
+                for p in [50, 99] {
+                    report.figure(
+                        &format!("writes_{writers}{k}_p{p}_ms"),
+                        &format!("  {} put latency p{p} ms", candidate.name),
+                        &ms(all.percentile(f64::from(p))),
+                    );
+                }
+                let count: usize = loads[i].iter().map(|l| l.writes).sum();
                 report.figure(
-                    &format!("writes_{writers}{key}_p50_ms"),
-                    &format!("  {} put latency p50 ms", if key.is_empty() { "embedded" } else { "etcd" }),
-                    &ms(samples.percentile(50.0)),
+                    &format!("writes_{writers}{k}_cpu_us"),
+                    &format!("  {} CPU per put µs (client + store)", candidate.name),
+                    &format!("{:.1}", cpu[i].as_secs_f64() * 1e6 / count as f64),
                 );
-                report.figure(
-                    &format!("writes_{writers}{key}_p99_ms"),
-                    &format!("  {} put latency p99 ms", if key.is_empty() { "embedded" } else { "etcd" }),
-                    &ms(samples.percentile(99.0)),
-                );
+                if i > 0 {
+                    report.figure(
+                        &format!("writes_{writers}_ratio{k}"),
+                        &format!("  ratio embedded/{} writes/s", candidate.name),
+                        &format!("{:.2}", keel_rate / this_rate),
+                    );
+                }
             }
         }
 
-        fill(&embedded).await;
-        fill(&etcd).await;
-        let (mut keel, mut peer) = (Samples::default(), Samples::default());
+        for candidate in &candidates {
+            fill(&candidate.store).await;
+        }
+        let mut ranges: Vec<Samples> = candidates.iter().map(|_| Samples::default()).collect();
+        let mut watches: Vec<Samples> = candidates.iter().map(|_| Samples::default()).collect();
         for round in 0..rounds * 5 {
-            if round % 2 == 0 {
-                keel.push(range_10k(&embedded).await);
-                peer.push(range_10k(&etcd).await);
-            } else {
-                peer.push(range_10k(&etcd).await);
-                keel.push(range_10k(&embedded).await);
+            for turn in 0..candidates.len() {
+                let which = (round + turn) % candidates.len();
+                ranges[which].push(range_10k(&candidates[which].store).await);
             }
         }
-        report.compare("range_10k", "range of 10k keys of 1 KiB", &keel, "etcd", &peer);
-
-        let (mut keel, mut peer) = (Samples::default(), Samples::default());
-        for _ in 0..rounds {
-            keel.extend(&watch_latency(&embedded, 100).await);
-            peer.extend(&watch_latency(&etcd, 100).await);
+        for round in 0..rounds {
+            for turn in 0..candidates.len() {
+                let which = (round + turn) % candidates.len();
+                watches[which].extend(&watch_latency(&candidates[which].store, 100).await);
+            }
         }
-        report.compare("watch", "put start to watch event (median)", &keel, "etcd", &peer);
-        report.figure("watch_p99_ms", "  embedded watch latency p99 ms", &ms(keel.percentile(99.0)));
-        report.figure("watch_etcd_p99_ms", "  etcd watch latency p99 ms", &ms(peer.percentile(99.0)));
+        for (what, label, samples) in [
+            ("range_10k", "range of 10k keys of 1 KiB", &ranges),
+            ("watch", "put start to its watch event", &watches),
+        ] {
+            for (i, candidate) in candidates.iter().enumerate() {
+                let k = if i == 0 { String::new() } else { format!("_{}", key(candidate)) };
+                report.figure(
+                    &format!("{what}{k}_ms"),
+                    &format!("{label}: {} median / p99 ms", candidate.name),
+                    &ms(samples[i].median()),
+                );
+                report.figure(&format!("{what}{k}_p99_ms"), "  p99 ms", &ms(samples[i].percentile(99.0)));
+                if i > 0 {
+                    report.figure(
+                        &format!("{what}_ratio{k}"),
+                        &format!("  ratio {}/embedded", candidate.name),
+                        &bench::ratio(&samples[0], &samples[i]),
+                    );
+                }
+            }
+        }
         report.print();
     });
 }

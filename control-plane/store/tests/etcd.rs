@@ -1,4 +1,5 @@
-//! The conformance suite on etcd: a one-member cluster per test, started on loopback by the testbed.
+//! The conformance suite on etcd: a one-member cluster per test, started on loopback by the testbed, on
+//! Debian's etcd 3.4.23 and on the current release line (3.6, `cargo xtask peers`).
 
 mod conformance;
 
@@ -7,7 +8,7 @@ use std::sync::Arc;
 use anyhow::Result;
 use keel_store::Store;
 use keel_store::etcd::{EtcdOptions, EtcdStore};
-use keel_testbed::etcd::EtcdCluster;
+use keel_testbed::etcd::{EtcdCluster, EtcdConfig, EtcdRelease};
 
 struct Etcd {
     store: Arc<EtcdStore>,
@@ -24,12 +25,19 @@ impl conformance::Fixture for Etcd {
     }
 }
 
-async fn open() -> Result<Etcd> {
-    let cluster = EtcdCluster::start(1)?;
+async fn open(release: EtcdRelease) -> Result<Etcd> {
+    let cluster = EtcdCluster::start_with(EtcdConfig::new(1).release(release))?;
     // A prefix, as Keel runs it: the suite's keys must not depend on sitting at etcd's root.
     let options = EtcdOptions::new(cluster.client_urls()).prefix("/keel-conformance");
     let store = EtcdStore::connect(options).await?;
     Ok(Etcd { store: Arc::new(store), _cluster: cluster })
 }
 
-conformance_tests!(open());
+conformance_tests!(open(EtcdRelease::Debian));
+
+mod etcd_3_6 {
+    use super::{EtcdRelease, conformance, open};
+    use crate::conformance_tests;
+
+    conformance_tests!(open(EtcdRelease::Current));
+}

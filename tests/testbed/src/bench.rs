@@ -105,6 +105,28 @@ pub fn cpu_time() -> Duration {
     usage(libc::RUSAGE_SELF) + usage(libc::RUSAGE_CHILDREN)
 }
 
+/// CPU time (user + system) another process has used so far, from `/proc/PID/stat`, and its resident
+/// memory in bytes (`VmRSS`); zeros when the process is gone.
+pub fn process_usage(pid: u32) -> (Duration, u64) {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    // The fields after the command name (which may hold spaces and parentheses): utime and stime are
+    // the 12th and 13th of them.
+    let fields: Vec<u64> = stat
+        .rsplit_once(')')
+        .map(|(_, rest)| rest.split_whitespace().map(|f| f.parse().unwrap_or(0)).collect())
+        .unwrap_or_default();
+    let ticks = fields.get(11).copied().unwrap_or(0) + fields.get(12).copied().unwrap_or(0);
+    // SAFETY: sysconf has no preconditions.
+    let hz = u64::try_from(unsafe { libc::sysconf(libc::_SC_CLK_TCK) }).unwrap_or(100).max(1);
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    let rss_kib: u64 = status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.split_whitespace().next()?.parse().ok())
+        .unwrap_or(0);
+    (Duration::from_micros(ticks * 1_000_000 / hz), rss_kib * 1024)
+}
+
 /// Milliseconds with three decimals, for tables and headlines.
 pub fn ms(d: Duration) -> String {
     format!("{:.3}", d.as_secs_f64() * 1e3)
@@ -171,6 +193,17 @@ fn sanitize(name: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn process_usage_reads_this_process() {
+        let started = std::time::Instant::now();
+        while started.elapsed() < Duration::from_millis(50) {
+            std::hint::black_box(started.elapsed());
+        }
+        let (cpu, rss) = process_usage(std::process::id());
+        assert!(cpu > Duration::ZERO && rss > 1 << 20, "{cpu:?} {rss}");
+        assert_eq!(process_usage(u32::MAX), (Duration::ZERO, 0));
+    }
 
     #[test]
     fn medians_of_odd_and_even_counts() {

@@ -1,4 +1,5 @@
-//! [`EtcdCluster`]: one or more etcd 3.4 members on 127.0.0.1, each a [`Daemon`] with its own data dir.
+//! [`EtcdCluster`]: one or more etcd members on 127.0.0.1, each a [`Daemon`] with its own data dir: Debian's
+//! etcd 3.4.23 by default, or the current release line `cargo xtask peers` builds ([`EtcdRelease`]).
 //!
 //! [`EtcdCluster::start`] serves clients over plain HTTP. [`EtcdCluster::start_with`] can also serve them
 //! over TLS, with a CA, a server and a client certificate made by the `openssl` CLI in the cluster's
@@ -44,12 +45,49 @@ pub struct EtcdConfig {
     /// Also require clients to present a certificate signed by the cluster's CA (`--client-cert-auth`);
     /// implies `client_tls`.
     pub client_cert_auth: bool,
+    /// Which etcd runs the members.
+    pub release: EtcdRelease,
+}
+
+/// Which etcd a cluster runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum EtcdRelease {
+    /// Debian's etcd-server package (3.4.23), `etcd` on PATH.
+    #[default]
+    Debian,
+    /// The release line Kubernetes 1.34 ships with ([`crate::peers::ETCD`], 3.6), built by `cargo xtask
+    /// peers`.
+    Current,
+}
+
+impl EtcdRelease {
+    /// The etcd binary to run.
+    pub fn binary(self) -> Result<PathBuf> {
+        match self {
+            EtcdRelease::Debian => Ok(PathBuf::from("etcd")),
+            EtcdRelease::Current => crate::peers::path("etcd"),
+        }
+    }
+
+    /// The version, as the peer tables print it.
+    pub fn version(self) -> &'static str {
+        match self {
+            EtcdRelease::Debian => "3.4.23",
+            EtcdRelease::Current => crate::peers::ETCD.version.trim_start_matches('v'),
+        }
+    }
 }
 
 impl EtcdConfig {
     /// `members` members serving plain HTTP: what [`EtcdCluster::start`] starts.
     pub fn new(members: usize) -> EtcdConfig {
-        EtcdConfig { members, client_tls: false, client_cert_auth: false }
+        EtcdConfig { members, client_tls: false, client_cert_auth: false, release: EtcdRelease::Debian }
+    }
+
+    /// Run `release` instead of Debian's etcd.
+    pub fn release(mut self, release: EtcdRelease) -> EtcdConfig {
+        self.release = release;
+        self
     }
 
     /// Serve clients over TLS.
@@ -130,6 +168,7 @@ impl EtcdCluster {
             SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.subsec_nanos()).unwrap_or_default();
         let token =
             format!("keel-{}-{}-{nanos}", std::process::id(), CLUSTERS.fetch_add(1, Ordering::Relaxed));
+        let binary = config.release.binary()?;
         let tls = if tls_on { Some(make_certificates(&dir.path().join("tls"))?) } else { None };
         // Client and peer ports, and for TLS a plain-HTTP metrics port that answers /health.
         let per_member = if tls_on { 3 } else { 2 };
@@ -154,7 +193,7 @@ impl EtcdCluster {
             members.iter().map(|m| format!("{}=http://{}", m.name, m.peer)).collect::<Vec<_>>().join(",");
         let mut daemons = Vec::with_capacity(count);
         for member in &members {
-            let mut cmd = etcd_command(member, &initial_cluster, &token, tls.is_some());
+            let mut cmd = etcd_command(&binary, member, &initial_cluster, &token, tls.is_some());
             if let Some(tls) = &tls {
                 cmd.arg(format!("--cert-file={}", path_str(&tls.server_cert)))
                     .arg(format!("--key-file={}", path_str(&tls.server_key)))
@@ -231,6 +270,11 @@ impl EtcdCluster {
         self.members.get(i).with_context(|| format!("etcd member {i} of {}", self.members.len()))
     }
 
+    /// The pid of member `i`'s etcd process.
+    pub fn pid(&self, i: usize) -> Result<u32> {
+        self.daemons.get(i).map(Daemon::pid).with_context(|| format!("no etcd member {i}"))
+    }
+
     /// The daemon of member `i`, to kill and restart it (a restart keeps its data dir and ports).
     pub fn member(&mut self, i: usize) -> Result<&mut Daemon> {
         let count = self.daemons.len();
@@ -276,11 +320,17 @@ pub fn etcdctl(endpoints: &str) -> Command {
     cmd
 }
 
-fn etcd_command(member: &EtcdMember, initial_cluster: &str, token: &str, tls: bool) -> Command {
+fn etcd_command(
+    binary: &Path,
+    member: &EtcdMember,
+    initial_cluster: &str,
+    token: &str,
+    tls: bool,
+) -> Command {
     let scheme = if tls { "https" } else { "http" };
     let client = format!("{scheme}://{}", member.client);
     let peer = format!("http://{}", member.peer);
-    let mut cmd = Command::new("etcd");
+    let mut cmd = Command::new(binary);
     cmd.arg(format!("--name={}", member.name))
         .arg(format!("--data-dir={}", path_str(&member.data_dir)))
         .arg(format!("--listen-client-urls={client}"))
