@@ -1,6 +1,11 @@
-//! `cargo xtask bench apiserver`: the keel-apiserver binary on the embedded store and on etcd (one
-//! member), side by side in one run. No kube-apiserver runs on these machines, so the server's CPU
-//! time per operation (from /proc of the server process) stands beside each rate.
+//! `cargo xtask bench apiserver`: the keel-apiserver binary on the embedded store and on etcd 3.6 (one
+//! member), and the upstream kube-apiserver v1.34 on etcd 3.6 (`cargo xtask peers`), side by side in one
+//! run, each with the same client (certificate auth as system:masters, the same HTTP/2 requests). CPU
+//! and RSS count the server's own process plus its store's (the etcd member), from /proc.
+//!
+//! kube-apiserver runs with its default admission plugins and authorization (AlwaysAllow, as with no
+//! `--authorization-mode`), serving a certificate of the same CA; there is no controller manager, so
+//! the bench creates the `default` ServiceAccount its ServiceAccount admission plugin requires of a pod.
 //!
 //! - creates: pod creates from 64 concurrent HTTP/2 streams over 8 connections (the load generator
 //!   shares the 2 cores): creates/s, p50/p99 latency, server CPU per create.
@@ -21,39 +26,105 @@ use http_body_util::{BodyExt, Full};
 use hyper::client::conn::http2::SendRequest;
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use keel_testbed::bench::{Report, Samples, ms};
-use keel_testbed::etcd::EtcdCluster;
+use keel_testbed::etcd::{EtcdCluster, EtcdConfig, EtcdRelease};
 use keel_testbed::loopback::free_port;
 use keel_testbed::process::{Daemon, Readiness};
 use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName, pem::PemObject};
+
+/// What runs the API.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Kind {
+    /// keel-apiserver on its embedded store.
+    KeelEmbedded,
+    /// keel-apiserver on etcd 3.6.
+    KeelEtcd,
+    /// kube-apiserver v1.34 on etcd 3.6.
+    Upstream,
+}
+
+impl Kind {
+    fn name(self) -> &'static str {
+        match self {
+            Kind::KeelEmbedded => "embedded",
+            Kind::KeelEtcd => "etcd",
+            Kind::Upstream => "kube_apiserver",
+        }
+    }
+}
 
 struct Server {
     daemon: Daemon,
     address: SocketAddr,
     tls: Arc<rustls::ClientConfig>,
-    _etcd: Option<EtcdCluster>,
+    etcd: Option<EtcdCluster>,
     _dir: tempfile::TempDir,
 }
 
-fn start(etcd: bool) -> Server {
+/// A PEM block of `der`.
+fn pem(label: &str, der: &[u8]) -> String {
+    use base64::Engine as _;
+    let text = base64::engine::general_purpose::STANDARD.encode(der);
+    let lines: Vec<&str> =
+        text.as_bytes().chunks(64).map(|c| std::str::from_utf8(c).expect("base64")).collect();
+    format!("-----BEGIN {label}-----\n{}\n-----END {label}-----\n", lines.join("\n"))
+}
+
+/// kube-apiserver on `etcd`, serving a certificate of keel's CA made in `pki` (so one client config
+/// reaches every server); its service-account tokens are signed with the serving key.
+fn kube_apiserver(pki: &std::path::Path, port: u16, etcd: &EtcdCluster) -> Command {
+    let keys = keel_apiserver::pki::ensure(pki, &[]).expect("pki");
+    let (cert, key) = (pki.join("serving.crt"), pki.join("serving.key"));
+    std::fs::write(&cert, pem("CERTIFICATE", &keys.serving_chain[0])).expect("serving cert");
+    let key_pem = pem("PRIVATE KEY", keys.serving_key.secret_der());
+    std::fs::write(&key, &key_pem).expect("serving key");
+    // The service-account token verifier wants the public half on its own.
+    let public = pki.join("serving.pub");
+    let pair = rcgen::KeyPair::from_pem(&key_pem).expect("serving key pair");
+    std::fs::write(&public, pair.public_key_pem()).expect("public key");
+    let mut command = Command::new(keel_testbed::peers::path("kube-apiserver").expect("kube-apiserver"));
+    command
+        .arg(format!("--etcd-servers={}", etcd.client_urls().join(",")))
+        .args(["--bind-address=127.0.0.1", "--advertise-address=127.0.0.1", &format!("--secure-port={port}")])
+        .arg(format!("--client-ca-file={}", pki.join("ca.crt").display()))
+        .arg(format!("--tls-cert-file={}", cert.display()))
+        .arg(format!("--tls-private-key-file={}", key.display()))
+        .arg(format!("--service-account-key-file={}", public.display()))
+        .arg(format!("--service-account-signing-key-file={}", key.display()))
+        .args([
+            "--service-account-issuer=https://kubernetes.default.svc",
+            "--service-cluster-ip-range=10.96.0.0/16",
+        ])
+        .arg(format!("--cert-dir={}", pki.display()));
+    command
+}
+
+fn start(kind: Kind) -> Server {
     let dir = tempfile::tempdir().expect("temp dir");
     let data = dir.path().join("data");
     let port = free_port().expect("port");
-    let mut command = Command::new(env!("CARGO_BIN_EXE_keel-apiserver"));
-    command.arg("--data-dir").arg(&data).args([
-        "--bind-address",
-        "127.0.0.1",
-        "--secure-port",
-        &port.to_string(),
-    ]);
-    let cluster = etcd.then(|| EtcdCluster::start(1).expect("etcd"));
-    if let Some(cluster) = &cluster {
-        command.arg("--etcd-servers").arg(cluster.client_urls().join(","));
-    }
-    let mut probe = Command::new("test");
-    probe.arg("-s").arg(data.join("admin.kubeconfig"));
-    let daemon = Daemon::start("keel-apiserver", command, Readiness::Command(probe), Duration::from_secs(60))
-        .expect("start");
+    let etcd = (kind != Kind::KeelEmbedded)
+        .then(|| EtcdCluster::start_with(EtcdConfig::new(1).release(EtcdRelease::Current)).expect("etcd"));
     let pki = data.join("pki");
+    let daemon = if let (Kind::Upstream, Some(etcd)) = (kind, &etcd) {
+        let command = kube_apiserver(&pki, port, etcd);
+        let ready = Readiness::Tcp(SocketAddr::from(([127, 0, 0, 1], port)));
+        Daemon::start("kube-apiserver", command, ready, Duration::from_secs(60)).expect("start")
+    } else {
+        let mut command = Command::new(env!("CARGO_BIN_EXE_keel-apiserver"));
+        command.arg("--data-dir").arg(&data).args([
+            "--bind-address",
+            "127.0.0.1",
+            "--secure-port",
+            &port.to_string(),
+        ]);
+        if let Some(cluster) = &etcd {
+            command.arg("--etcd-servers").arg(cluster.client_urls().join(","));
+        }
+        let mut probe = Command::new("test");
+        probe.arg("-s").arg(data.join("admin.kubeconfig"));
+        Daemon::start("keel-apiserver", command, Readiness::Command(probe), Duration::from_secs(60))
+            .expect("start")
+    };
     let read = |name: &str| std::fs::read(pki.join(name)).expect("pki file");
     let mut roots = rustls::RootCertStore::empty();
     roots.add(CertificateDer::from_pem_slice(&read("ca.crt")).expect("ca")).expect("root");
@@ -68,13 +139,7 @@ fn start(etcd: bool) -> Server {
         )
         .expect("client auth");
     tls.alpn_protocols = vec![b"h2".to_vec()];
-    Server {
-        daemon,
-        address: SocketAddr::from(([127, 0, 0, 1], port)),
-        tls: Arc::new(tls),
-        _etcd: cluster,
-        _dir: dir,
-    }
+    Server { daemon, address: SocketAddr::from(([127, 0, 0, 1], port)), tls: Arc::new(tls), etcd, _dir: dir }
 }
 
 impl Server {
@@ -93,21 +158,40 @@ impl Server {
         sender
     }
 
-    /// CPU time and resident memory of the server process.
+    /// CPU time and resident memory of the server process plus its store's (the etcd member).
     fn usage(&self) -> (Duration, u64) {
-        let pid = self.daemon.pid();
-        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
-        let fields: Vec<&str> =
-            stat.rsplit_once(") ").map(|(_, rest)| rest.split(' ').collect()).unwrap_or_default();
-        let ticks: u64 = fields.get(11).and_then(|f| f.parse().ok()).unwrap_or(0)
-            + fields.get(12).and_then(|f| f.parse().ok()).unwrap_or(0);
-        let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
-        let rss_kib: u64 = status
-            .lines()
-            .find_map(|l| l.strip_prefix("VmRSS:"))
-            .and_then(|v| v.split_whitespace().next()?.parse().ok())
-            .unwrap_or(0);
-        (Duration::from_millis(ticks * 10), rss_kib * 1024)
+        let (cpu, rss) = keel_testbed::bench::process_usage(self.daemon.pid());
+        let (store_cpu, store_rss) = self.etcd.as_ref().map_or((Duration::ZERO, 0), |etcd| {
+            keel_testbed::bench::process_usage(etcd.pid(0).expect("etcd pid"))
+        });
+        (cpu + store_cpu, rss + store_rss)
+    }
+
+    /// Waits until the server answers `GET /readyz` with 200 (kube-apiserver binds before its
+    /// post-start hooks are done).
+    async fn ready(&self) {
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            let mut sender = self.connect().await;
+            let response = sender.send_request(request("GET", "/readyz", Vec::new())).await.expect("readyz");
+            if response.status() == 200 {
+                return;
+            }
+            assert!(Instant::now() < deadline, "not ready after 60 s: {}", response.status());
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    }
+
+    /// Creates what a pod create needs that no controller makes here: the `default` ServiceAccount
+    /// (kube-apiserver's ServiceAccount admission plugin refuses pods without it).
+    async fn prepare(&self) {
+        let mut sender = self.connect().await;
+        let body = br#"{"metadata":{"name":"default"}}"#.to_vec();
+        let response = sender
+            .send_request(request("POST", "/api/v1/namespaces/default/serviceaccounts", body))
+            .await
+            .expect("serviceaccount");
+        assert!([201, 409].contains(&response.status().as_u16()), "serviceaccount: {}", response.status());
     }
 }
 
@@ -231,9 +315,14 @@ fn main() {
     let rounds: usize = std::env::args().skip(1).find_map(|a| a.parse().ok()).unwrap_or(3);
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().expect("runtime");
     let mut report = Report::new("apiserver");
+    // Per kind: creates/s, CPU per create, LIST ms, watch p99 ms, idle RSS, RSS with 10k pods.
+    let mut figures: Vec<(Kind, [f64; 6])> = Vec::new();
     runtime.block_on(async {
-        for (name, etcd) in [("embedded", false), ("etcd", true)] {
-            let server = start(etcd);
+        for kind in [Kind::KeelEmbedded, Kind::KeelEtcd, Kind::Upstream] {
+            let name = kind.name();
+            let server = start(kind);
+            server.ready().await;
+            server.prepare().await;
             tokio::time::sleep(Duration::from_millis(500)).await;
             let (_, idle_rss) = server.usage();
             let mut rates = Vec::new();
@@ -300,6 +389,17 @@ fn main() {
                 &format!("{name}: 1000 watchers see a create, p50 ms"),
                 &ms(watch.percentile(50.0)),
             );
+            figures.push((
+                kind,
+                [
+                    rates[rates.len() / 2],
+                    cpu_per_create[cpu_per_create.len() / 2],
+                    lists.median().as_secs_f64() * 1e3,
+                    watch.percentile(99.0).as_secs_f64() * 1e3,
+                    idle_rss as f64,
+                    rss_10k as f64,
+                ],
+            ));
             report.figure(
                 &key("idle_rss_mib"),
                 &format!("{name}: server RSS idle MiB"),
@@ -312,5 +412,22 @@ fn main() {
             );
         }
     });
+    // Keel against kube-apiserver: throughput as keel/upstream (higher is better), the rest as
+    // keel/upstream of a cost (lower is better), as the targets are written.
+    let upstream = figures.iter().find(|(k, _)| *k == Kind::Upstream).map(|(_, f)| *f);
+    if let Some(upstream) = upstream {
+        for (kind, f) in figures.iter().filter(|(k, _)| *k != Kind::Upstream) {
+            let name = kind.name();
+            for (i, what) in
+                ["creates", "create_cpu", "list_10k", "watch_p99", "idle_rss", "rss_10k"].iter().enumerate()
+            {
+                report.figure(
+                    &format!("{name}_{what}_ratio"),
+                    &format!("{name}/kube-apiserver {what}"),
+                    &format!("{:.2}", f[i] / upstream[i]),
+                );
+            }
+        }
+    }
     report.print();
 }
