@@ -635,9 +635,14 @@ impl Containers {
 
     /// Stops a running container: its stop signal (SIGTERM unless the image names another), then
     /// SIGKILL after `timeout` (at once for 0), and waits for it to exit. A container that is not
-    /// running is left as it is.
+    /// running is left as it is, and an unknown one succeeds (the CRI's idempotence, as critest v1.34
+    /// checks it).
     pub async fn stop(&self, id: &str, timeout: Duration) -> Result<(), Status> {
-        let entry = self.entry(id)?;
+        let entry = match self.entry(id) {
+            Ok(entry) => entry,
+            Err(e) if e.code() == tonic::Code::NotFound => return Ok(()),
+            Err(e) => return Err(e),
+        };
         let record = entry.record();
         if record.state != State::Running {
             return Ok(());

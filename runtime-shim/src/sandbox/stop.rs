@@ -66,8 +66,9 @@ impl Sandboxes {
         Ok(())
     }
 
-    /// StopPodSandbox: stops the pod's containers, then tears the pod down. Idempotent; an unknown id
-    /// is NotFound (as containerd answers).
+    /// StopPodSandbox: stops the pod's containers, then tears the pod down. Idempotent, and an unknown
+    /// id succeeds: the CRI says the call "must not return an error if all relevant resources have
+    /// already been reclaimed", and critest v1.34 checks it (containerd answers so since 1.6.35/1.7.21).
     pub async fn stop(&self, id_or_prefix: &str) -> Result<(), Status> {
         let (this, id_or_prefix) = (self.clone(), id_or_prefix.to_owned());
         tokio::spawn(async move { this.stop_to_end(&id_or_prefix).await })
@@ -76,7 +77,9 @@ impl Sandboxes {
     }
 
     async fn stop_to_end(&self, id_or_prefix: &str) -> Result<(), Status> {
-        let (id, entry) = self.found(id_or_prefix)?;
+        let Some((id, entry)) = self.entry(id_or_prefix)? else {
+            return Ok(());
+        };
         let _op = entry.op.lock().await;
         self.call_hook(&self.inner.stop_containers, &id).await?;
         self.tear_down(&entry, &self.dir(&id)).await

@@ -59,15 +59,6 @@ pub async fn run(client: &mut CriClient, env: &Env) -> Vec<CaseResult> {
         ),
         case(
             GROUP,
-            "stopping an unknown container: NotFound",
-            expect_code(
-                "StopContainer of an unknown id",
-                super::support::stop_container(client, &"d".repeat(64), 0).await,
-                tonic::Code::NotFound,
-            ),
-        ),
-        case(
-            GROUP,
             "mounting a missing host path: created as a directory",
             missing_host_path(client, env, &pod_id, &pod).await,
         ),

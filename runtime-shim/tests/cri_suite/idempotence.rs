@@ -1,5 +1,5 @@
-//! The "idempotence" group: what the kubelet retries must succeed again (stop or remove twice, remove
-//! what is already gone), and what does not exist is NotFound.
+//! The "idempotence" group: what the kubelet retries must succeed again (stop or remove twice, stop or
+//! remove what is already gone), and the status of what does not exist is NotFound.
 
 use super::support::{
     container_config, container_status, create_container, expect_code, new_pod, pod_status, remove_container,
@@ -18,8 +18,10 @@ pub async fn run(client: &mut CriClient, env: &Env) -> Vec<CaseResult> {
         case(GROUP, "stopping a container twice", stop_container_twice(client, env).await),
         case(GROUP, "removing a container twice", remove_container_twice(client, env).await),
         case(GROUP, "removing an unknown container", remove_unknown_container(client).await),
+        case(GROUP, "stopping an unknown container", stop_unknown_container(client).await),
         case(GROUP, "stopping and removing a pod twice", pod_twice(client, env).await),
         case(GROUP, "removing an unknown pod", remove_unknown_pod(client).await),
+        case(GROUP, "stopping an unknown pod", stop_unknown_pod(client).await),
         case(GROUP, "status of an unknown container: NotFound", status_unknown_container(client).await),
         case(GROUP, "status of an unknown pod: NotFound", status_unknown_pod(client).await),
         case(GROUP, "removing a ready pod removes its containers", remove_ready_pod(client, env).await),
@@ -43,6 +45,14 @@ async fn remove_container_twice(client: &mut CriClient, env: &Env) -> Result<(),
 
 async fn remove_unknown_container(client: &mut CriClient) -> Result<(), String> {
     remove_container(client, UNKNOWN).await.map_err(|s| rpc("RemoveContainer of an unknown id", &s))
+}
+
+async fn stop_unknown_container(client: &mut CriClient) -> Result<(), String> {
+    stop_container(client, UNKNOWN, 0).await.map_err(|s| rpc("StopContainer of an unknown id", &s))
+}
+
+async fn stop_unknown_pod(client: &mut CriClient) -> Result<(), String> {
+    stop_pod(client, UNKNOWN).await.map_err(|s| rpc("StopPodSandbox of an unknown id", &s))
 }
 
 async fn pod_twice(client: &mut CriClient, env: &Env) -> Result<(), String> {
