@@ -41,6 +41,8 @@ pub fn run(args: &Args) -> Result<()> {
             benches.iter().map(|(_, b)| b.as_str()).collect::<Vec<_>>().join(", ")
         );
     };
+    // Every benchmark measures Keel beside an upstream peer: build any that is missing first.
+    crate::peers::ensure(&|_| true)?;
     let mut command = util::cargo();
     if name == "cni" {
         // keel-cni is measured as it ships: the static release build (see build.rs).

@@ -61,11 +61,18 @@ pub struct Args {
 }
 
 pub fn run(args: &Args) -> Result<()> {
-    ensure(args.check)
+    ensure(args.check, Peers::Needed)
+}
+
+/// Whether the upstream peers are needed: by the tests and benchmarks, not to bring Keel up.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Peers {
+    Needed,
+    NotNeeded,
 }
 
 /// Installs (or with `check_only`, verifies) every prerequisite; fails naming what is missing.
-pub fn ensure(check_only: bool) -> Result<()> {
+pub fn ensure(check_only: bool, peers: Peers) -> Result<()> {
     let missing = missing_packages()?;
     if !missing.is_empty() {
         let command = format!(
@@ -128,19 +135,20 @@ pub fn ensure(check_only: bool) -> Result<()> {
     }
     // The upstream peers (Kubernetes v1.34, cri-tools, etcd 3.6, kwok), built from the Go module proxy
     // into /var/cache/keel/peers when missing: tests run Keel beside them.
-    if check_only {
-        crate::peers::check(&|_| true)?;
-    } else {
-        crate::peers::ensure(&|_| true)?;
+    match (peers, check_only) {
+        (Peers::NotNeeded, _) => {}
+        (Peers::Needed, true) => crate::peers::check(&|_| true)?,
+        (Peers::Needed, false) => crate::peers::ensure(&|_| true)?,
     }
     // The Python client the API tests drive, from PyPI into a virtualenv of the workspace's.
     let python = if check_only { keel_testbed::python::python()? } else { keel_testbed::python::ensure()? };
     // The JavaScript client, from the npm registry at the versions the committed lock file pins.
     let node = if check_only { keel_testbed::node::client()? } else { keel_testbed::node::ensure()? };
     eprintln!(
-        "deps: all {} Debian packages, the upstream peers, cargo-nextest, kubectl 1.27–1.33, Node.js 20, clippy and rustfmt, the Python kubernetes \
+        "deps: all {} Debian packages,{} cargo-nextest, kubectl 1.27–1.33, Node.js 20, clippy and rustfmt, the Python kubernetes \
          client {} and grpcio {} ({}) and @kubernetes/client-node {} ({}) present",
         PACKAGES.len(),
+        if peers == Peers::Needed { " the upstream peers," } else { "" },
         keel_testbed::python::KUBERNETES_CLIENT,
         keel_testbed::python::GRPCIO,
         python.display(),

@@ -42,7 +42,7 @@ pub fn run(args: &Args) -> Result<()> {
         steps.push(Step { name, outcome, took: begun.elapsed() });
     };
 
-    step("deps", &mut || deps::ensure(args.no_install).map(|()| "present".into()));
+    step("deps", &mut || deps::ensure(args.no_install, deps::Peers::Needed).map(|()| "present".into()));
     if !util::is_root() {
         let message = "the root integration tests need root (network namespaces, mounts): run as root";
         if util::under_ci() {

@@ -122,7 +122,8 @@ pub fn up(args: &UpArgs) -> Result<()> {
         eprintln!("up: removing what an earlier `up` left");
         down(instance)?;
     }
-    deps::ensure(false)?;
+    // Keel itself needs no upstream peer: they are the tests' and benchmarks'.
+    deps::ensure(false, deps::Peers::NotNeeded)?;
 
     if !args.no_build {
         eprintln!("up: building the workspace");
