@@ -44,6 +44,11 @@ pub struct Args {
     /// A registry pulled from over plain HTTP; repeatable.
     #[arg(long = "insecure-registry", value_name = "HOST:PORT")]
     pub insecure_registries: Vec<String>,
+    /// A mirror of a registry, tried before it (several for one registry are tried in order, then the
+    /// registry itself), as containerd's registry mirrors: `registry.k8s.io=http://127.0.0.1:5000`;
+    /// repeatable.
+    #[arg(long = "registry-mirror", value_name = "REGISTRY=URL")]
+    pub registry_mirrors: Vec<String>,
     /// Where the streaming server (the URLs Exec, Attach and PortForward answer) listens; port 0 picks
     /// a free one (containerd's stream_server_address and stream_server_port).
     #[arg(long, value_name = "IP:PORT", default_value = "127.0.0.1:0")]
@@ -78,6 +83,12 @@ pub enum ConfigError {
     /// `--insecure-registry` is not `HOST:PORT`.
     #[error("--insecure-registry {arg:?}: expected HOST:PORT, such as 127.0.0.1:5000")]
     Registry { arg: String },
+    /// `--registry-mirror` is not `REGISTRY=http(s)://HOST[:PORT]`.
+    #[error(
+        "--registry-mirror {arg:?}: expected REGISTRY=URL, such as registry.k8s.io=http://127.0.0.1:5000 \
+         (the URL http:// or https:// and a host, no path)"
+    )]
+    Mirror { arg: String },
 }
 
 /// A validated command line.
@@ -96,6 +107,8 @@ pub struct Config {
     pub runtimes: BTreeMap<String, PathBuf>,
     /// Registries pulled from over plain HTTP (`HOST:PORT`).
     pub insecure_registries: Vec<String>,
+    /// Registry mirrors, in the order given.
+    pub registry_mirrors: Vec<crate::image::RegistryMirror>,
     /// The streaming server's address.
     pub stream_address: std::net::SocketAddr,
 }
@@ -147,6 +160,11 @@ impl Config {
                 return Err(ConfigError::Registry { arg: arg.clone() });
             }
         }
+        let registry_mirrors = args
+            .registry_mirrors
+            .iter()
+            .map(|arg| parse_mirror(arg).ok_or_else(|| ConfigError::Mirror { arg: arg.clone() }))
+            .collect::<Result<_, _>>()?;
         Ok(Config {
             socket: args.socket,
             root: args.root,
@@ -154,6 +172,7 @@ impl Config {
             cni_bin_dir: args.cni_bin_dir,
             runtimes,
             insecure_registries: args.insecure_registries,
+            registry_mirrors,
             stream_address: args.stream_address,
         })
     }
@@ -170,6 +189,30 @@ fn is_dns_label(name: &str) -> bool {
 
 /// `HOST:PORT` with a non-empty host (a name, an IPv4 address or a bracketed IPv6 address) and a
 /// port 1..=65535.
+/// `REGISTRY=http(s)://HOST[:PORT][/]`: the registry as image references name it, and the mirror.
+fn parse_mirror(arg: &str) -> Option<crate::image::RegistryMirror> {
+    let (registry, url) = arg.split_once('=')?;
+    let (plain_http, rest) = if let Some(rest) = url.strip_prefix("http://") {
+        (true, rest)
+    } else {
+        (false, url.strip_prefix("https://")?)
+    };
+    let host = rest.strip_suffix('/').unwrap_or(rest);
+    let valid = |name: &str| is_host_port(name) || is_host(name);
+    (valid(registry) && valid(host)).then(|| crate::image::RegistryMirror {
+        registry: registry.to_owned(),
+        host: host.to_owned(),
+        plain_http,
+    })
+}
+
+/// A host name or IPv4 address alone (a registry such as `registry.k8s.io`).
+fn is_host(name: &str) -> bool {
+    !name.is_empty()
+        && !name.starts_with(['.', '-'])
+        && name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'.' || b == b'-' || b == b'_')
+}
+
 fn is_host_port(arg: &str) -> bool {
     let Some((host, port)) = arg.rsplit_once(':') else {
         return false;
@@ -224,6 +267,7 @@ mod tests {
             cni_bin_dir: PathBuf::from("/opt/cni/bin"),
             runtimes: runtimes.iter().map(|s| (*s).to_owned()).collect(),
             insecure_registries: registries.iter().map(|s| (*s).to_owned()).collect(),
+            registry_mirrors: Vec::new(),
             stream_address: std::net::SocketAddr::from(([127, 0, 0, 1], 0)),
         }
     }
@@ -326,5 +370,44 @@ mod tests {
         assert_eq!(a.runtimes, ["crun=/usr/bin/crun", "runc=runc"]);
         assert_eq!(a.insecure_registries, ["127.0.0.1:5000"]);
         assert!(Args::try_parse_from(["keel-shim", "--socket", "/s.sock"]).is_err());
+    }
+
+    #[test]
+    fn registry_mirrors() {
+        let (_dir, path_env) = fake_path();
+        let mut a = args(&[], &[]);
+        a.registry_mirrors = vec![
+            "registry.k8s.io=http://127.0.0.1:5000".into(),
+            "registry.k8s.io=https://mirror.example/".into(),
+            "127.0.0.1:6000=http://[::1]:5001".into(),
+        ];
+        let config = Config::from_args(a, Some(&path_env)).unwrap();
+        let got: Vec<(&str, &str, bool)> = config
+            .registry_mirrors
+            .iter()
+            .map(|m| (m.registry.as_str(), m.host.as_str(), m.plain_http))
+            .collect();
+        assert_eq!(
+            got,
+            [
+                ("registry.k8s.io", "127.0.0.1:5000", true),
+                ("registry.k8s.io", "mirror.example", false),
+                ("127.0.0.1:6000", "[::1]:5001", true)
+            ]
+        );
+        for bad in [
+            "registry.k8s.io",
+            "registry.k8s.io=127.0.0.1:5000",
+            "registry.k8s.io=ftp://127.0.0.1:5000",
+            "registry.k8s.io=http://127.0.0.1:5000/path",
+            "=http://127.0.0.1:5000",
+            "http://registry.k8s.io=http://127.0.0.1:5000",
+            "registry.k8s.io=http://",
+        ] {
+            let mut a = args(&[], &[]);
+            a.registry_mirrors = vec![bad.into()];
+            let err = Config::from_args(a, Some(&path_env)).unwrap_err();
+            assert!(err.to_string().contains("--registry-mirror"), "{bad}: {err}");
+        }
     }
 }

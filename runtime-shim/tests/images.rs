@@ -1,6 +1,6 @@
 //! Images against a real registry (keel-testbed's docker-registry, images pushed by skopeo): pulls by
 //! tag and by digest, an index with two platforms, coalesced concurrent pulls, plain HTTP only for
-//! insecure registries, a corrupted blob refused leaving nothing behind, layers unpacked with their
+//! insecure registries, registry mirrors tried in order before the registry, a corrupted blob refused leaving nothing behind, layers unpacked with their
 //! whiteouts and mounted as an overlay, records surviving a reopen, removal and garbage collection.
 //! Run as root (device nodes, trusted xattrs, overlay mounts).
 
@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{Context as _, Result, ensure};
 use base64::Engine as _;
-use keel_shim::image::{ImageError, ImageStore, rootfs, unpack};
+use keel_shim::image::{ImageError, ImageStore, RegistryMirror, rootfs, unpack};
 use keel_testbed::cri::{CriClient, api};
 use keel_testbed::images::busybox_image;
 use keel_testbed::registry::{Registry, skopeo};
@@ -705,4 +705,38 @@ fn an_overlay_of_more_layers_than_mount_options_hold() -> Result<()> {
     })();
     rootfs::unmount(&target)?;
     checked
+}
+
+/// `--registry-mirror`: each mirror of the image's registry in turn (a dead one skipped), then the
+/// registry itself; the image keeps the name it was pulled by.
+#[test]
+fn registry_mirrors_are_tried_in_order_then_the_registry() -> Result<()> {
+    let origin = Registry::start()?;
+    let mirror = Registry::start()?;
+    let busybox = busybox_image()?;
+    mirror.push_oci_layout(&busybox.layout, &busybox.tag, "keel/mirrored", "v1")?;
+    origin.push_oci_layout(&busybox.layout, &busybox.tag, "keel/origin", "v1")?;
+    let dead = format!("127.0.0.1:{}", keel_testbed::loopback::free_port()?);
+    let mirrors: Vec<RegistryMirror> = [dead, mirror.host()]
+        .into_iter()
+        .map(|host| RegistryMirror { registry: origin.host(), host, plain_http: true })
+        .collect();
+    let dir = tempfile::tempdir()?;
+    let root = dir.path().join("root");
+    let store = ImageStore::open_with_mirrors(&root, &[origin.host()], &mirrors)?;
+    let rt = runtime()?;
+    // Only the mirror has it: found there, past the dead mirror, under the origin's name.
+    let name = format!("{}/keel/mirrored:v1", origin.host());
+    let image = rt.block_on(store.pull(&name, None))?;
+    ensure!(image.repo_tags == [name.clone()], "{image:?}");
+    ensure!(store.get(&name).is_ok(), "not found by the name it was pulled by");
+    // No mirror has it: the origin itself (the same content, so the same image gains the name).
+    let origin_name = format!("{}/keel/origin:v1", origin.host());
+    let image = rt.block_on(store.pull(&origin_name, None))?;
+    ensure!(image.repo_tags == [name, origin_name], "{image:?}");
+    // Nowhere: NotFound, and nothing more in the store.
+    let err = rt.block_on(store.pull(&format!("{}/keel/missing:v1", origin.host()), None)).unwrap_err();
+    ensure!(matches!(err, ImageError::NotFound(_)), "{err:?}");
+    ensure!(store.list().len() == 1, "{:?}", store.list());
+    Ok(())
 }

@@ -51,6 +51,7 @@ fn command_line_errors_are_reported_before_anything_is_made() -> Result<()> {
         (vec!["--runtime", "kata=/nonexistent/kata-runtime"], "/nonexistent/kata-runtime"),
         (vec!["--runtime", "crun=no-such-runtime-binary"], "not an executable file in PATH"),
         (vec!["--insecure-registry", "localhost"], "expected HOST:PORT"),
+        (vec!["--registry-mirror", "registry.k8s.io=127.0.0.1:5000"], "expected REGISTRY=URL"),
     ] {
         let mut cmd = command(dir.path(), &socket);
         cmd.args(&extra);

@@ -24,6 +24,7 @@ pub mod rootfs;
 pub mod store;
 pub mod unpack;
 
+pub use pull::RegistryMirror;
 pub use store::{Image, ImageStore};
 
 use reference::ReferenceError;

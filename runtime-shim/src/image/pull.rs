@@ -4,6 +4,10 @@
 //! the image recorded.
 //!
 //! Registries are reached over HTTPS, except those given as `--insecure-registry`, over plain HTTP.
+//! A registry with mirrors (`--registry-mirror REGISTRY=URL`) is tried at each mirror in order, then
+//! at the registry itself, as containerd's registry mirrors are; each attempt is a whole pull, and the
+//! last endpoint's error is the pull's. Mirrors get the request with `?ns=REGISTRY` (containerd's
+//! convention) and no credentials: a pull's credentials are the registry's own.
 //! Credentials come from the CRI's `AuthConfig`: `username`/`password`, `auth` (base64 of
 //! `user:password`), or `registry_token` (a bearer token). An `identity_token` (an OAuth2 refresh token
 //! that containerd exchanges at the registry's token endpoint) is refused: oci-client has no such
@@ -143,7 +147,18 @@ pub(crate) fn select_platform(index: &[u8]) -> Result<String, ImageError> {
         })
 }
 
-/// Pulls `reference` into `store`.
+/// A mirror of a registry (`--registry-mirror REGISTRY=URL`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RegistryMirror {
+    /// The registry mirrored, as image references name it (`registry.k8s.io`, `127.0.0.1:5000`).
+    pub registry: String,
+    /// The mirror's `host[:port]`.
+    pub host: String,
+    /// Reached over plain HTTP (an `http://` URL).
+    pub plain_http: bool,
+}
+
+/// Pulls `reference` into `store`: from each of its registry's mirrors in turn, then from the registry.
 pub(super) async fn pull(
     store: &ImageStore,
     reference: &Reference,
@@ -151,24 +166,57 @@ pub(super) async fn pull(
 ) -> Result<Image, ImageError> {
     install_crypto_provider();
     let auth = registry_auth(auth)?;
+    let mut insecure = store.insecure().to_vec();
+    let mirrors: Vec<&RegistryMirror> =
+        store.mirrors().iter().filter(|m| m.registry == reference.registry).collect();
+    insecure.extend(mirrors.iter().filter(|m| m.plain_http).map(|m| m.host.clone()));
     let client = Client::new(ClientConfig {
-        protocol: ClientProtocol::HttpsExcept(store.insecure().to_vec()),
+        protocol: ClientProtocol::HttpsExcept(insecure),
         platform_resolver: None,
         ..ClientConfig::default()
     });
+    for mirror in &mirrors {
+        match pull_from(store, &client, reference, Some(&mirror.host), &RegistryAuth::Anonymous).await {
+            Ok(image) => return Ok(image),
+            Err(e) => {
+                tracing::info!(image = %reference, mirror = %mirror.host, error = %e, "mirror failed; trying the next endpoint");
+            }
+        }
+    }
+    pull_from(store, &client, reference, None, &auth).await
+}
+
+/// One pull of `reference` from `mirror`, or from its registry when `None`.
+async fn pull_from(
+    store: &ImageStore,
+    client: &Client,
+    reference: &Reference,
+    mirror: Option<&str>,
+    auth: &RegistryAuth,
+) -> Result<Image, ImageError> {
+    let mirrored = |mut r: OciReference| {
+        if let Some(host) = mirror {
+            r.set_mirror_registry(host.to_owned());
+        }
+        r
+    };
     let at = |digest: &str| {
-        OciReference::with_digest(reference.registry.clone(), reference.repository.clone(), digest.to_owned())
+        mirrored(OciReference::with_digest(
+            reference.registry.clone(),
+            reference.repository.clone(),
+            digest.to_owned(),
+        ))
     };
     let top = match (&reference.digest, &reference.tag) {
         (Some(digest), _) => at(digest),
-        (None, tag) => OciReference::with_tag(
+        (None, tag) => mirrored(OciReference::with_tag(
             reference.registry.clone(),
             reference.repository.clone(),
             tag.clone().unwrap_or_else(|| super::reference::DEFAULT_TAG.to_owned()),
-        ),
+        )),
     };
     let (bytes, _) = client
-        .pull_manifest_raw(&top, &auth, MANIFEST_TYPES)
+        .pull_manifest_raw(&top, auth, MANIFEST_TYPES)
         .await
         .map_err(|e| registry_error(&format!("fetching the manifest of {reference}"), &e))?;
     let top_digest = sha256_digest(&bytes);
@@ -186,7 +234,7 @@ pub(super) async fn pull(
         let chosen = select_platform(&bytes)?;
         if !store.has_blob(&chosen) {
             let (manifest, _) = client
-                .pull_manifest_raw(&at(&chosen), &auth, MANIFEST_TYPES)
+                .pull_manifest_raw(&at(&chosen), auth, MANIFEST_TYPES)
                 .await
                 .map_err(|e| registry_error(&format!("fetching manifest {chosen} of {reference}"), &e))?;
             store.write_blob(&chosen, &manifest, &format!("manifest {chosen}"))?;
@@ -197,10 +245,9 @@ pub(super) async fn pull(
     };
     let manifest = unpack::parse_manifest(&store.read_blob(&manifest_digest)?, &manifest_digest)?;
     let config_digest = manifest.config().digest().to_string();
-    fetch_blob(store, &client, &at(&config_digest), &config_digest).await?;
+    fetch_blob(store, client, &at(&config_digest), &config_digest).await?;
     let layers = manifest.layers().iter().map(|l| {
         let digest = l.digest().to_string();
-        let client = &client;
         let at = &at;
         async move { fetch_blob(store, client, &at(&digest), &digest).await }
     });

@@ -22,6 +22,7 @@ use k8s_cri::v1 as api;
 use oci_spec::image::ImageConfiguration;
 use serde::{Deserialize, Serialize};
 
+use super::pull::RegistryMirror;
 use super::reference::Reference;
 use super::{ImageError, pull, sha256_digest, sha256_hex};
 
@@ -86,6 +87,7 @@ type PullFuture = Shared<BoxFuture<'static, Result<Image, ImageError>>>;
 struct Inner {
     root: PathBuf,
     insecure: Vec<String>,
+    mirrors: Vec<RegistryMirror>,
     images: RwLock<BTreeMap<String, Entry>>,
     pulls: Mutex<HashMap<String, PullFuture>>,
     gc: tokio::sync::RwLock<()>,
@@ -131,10 +133,23 @@ impl ImageStore {
     /// # Errors
     /// [`ImageError::Io`] when the directories cannot be made or read.
     pub fn open(root: &Path, insecure: &[String]) -> Result<ImageStore, ImageError> {
+        ImageStore::open_with_mirrors(root, insecure, &[])
+    }
+
+    /// [`ImageStore::open`], pulling the images of each mirrored registry from its mirrors first.
+    ///
+    /// # Errors
+    /// As [`ImageStore::open`].
+    pub fn open_with_mirrors(
+        root: &Path,
+        insecure: &[String],
+        mirrors: &[RegistryMirror],
+    ) -> Result<ImageStore, ImageError> {
         let store = ImageStore {
             inner: Arc::new(Inner {
                 root: root.to_owned(),
                 insecure: insecure.to_vec(),
+                mirrors: mirrors.to_vec(),
                 images: RwLock::new(BTreeMap::new()),
                 pulls: Mutex::new(HashMap::new()),
                 gc: tokio::sync::RwLock::new(()),
@@ -187,6 +202,10 @@ impl ImageStore {
     /// The registries pulled from over plain HTTP.
     pub(crate) fn insecure(&self) -> &[String] {
         &self.inner.insecure
+    }
+
+    pub(crate) fn mirrors(&self) -> &[RegistryMirror] {
+        &self.inner.mirrors
     }
 
     /// `DIR/content/blobs/sha256`.

@@ -285,6 +285,7 @@ mod tests {
             cni_bin_dir: root.join("bin"),
             runtimes: BTreeMap::from([("runc".to_owned(), PathBuf::from("/bin/true"))]),
             insecure_registries: Vec::new(),
+            registry_mirrors: Vec::new(),
             stream_address: std::net::SocketAddr::from(([127, 0, 0, 1], 0)),
         };
         Sandboxes::open(&config)

@@ -70,7 +70,11 @@ impl Shim {
     /// The image store cannot be opened, the containers cannot be restored, or the streaming server
     /// cannot listen.
     pub async fn new(config: Config) -> Result<Shim, StartError> {
-        let images = ImageStore::open(&config.root, &config.insecure_registries)?;
+        let images = ImageStore::open_with_mirrors(
+            &config.root,
+            &config.insecure_registries,
+            &config.registry_mirrors,
+        )?;
         let sandboxes = Sandboxes::open(&config);
         let containers = Containers::open(&config.root, &config.runtimes)
             .map_err(|e| StartError::Io("restoring the containers", e))?;
@@ -177,6 +181,18 @@ impl RuntimeService for Shim {
                 "runtimes": runtimes,
                 "defaultRuntimeName": DEFAULT_HANDLER,
                 "insecureRegistries": config.insecure_registries,
+                // As containerd's registry.mirrors: registry → endpoints, in the order tried.
+                "registryMirrors": config.registry_mirrors.iter().fold(
+                    serde_json::Map::new(),
+                    |mut mirrors, m| {
+                        let scheme = if m.plain_http { "http" } else { "https" };
+                        let endpoints = mirrors.entry(m.registry.clone()).or_insert_with(|| json!([]));
+                        if let Some(list) = endpoints.as_array_mut() {
+                            list.push(json!(format!("{scheme}://{}", m.host)));
+                        }
+                        mirrors
+                    }
+                ),
                 "cgroupDriver": "cgroupfs",
             });
             info.insert("config".to_owned(), config_json.to_string());
