@@ -197,10 +197,14 @@ const fn sub(mut r: Resource, subresources: &'static [Subresource]) -> Resource 
     r
 }
 
-/// Everything served, in kube-apiserver's discovery order (core first, then the groups as upstream
-/// lists them).
+/// Everything served, in kube-apiserver's discovery order: core first, then the groups as upstream
+/// lists them; within a group version, resources by name (upstream's installer sorts them).
 pub const RESOURCES: &[Resource] = &[
-    // core/v1
+    // core/v1, in upstream's order: kube-apiserver sorts a group version's resources by name.
+    short(resource("", "ConfigMap", "configmaps", "configmap"), &["cm"]),
+    short(resource("", "Endpoints", "endpoints", "endpoints"), &["ep"]),
+    short(resource("", "Event", "events", "event"), &["ev"]),
+    short(resource("", "LimitRange", "limitranges", "limitrange"), &["limits"]),
     sub(
         short(
             cluster(Resource {
@@ -214,6 +218,18 @@ pub const RESOURCES: &[Resource] = &[
             status("Namespace"),
         ],
     ),
+    sub(short(cluster(resource("", "Node", "nodes", "node")), &["no"]), &[status("Node")]),
+    sub(
+        short(
+            resource("", "PersistentVolumeClaim", "persistentvolumeclaims", "persistentvolumeclaim"),
+            &["pvc"],
+        ),
+        &[status("PersistentVolumeClaim")],
+    ),
+    sub(
+        short(cluster(resource("", "PersistentVolume", "persistentvolumes", "persistentvolume")), &["pv"]),
+        &[status("PersistentVolume")],
+    ),
     sub(
         all(short(resource("", "Pod", "pods", "pod"), &["po"])),
         &[
@@ -222,29 +238,13 @@ pub const RESOURCES: &[Resource] = &[
             status("Pod"),
         ],
     ),
-    sub(short(cluster(resource("", "Node", "nodes", "node")), &["no"]), &[status("Node")]),
-    sub(all(short(resource("", "Service", "services", "service"), &["svc"])), &[status("Service")]),
-    short(resource("", "Endpoints", "endpoints", "endpoints"), &["ep"]),
-    short(resource("", "ConfigMap", "configmaps", "configmap"), &["cm"]),
-    resource("", "Secret", "secrets", "secret"),
-    short(resource("", "ServiceAccount", "serviceaccounts", "serviceaccount"), &["sa"]),
-    short(resource("", "Event", "events", "event"), &["ev"]),
-    sub(
-        short(cluster(resource("", "PersistentVolume", "persistentvolumes", "persistentvolume")), &["pv"]),
-        &[status("PersistentVolume")],
-    ),
-    sub(
-        short(
-            resource("", "PersistentVolumeClaim", "persistentvolumeclaims", "persistentvolumeclaim"),
-            &["pvc"],
-        ),
-        &[status("PersistentVolumeClaim")],
-    ),
-    short(resource("", "LimitRange", "limitranges", "limitrange"), &["limits"]),
     sub(
         short(resource("", "ResourceQuota", "resourcequotas", "resourcequota"), &["quota"]),
         &[status("ResourceQuota")],
     ),
+    resource("", "Secret", "secrets", "secret"),
+    short(resource("", "ServiceAccount", "serviceaccounts", "serviceaccount"), &["sa"]),
+    sub(all(short(resource("", "Service", "services", "service"), &["svc"])), &[status("Service")]),
     // apps/v1
     sub(
         all(short(resource("apps", "DaemonSet", "daemonsets", "daemonset"), &["ds"])),
@@ -408,5 +408,15 @@ mod tests {
             ]
         );
         assert_eq!(of_group_version("apps", "v1").count(), 4);
+    }
+
+    #[test]
+    fn each_group_version_is_sorted_by_name() {
+        for group in std::iter::once("").chain(groups()) {
+            let names: Vec<&str> = of_group_version(group, "v1").map(|r| r.plural).collect();
+            let mut sorted = names.clone();
+            sorted.sort_unstable();
+            assert_eq!(names, sorted, "{group:?}");
+        }
     }
 }
