@@ -66,8 +66,8 @@ impl Resource {
 
     /// The store key prefix of every object of this resource, as kube-apiserver lays out etcd:
     /// `/registry/<plural>/` with no group for built-in resources, and upstream's historical names for
-    /// services, endpoints and nodes. events.k8s.io events share core events' keys, as upstream's do
-    /// (one object, two API versions).
+    /// services, endpoints, nodes and replication controllers (`controllers`). events.k8s.io events
+    /// share core events' keys, as upstream's do (one object, two API versions).
     pub fn key_prefix(&self) -> String {
         // Custom resources: `/registry/<group>/<plural>/`, as apiextensions-apiserver lays them out.
         if self.custom {
@@ -77,6 +77,7 @@ impl Resource {
             ("", "services") => "services/specs",
             ("", "endpoints") => "services/endpoints",
             ("", "nodes") => "minions",
+            ("", "replicationcontrollers") => "controllers",
             ("apiextensions.k8s.io", "customresourcedefinitions") => {
                 "apiextensions.k8s.io/customresourcedefinitions"
             }
@@ -136,10 +137,12 @@ impl Resource {
             ("", "namespaces") => &["status.phase"],
             ("", "nodes") => &["spec.unschedulable"],
             ("", "persistentvolumeclaims") => &["spec.volumeName"],
+            ("", "replicationcontrollers") => &["status.replicas"],
             ("", "services") => &["spec.clusterIP", "spec.type"],
             ("apps", "replicasets") => &["status.replicas"],
             ("batch", "jobs") => &["status.successful"],
             ("certificates.k8s.io", "certificatesigningrequests") => &["spec.signerName"],
+            ("resource.k8s.io", "resourceslices") => &["spec.nodeName", "spec.driver"],
             _ => &[],
         }
     }
@@ -239,6 +242,13 @@ pub const RESOURCES: &[Resource] = &[
         ],
     ),
     sub(
+        all(short(
+            resource("", "ReplicationController", "replicationcontrollers", "replicationcontroller"),
+            &["rc"],
+        )),
+        &[SCALE, status("ReplicationController")],
+    ),
+    sub(
         short(resource("", "ResourceQuota", "resourcequotas", "resourcequota"), &["quota"]),
         &[status("ResourceQuota")],
     ),
@@ -286,7 +296,14 @@ pub const RESOURCES: &[Resource] = &[
     resource("rbac.authorization.k8s.io", "RoleBinding", "rolebindings", "rolebinding"),
     resource("rbac.authorization.k8s.io", "Role", "roles", "role"),
     // storage.k8s.io/v1
+    cluster(resource("storage.k8s.io", "CSIDriver", "csidrivers", "csidriver")),
+    cluster(resource("storage.k8s.io", "CSINode", "csinodes", "csinode")),
+    resource("storage.k8s.io", "CSIStorageCapacity", "csistoragecapacities", "csistoragecapacity"),
     short(cluster(resource("storage.k8s.io", "StorageClass", "storageclasses", "storageclass")), &["sc"]),
+    sub(
+        cluster(resource("storage.k8s.io", "VolumeAttachment", "volumeattachments", "volumeattachment")),
+        &[status("VolumeAttachment")],
+    ),
     // apiextensions.k8s.io/v1
     sub(
         Resource {
@@ -314,6 +331,13 @@ pub const RESOURCES: &[Resource] = &[
     cluster(resource("node.k8s.io", "RuntimeClass", "runtimeclasses", "runtimeclass")),
     // discovery.k8s.io/v1
     resource("discovery.k8s.io", "EndpointSlice", "endpointslices", "endpointslice"),
+    // resource.k8s.io/v1 (dynamic resource allocation, GA in 1.34)
+    cluster(resource("resource.k8s.io", "DeviceClass", "deviceclasses", "deviceclass")),
+    sub(
+        resource("resource.k8s.io", "ResourceClaim", "resourceclaims", "resourceclaim"),
+        &[status("ResourceClaim")],
+    ),
+    cluster(resource("resource.k8s.io", "ResourceSlice", "resourceslices", "resourceslice")),
 ];
 
 /// The groups served under /apis, in upstream's order (every built-in one at v1), then the groups
@@ -404,7 +428,8 @@ mod tests {
                 "scheduling.k8s.io",
                 "coordination.k8s.io",
                 "node.k8s.io",
-                "discovery.k8s.io"
+                "discovery.k8s.io",
+                "resource.k8s.io"
             ]
         );
         assert_eq!(of_group_version("apps", "v1").count(), 4);
@@ -418,5 +443,54 @@ mod tests {
             sorted.sort_unstable();
             assert_eq!(names, sorted, "{group:?}");
         }
+    }
+
+    /// What kube-apiserver 1.34's discovery says of the resources the scheduler's informers list
+    /// (api/discovery/*.json of k8s.io/kubernetes v1.34.12).
+    #[test]
+    fn scheduler_resources_as_upstream_declares_them() {
+        let rc = find("", "v1", "replicationcontrollers").unwrap();
+        assert_eq!(
+            (rc.kind, rc.singular, rc.namespaced),
+            ("ReplicationController", "replicationcontroller", true)
+        );
+        assert_eq!((rc.short_names, rc.categories, rc.verbs), (&["rc"][..], &["all"][..], ALL_VERBS));
+        let subs: Vec<(&str, &str, &str)> =
+            rc.subresources.iter().map(|s| (s.name, s.kind, s.group)).collect();
+        assert_eq!(subs, [("scale", "Scale", "autoscaling"), ("status", "ReplicationController", "")]);
+        assert_eq!(rc.key_prefix(), "/registry/controllers/");
+        assert!(rc.is_selectable("status.replicas"));
+        let storage: Vec<(&str, bool, Vec<&str>)> = of_group_version("storage.k8s.io", "v1")
+            .map(|r| (r.plural, r.namespaced, r.subresources.iter().map(|s| s.name).collect()))
+            .collect();
+        assert_eq!(
+            storage,
+            [
+                ("csidrivers", false, vec![]),
+                ("csinodes", false, vec![]),
+                ("csistoragecapacities", true, vec![]),
+                ("storageclasses", false, vec![]),
+                ("volumeattachments", false, vec!["status"]),
+            ]
+        );
+        let dra: Vec<(&str, &str, bool, Vec<&str>)> = of_group_version("resource.k8s.io", "v1")
+            .map(|r| (r.plural, r.singular, r.namespaced, r.subresources.iter().map(|s| s.name).collect()))
+            .collect();
+        assert_eq!(
+            dra,
+            [
+                ("deviceclasses", "deviceclass", false, vec![]),
+                ("resourceclaims", "resourceclaim", true, vec!["status"]),
+                ("resourceslices", "resourceslice", false, vec![]),
+            ]
+        );
+        for r in of_group_version("storage.k8s.io", "v1").chain(of_group_version("resource.k8s.io", "v1")) {
+            assert_eq!(r.verbs, ALL_VERBS, "{}", r.plural);
+            assert!(r.categories.is_empty(), "{}", r.plural);
+            assert_eq!(r.key_prefix(), format!("/registry/{}/", r.plural));
+        }
+        let slices = find("resource.k8s.io", "v1", "resourceslices").unwrap();
+        assert!(slices.is_selectable("spec.nodeName") && slices.is_selectable("spec.driver"));
+        assert!(!find("resource.k8s.io", "v1", "resourceclaims").unwrap().is_selectable("spec.devices"));
     }
 }
