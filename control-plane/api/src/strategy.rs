@@ -1,6 +1,7 @@
 //! Per-resource behaviour on writes (upstream's REST strategies), on objects as JSON values: what a
-//! create resets, how an update of the main resource and of `/status` split spec from status, when
-//! `metadata.generation` moves, and how the scale subresource maps to a resource. No IO.
+//! create resets, how an update of the main resource and of `/status` split spec from status, which
+//! resources carry a `metadata.generation` and when it moves, and how the scale subresource maps to
+//! a resource. No IO.
 
 use serde_json::{Value, json};
 
@@ -9,6 +10,31 @@ use crate::resources::Resource;
 /// Whether writes to the main resource leave `status` alone (it has a `/status` subresource).
 pub fn has_status(resource: &Resource) -> bool {
     resource.subresource("status").is_some()
+}
+
+/// Whether objects of `resource` are created with `metadata.generation` 1, as upstream's strategy
+/// sets it (workloads, pods, replication controllers, endpoint slices, disruption budgets, priority
+/// classes, device classes, resource slices, CRDs and custom resources); the others (namespaces,
+/// nodes, services, volumes and claims, volume attachments, resource claims...) carry none.
+pub fn tracks_generation(resource: &Resource) -> bool {
+    resource.custom
+        || matches!(
+            (resource.group, resource.plural),
+            ("", "pods" | "replicationcontrollers")
+                | ("apps", "daemonsets" | "deployments" | "replicasets" | "statefulsets")
+                | ("batch", "cronjobs" | "jobs")
+                | ("discovery.k8s.io", "endpointslices")
+                | ("policy", "poddisruptionbudgets")
+                | ("scheduling.k8s.io", "priorityclasses")
+                | ("resource.k8s.io", "deviceclasses" | "resourceslices")
+                | ("apiextensions.k8s.io", "customresourcedefinitions")
+        )
+}
+
+/// Whether an update whose spec changed gives an object that has no generation yet its first one
+/// (upstream's CSIDriver strategy bumps a generation it never set on create).
+pub fn generation_starts_on_update(resource: &Resource) -> bool {
+    resource.group == "storage.k8s.io" && resource.plural == "csidrivers"
 }
 
 /// Resets what a client may not set on create (PrepareForCreate): the status of resources with a
@@ -359,5 +385,23 @@ mod tests {
             (&scale["spec"]["replicas"], &scale["status"]["replicas"], &scale["status"]["selector"]),
             (&json!(3), &json!(2), &json!("a=1,b=2"))
         );
+    }
+
+    #[test]
+    fn generations_as_upstream_strategies_keep_them() {
+        let tracked = |group: &str, plural: &str| tracks_generation(find(group, "v1", plural).unwrap());
+        assert!(
+            tracked("", "pods") && tracked("", "replicationcontrollers") && tracked("apps", "deployments")
+        );
+        assert!(tracked("resource.k8s.io", "deviceclasses") && tracked("resource.k8s.io", "resourceslices"));
+        assert!(
+            tracked("discovery.k8s.io", "endpointslices") && tracked("scheduling.k8s.io", "priorityclasses")
+        );
+        assert!(!tracked("", "namespaces") && !tracked("", "services") && !tracked("", "nodes"));
+        assert!(
+            !tracked("storage.k8s.io", "volumeattachments") && !tracked("resource.k8s.io", "resourceclaims")
+        );
+        assert!(!tracked("storage.k8s.io", "csidrivers"));
+        assert!(generation_starts_on_update(find("storage.k8s.io", "v1", "csidrivers").unwrap()));
     }
 }

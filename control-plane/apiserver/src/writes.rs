@@ -129,10 +129,12 @@ fn carry_server_fields(existing: &Value, object: &mut Value, resource: &Resource
         map.insert("apiVersion".into(), resource.api_version().into());
         map.insert("kind".into(), resource.kind.into());
     }
-    if strategy::generation_moves(resource, existing, object)
-        && let Some(generation) = existing.pointer("/metadata/generation").and_then(Value::as_i64)
-    {
-        object["metadata"]["generation"] = (generation + 1).into();
+    if strategy::generation_moves(resource, existing, object) {
+        let generation = existing.pointer("/metadata/generation").and_then(Value::as_i64);
+        let generation = generation.or_else(|| strategy::generation_starts_on_update(resource).then_some(0));
+        if let Some(generation) = generation {
+            object["metadata"]["generation"] = (generation + 1).into();
+        }
     }
 }
 
