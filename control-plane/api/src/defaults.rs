@@ -36,6 +36,10 @@ pub fn apply(resource: &Resource, object: &mut Value) {
         }
         ("", "services") => service(object),
         ("", "secrets") => secret(object),
+        ("", "replicationcontrollers") => replication_controller(object),
+        ("storage.k8s.io", "storageclasses") => storage_class(object),
+        ("storage.k8s.io", "csidrivers") => csi_driver(object),
+        ("resource.k8s.io", "resourceclaims") => resource_claim(object),
         ("apps", "deployments" | "replicasets" | "statefulsets" | "daemonsets") | ("batch", "jobs") => {
             if let Some(spec) = object.pointer_mut("/spec/template/spec") {
                 pod_spec(spec);
@@ -70,6 +74,90 @@ pub fn apply(resource: &Resource, object: &mut Value) {
             }
         }
         _ => {}
+    }
+}
+
+/// SetDefaults_ReplicationController: the template's labels as the selector and as the object's
+/// labels when those are empty, one replica, the template's pod spec defaulted.
+fn replication_controller(object: &mut Value) {
+    let template_labels = object.pointer("/spec/template/metadata/labels").filter(|l| l.is_object()).cloned();
+    let empty = |value: Option<&Value>| value.and_then(Value::as_object).is_none_or(Map::is_empty);
+    if let Some(labels) = template_labels {
+        if let Some(spec) = object.get_mut("spec").and_then(object_mut)
+            && empty(spec.get("selector"))
+        {
+            spec.insert("selector".to_owned(), labels.clone());
+        }
+        if let Some(metadata) = object.get_mut("metadata").and_then(object_mut)
+            && empty(metadata.get("labels"))
+        {
+            metadata.insert("labels".to_owned(), labels);
+        }
+    }
+    if let Some(spec) = object.get_mut("spec").and_then(object_mut) {
+        or_insert(spec, "replicas", json!(1));
+    }
+    if let Some(spec) = object.pointer_mut("/spec/template/spec") {
+        pod_spec(spec);
+    }
+}
+
+/// SetDefaults_StorageClass: reclaim policy Delete, binding mode Immediate (the scheduler's volume
+/// binding refuses a class without a mode).
+fn storage_class(object: &mut Value) {
+    let Some(map) = object_mut(object) else { return };
+    or_insert(map, "reclaimPolicy", json!("Delete"));
+    or_insert(map, "volumeBindingMode", json!("Immediate"));
+}
+
+/// SetDefaults_CSIDriver (with SELinuxMountReadWriteOncePod on, as in 1.34).
+fn csi_driver(object: &mut Value) {
+    let Some(spec) = object.get_mut("spec").and_then(object_mut) else { return };
+    or_insert(spec, "attachRequired", json!(true));
+    or_insert(spec, "podInfoOnMount", json!(false));
+    or_insert(spec, "storageCapacity", json!(false));
+    or_insert(spec, "fsGroupPolicy", json!("ReadWriteOnceWithFSType"));
+    if spec.get("volumeLifecycleModes").and_then(Value::as_array).is_none_or(Vec::is_empty) {
+        spec.insert("volumeLifecycleModes".to_owned(), json!(["Persistent"]));
+    }
+    or_insert(spec, "requiresRepublish", json!(false));
+    or_insert(spec, "seLinuxMount", json!(false));
+}
+
+/// SetObjectDefaults_ResourceClaim: each exact request and each alternative of `firstAvailable`
+/// allocates `ExactCount` devices, one unless counted; tolerations compare with `Equal`.
+fn resource_claim(object: &mut Value) {
+    fn device_request(request: &mut Value) {
+        let Some(map) = object_mut(request) else { return };
+        or_insert(map, "allocationMode", json!("ExactCount"));
+        if map.get("allocationMode").and_then(Value::as_str) == Some("ExactCount")
+            && map.get("count").and_then(Value::as_i64).is_none_or(|n| n == 0)
+        {
+            map.insert("count".to_owned(), json!(1));
+        }
+        tolerations(map);
+    }
+    fn tolerations(map: &mut Map<String, Value>) {
+        for toleration in map.get_mut("tolerations").and_then(Value::as_array_mut).into_iter().flatten() {
+            if let Some(toleration) = object_mut(toleration) {
+                or_insert(toleration, "operator", json!("Equal"));
+            }
+        }
+    }
+    let requests = object.pointer_mut("/spec/devices/requests").and_then(Value::as_array_mut);
+    for request in requests.into_iter().flatten() {
+        if let Some(exactly) = request.get_mut("exactly").filter(|e| e.is_object()) {
+            device_request(exactly);
+        }
+        for alternative in
+            request.get_mut("firstAvailable").and_then(Value::as_array_mut).into_iter().flatten()
+        {
+            device_request(alternative);
+        }
+    }
+    let results = object.pointer_mut("/status/allocation/devices/results").and_then(Value::as_array_mut);
+    for result in results.into_iter().flatten().filter_map(object_mut) {
+        tolerations(result);
     }
 }
 
@@ -225,6 +313,65 @@ mod tests {
         assert_eq!(pulls, ["Always", "IfNotPresent", "IfNotPresent"]);
         assert_eq!(spec["containers"][1]["ports"][0]["protocol"], "TCP");
         assert_eq!(spec["containers"][0]["terminationMessagePolicy"], "File");
+    }
+
+    #[test]
+    fn replication_controllers() {
+        let rcs = find("", "v1", "replicationcontrollers").unwrap();
+        let mut rc = json!({"metadata": {"name": "rc"}, "spec": {"template": {
+            "metadata": {"labels": {"app": "web"}}, "spec": {"containers": [{"name": "a", "image": "x:1"}]}}}});
+        apply(rcs, &mut rc);
+        assert_eq!(
+            (&rc["spec"]["selector"], &rc["metadata"]["labels"], &rc["spec"]["replicas"]),
+            (&json!({"app": "web"}), &json!({"app": "web"}), &json!(1))
+        );
+        assert_eq!(rc["spec"]["template"]["spec"]["restartPolicy"], "Always");
+        let mut own = json!({"metadata": {"labels": {"mine": "1"}}, "spec": {"replicas": 0, "selector": {"app": "web"},
+            "template": {"metadata": {"labels": {"app": "web", "v": "2"}}}}});
+        apply(rcs, &mut own);
+        assert_eq!(
+            (&own["spec"]["selector"], &own["metadata"]["labels"], &own["spec"]["replicas"]),
+            (&json!({"app": "web"}), &json!({"mine": "1"}), &json!(0)),
+            "what is given stays"
+        );
+    }
+
+    #[test]
+    fn storage_and_resource_claims() {
+        let classes = find("storage.k8s.io", "v1", "storageclasses").unwrap();
+        let mut class = json!({"provisioner": "p"});
+        apply(classes, &mut class);
+        assert_eq!(
+            class,
+            json!({"provisioner": "p", "reclaimPolicy": "Delete", "volumeBindingMode": "Immediate"})
+        );
+        let drivers = find("storage.k8s.io", "v1", "csidrivers").unwrap();
+        let mut driver = json!({"spec": {"attachRequired": false}});
+        apply(drivers, &mut driver);
+        assert_eq!(
+            driver["spec"],
+            json!({"attachRequired": false, "podInfoOnMount": false, "storageCapacity": false,
+                   "fsGroupPolicy": "ReadWriteOnceWithFSType", "volumeLifecycleModes": ["Persistent"],
+                   "requiresRepublish": false, "seLinuxMount": false})
+        );
+        let claims = find("resource.k8s.io", "v1", "resourceclaims").unwrap();
+        let mut claim = json!({"spec": {"devices": {"requests": [
+            {"name": "a", "exactly": {"deviceClassName": "gpu", "tolerations": [{"key": "k"}]}},
+            {"name": "b", "exactly": {"deviceClassName": "gpu", "allocationMode": "All"}},
+            {"name": "c", "firstAvailable": [{"name": "big", "deviceClassName": "gpu", "count": 2}]}
+        ]}}});
+        apply(claims, &mut claim);
+        let requests = &claim["spec"]["devices"]["requests"];
+        assert_eq!(
+            requests[0]["exactly"],
+            json!({"deviceClassName": "gpu", "allocationMode": "ExactCount", "count": 1,
+                   "tolerations": [{"key": "k", "operator": "Equal"}]})
+        );
+        assert_eq!(requests[1]["exactly"], json!({"deviceClassName": "gpu", "allocationMode": "All"}));
+        assert_eq!(
+            requests[2]["firstAvailable"][0],
+            json!({"name": "big", "deviceClassName": "gpu", "count": 2, "allocationMode": "ExactCount"})
+        );
     }
 
     #[test]

@@ -279,6 +279,94 @@ mod tests {
         assert!(api_resource_list("apps", "v2").is_none());
     }
 
+    /// The resource lists in kube-apiserver 1.34's order (its api/discovery fixtures), less what
+    /// Keel does not serve (bindings, componentstatuses, podtemplates, the proxy, exec, attach, log,
+    /// portforward, ephemeralcontainers, resize and token subresources, volumeattributesclasses,
+    /// resourceclaimtemplates).
+    #[test]
+    fn resource_lists_in_upstreams_order() {
+        let names = |group: &str| -> Vec<String> {
+            api_resource_list(group, "v1").unwrap().resources.into_iter().map(|r| r.name).collect()
+        };
+        assert_eq!(
+            names(""),
+            [
+                "configmaps",
+                "endpoints",
+                "events",
+                "limitranges",
+                "namespaces",
+                "namespaces/finalize",
+                "namespaces/status",
+                "nodes",
+                "nodes/status",
+                "persistentvolumeclaims",
+                "persistentvolumeclaims/status",
+                "persistentvolumes",
+                "persistentvolumes/status",
+                "pods",
+                "pods/binding",
+                "pods/eviction",
+                "pods/status",
+                "replicationcontrollers",
+                "replicationcontrollers/scale",
+                "replicationcontrollers/status",
+                "resourcequotas",
+                "resourcequotas/status",
+                "secrets",
+                "serviceaccounts",
+                "services",
+                "services/status",
+            ]
+        );
+        assert_eq!(
+            names("storage.k8s.io"),
+            [
+                "csidrivers",
+                "csinodes",
+                "csistoragecapacities",
+                "storageclasses",
+                "volumeattachments",
+                "volumeattachments/status"
+            ]
+        );
+        assert_eq!(
+            names("resource.k8s.io"),
+            ["deviceclasses", "resourceclaims", "resourceclaims/status", "resourceslices"]
+        );
+        let core = api_resource_list("", "v1").unwrap();
+        let scale = core.resources.iter().find(|r| r.name == "replicationcontrollers/scale").unwrap();
+        assert_eq!(
+            (scale.kind.as_str(), scale.group.as_deref(), scale.version.as_deref(), scale.namespaced),
+            ("Scale", Some("autoscaling"), Some("v1"), true)
+        );
+        let json = serde_json::to_value(api_resource_list("resource.k8s.io", "v1").unwrap()).unwrap();
+        assert_eq!(
+            json["resources"][0],
+            json!({"name": "deviceclasses", "singularName": "deviceclass", "namespaced": false, "kind": "DeviceClass",
+                   "verbs": ["create", "delete", "deletecollection", "get", "list", "patch", "update", "watch"]})
+        );
+        let groups = api_group_list();
+        assert_eq!(groups.groups.last().map(|g| g.name.as_str()), Some("resource.k8s.io"));
+        assert_eq!(
+            api_group("resource.k8s.io").preferred_version.map(|v| v.group_version),
+            Some("resource.k8s.io/v1".to_owned())
+        );
+        let aggregated = aggregated(false, "v2");
+        let dra = aggregated["items"].as_array().unwrap().last().unwrap();
+        assert_eq!(dra["metadata"]["name"], "resource.k8s.io");
+        let claims = &dra["versions"][0]["resources"][1];
+        assert_eq!(
+            (&claims["resource"], &claims["scope"], &claims["subresources"]),
+            (
+                &json!("resourceclaims"),
+                &json!("Namespaced"),
+                &json!([{"subresource": "status", "responseKind": {"group": "", "version": "", "kind": "ResourceClaim"},
+                         "verbs": ["get", "patch", "update"]}])
+            )
+        );
+    }
+
     #[test]
     fn groups_and_versions() {
         let groups = serde_json::to_value(api_group_list()).unwrap();

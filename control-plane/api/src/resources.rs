@@ -66,8 +66,8 @@ impl Resource {
 
     /// The store key prefix of every object of this resource, as kube-apiserver lays out etcd:
     /// `/registry/<plural>/` with no group for built-in resources, and upstream's historical names for
-    /// services, endpoints and nodes. events.k8s.io events share core events' keys, as upstream's do
-    /// (one object, two API versions).
+    /// services, endpoints, nodes and replication controllers (`controllers`). events.k8s.io events
+    /// share core events' keys, as upstream's do (one object, two API versions).
     pub fn key_prefix(&self) -> String {
         // Custom resources: `/registry/<group>/<plural>/`, as apiextensions-apiserver lays them out.
         if self.custom {
@@ -77,6 +77,7 @@ impl Resource {
             ("", "services") => "services/specs",
             ("", "endpoints") => "services/endpoints",
             ("", "nodes") => "minions",
+            ("", "replicationcontrollers") => "controllers",
             ("apiextensions.k8s.io", "customresourcedefinitions") => {
                 "apiextensions.k8s.io/customresourcedefinitions"
             }
@@ -136,10 +137,12 @@ impl Resource {
             ("", "namespaces") => &["status.phase"],
             ("", "nodes") => &["spec.unschedulable"],
             ("", "persistentvolumeclaims") => &["spec.volumeName"],
+            ("", "replicationcontrollers") => &["status.replicas"],
             ("", "services") => &["spec.clusterIP", "spec.type"],
             ("apps", "replicasets") => &["status.replicas"],
             ("batch", "jobs") => &["status.successful"],
             ("certificates.k8s.io", "certificatesigningrequests") => &["spec.signerName"],
+            ("resource.k8s.io", "resourceslices") => &["spec.nodeName", "spec.driver"],
             _ => &[],
         }
     }
@@ -197,10 +200,14 @@ const fn sub(mut r: Resource, subresources: &'static [Subresource]) -> Resource 
     r
 }
 
-/// Everything served, in kube-apiserver's discovery order (core first, then the groups as upstream
-/// lists them).
+/// Everything served, in kube-apiserver's discovery order: core first, then the groups as upstream
+/// lists them; within a group version, resources by name (upstream's installer sorts them).
 pub const RESOURCES: &[Resource] = &[
-    // core/v1
+    // core/v1, in upstream's order: kube-apiserver sorts a group version's resources by name.
+    short(resource("", "ConfigMap", "configmaps", "configmap"), &["cm"]),
+    short(resource("", "Endpoints", "endpoints", "endpoints"), &["ep"]),
+    short(resource("", "Event", "events", "event"), &["ev"]),
+    short(resource("", "LimitRange", "limitranges", "limitrange"), &["limits"]),
     sub(
         short(
             cluster(Resource {
@@ -214,6 +221,18 @@ pub const RESOURCES: &[Resource] = &[
             status("Namespace"),
         ],
     ),
+    sub(short(cluster(resource("", "Node", "nodes", "node")), &["no"]), &[status("Node")]),
+    sub(
+        short(
+            resource("", "PersistentVolumeClaim", "persistentvolumeclaims", "persistentvolumeclaim"),
+            &["pvc"],
+        ),
+        &[status("PersistentVolumeClaim")],
+    ),
+    sub(
+        short(cluster(resource("", "PersistentVolume", "persistentvolumes", "persistentvolume")), &["pv"]),
+        &[status("PersistentVolume")],
+    ),
     sub(
         all(short(resource("", "Pod", "pods", "pod"), &["po"])),
         &[
@@ -222,29 +241,20 @@ pub const RESOURCES: &[Resource] = &[
             status("Pod"),
         ],
     ),
-    sub(short(cluster(resource("", "Node", "nodes", "node")), &["no"]), &[status("Node")]),
-    sub(all(short(resource("", "Service", "services", "service"), &["svc"])), &[status("Service")]),
-    short(resource("", "Endpoints", "endpoints", "endpoints"), &["ep"]),
-    short(resource("", "ConfigMap", "configmaps", "configmap"), &["cm"]),
-    resource("", "Secret", "secrets", "secret"),
-    short(resource("", "ServiceAccount", "serviceaccounts", "serviceaccount"), &["sa"]),
-    short(resource("", "Event", "events", "event"), &["ev"]),
     sub(
-        short(cluster(resource("", "PersistentVolume", "persistentvolumes", "persistentvolume")), &["pv"]),
-        &[status("PersistentVolume")],
+        all(short(
+            resource("", "ReplicationController", "replicationcontrollers", "replicationcontroller"),
+            &["rc"],
+        )),
+        &[SCALE, status("ReplicationController")],
     ),
-    sub(
-        short(
-            resource("", "PersistentVolumeClaim", "persistentvolumeclaims", "persistentvolumeclaim"),
-            &["pvc"],
-        ),
-        &[status("PersistentVolumeClaim")],
-    ),
-    short(resource("", "LimitRange", "limitranges", "limitrange"), &["limits"]),
     sub(
         short(resource("", "ResourceQuota", "resourcequotas", "resourcequota"), &["quota"]),
         &[status("ResourceQuota")],
     ),
+    resource("", "Secret", "secrets", "secret"),
+    short(resource("", "ServiceAccount", "serviceaccounts", "serviceaccount"), &["sa"]),
+    sub(all(short(resource("", "Service", "services", "service"), &["svc"])), &[status("Service")]),
     // apps/v1
     sub(
         all(short(resource("apps", "DaemonSet", "daemonsets", "daemonset"), &["ds"])),
@@ -286,7 +296,14 @@ pub const RESOURCES: &[Resource] = &[
     resource("rbac.authorization.k8s.io", "RoleBinding", "rolebindings", "rolebinding"),
     resource("rbac.authorization.k8s.io", "Role", "roles", "role"),
     // storage.k8s.io/v1
+    cluster(resource("storage.k8s.io", "CSIDriver", "csidrivers", "csidriver")),
+    cluster(resource("storage.k8s.io", "CSINode", "csinodes", "csinode")),
+    resource("storage.k8s.io", "CSIStorageCapacity", "csistoragecapacities", "csistoragecapacity"),
     short(cluster(resource("storage.k8s.io", "StorageClass", "storageclasses", "storageclass")), &["sc"]),
+    sub(
+        cluster(resource("storage.k8s.io", "VolumeAttachment", "volumeattachments", "volumeattachment")),
+        &[status("VolumeAttachment")],
+    ),
     // apiextensions.k8s.io/v1
     sub(
         Resource {
@@ -314,6 +331,13 @@ pub const RESOURCES: &[Resource] = &[
     cluster(resource("node.k8s.io", "RuntimeClass", "runtimeclasses", "runtimeclass")),
     // discovery.k8s.io/v1
     resource("discovery.k8s.io", "EndpointSlice", "endpointslices", "endpointslice"),
+    // resource.k8s.io/v1 (dynamic resource allocation, GA in 1.34)
+    cluster(resource("resource.k8s.io", "DeviceClass", "deviceclasses", "deviceclass")),
+    sub(
+        resource("resource.k8s.io", "ResourceClaim", "resourceclaims", "resourceclaim"),
+        &[status("ResourceClaim")],
+    ),
+    cluster(resource("resource.k8s.io", "ResourceSlice", "resourceslices", "resourceslice")),
 ];
 
 /// The groups served under /apis, in upstream's order (every built-in one at v1), then the groups
@@ -404,9 +428,69 @@ mod tests {
                 "scheduling.k8s.io",
                 "coordination.k8s.io",
                 "node.k8s.io",
-                "discovery.k8s.io"
+                "discovery.k8s.io",
+                "resource.k8s.io"
             ]
         );
         assert_eq!(of_group_version("apps", "v1").count(), 4);
+    }
+
+    #[test]
+    fn each_group_version_is_sorted_by_name() {
+        for group in std::iter::once("").chain(groups()) {
+            let names: Vec<&str> = of_group_version(group, "v1").map(|r| r.plural).collect();
+            let mut sorted = names.clone();
+            sorted.sort_unstable();
+            assert_eq!(names, sorted, "{group:?}");
+        }
+    }
+
+    /// What kube-apiserver 1.34's discovery says of the resources the scheduler's informers list
+    /// (api/discovery/*.json of k8s.io/kubernetes v1.34.12).
+    #[test]
+    fn scheduler_resources_as_upstream_declares_them() {
+        let rc = find("", "v1", "replicationcontrollers").unwrap();
+        assert_eq!(
+            (rc.kind, rc.singular, rc.namespaced),
+            ("ReplicationController", "replicationcontroller", true)
+        );
+        assert_eq!((rc.short_names, rc.categories, rc.verbs), (&["rc"][..], &["all"][..], ALL_VERBS));
+        let subs: Vec<(&str, &str, &str)> =
+            rc.subresources.iter().map(|s| (s.name, s.kind, s.group)).collect();
+        assert_eq!(subs, [("scale", "Scale", "autoscaling"), ("status", "ReplicationController", "")]);
+        assert_eq!(rc.key_prefix(), "/registry/controllers/");
+        assert!(rc.is_selectable("status.replicas"));
+        let storage: Vec<(&str, bool, Vec<&str>)> = of_group_version("storage.k8s.io", "v1")
+            .map(|r| (r.plural, r.namespaced, r.subresources.iter().map(|s| s.name).collect()))
+            .collect();
+        assert_eq!(
+            storage,
+            [
+                ("csidrivers", false, vec![]),
+                ("csinodes", false, vec![]),
+                ("csistoragecapacities", true, vec![]),
+                ("storageclasses", false, vec![]),
+                ("volumeattachments", false, vec!["status"]),
+            ]
+        );
+        let dra: Vec<(&str, &str, bool, Vec<&str>)> = of_group_version("resource.k8s.io", "v1")
+            .map(|r| (r.plural, r.singular, r.namespaced, r.subresources.iter().map(|s| s.name).collect()))
+            .collect();
+        assert_eq!(
+            dra,
+            [
+                ("deviceclasses", "deviceclass", false, vec![]),
+                ("resourceclaims", "resourceclaim", true, vec!["status"]),
+                ("resourceslices", "resourceslice", false, vec![]),
+            ]
+        );
+        for r in of_group_version("storage.k8s.io", "v1").chain(of_group_version("resource.k8s.io", "v1")) {
+            assert_eq!(r.verbs, ALL_VERBS, "{}", r.plural);
+            assert!(r.categories.is_empty(), "{}", r.plural);
+            assert_eq!(r.key_prefix(), format!("/registry/{}/", r.plural));
+        }
+        let slices = find("resource.k8s.io", "v1", "resourceslices").unwrap();
+        assert!(slices.is_selectable("spec.nodeName") && slices.is_selectable("spec.driver"));
+        assert!(!find("resource.k8s.io", "v1", "resourceclaims").unwrap().is_selectable("spec.devices"));
     }
 }

@@ -1,6 +1,7 @@
 //! Per-resource behaviour on writes (upstream's REST strategies), on objects as JSON values: what a
-//! create resets, how an update of the main resource and of `/status` split spec from status, when
-//! `metadata.generation` moves, and how the scale subresource maps to a resource. No IO.
+//! create resets, how an update of the main resource and of `/status` split spec from status, which
+//! resources carry a `metadata.generation` and when it moves, and how the scale subresource maps to
+//! a resource. No IO.
 
 use serde_json::{Value, json};
 
@@ -9,6 +10,31 @@ use crate::resources::Resource;
 /// Whether writes to the main resource leave `status` alone (it has a `/status` subresource).
 pub fn has_status(resource: &Resource) -> bool {
     resource.subresource("status").is_some()
+}
+
+/// Whether objects of `resource` are created with `metadata.generation` 1, as upstream's strategy
+/// sets it (workloads, pods, replication controllers, endpoint slices, disruption budgets, priority
+/// classes, device classes, resource slices, CRDs and custom resources); the others (namespaces,
+/// nodes, services, volumes and claims, volume attachments, resource claims...) carry none.
+pub fn tracks_generation(resource: &Resource) -> bool {
+    resource.custom
+        || matches!(
+            (resource.group, resource.plural),
+            ("", "pods" | "replicationcontrollers")
+                | ("apps", "daemonsets" | "deployments" | "replicasets" | "statefulsets")
+                | ("batch", "cronjobs" | "jobs")
+                | ("discovery.k8s.io", "endpointslices")
+                | ("policy", "poddisruptionbudgets")
+                | ("scheduling.k8s.io", "priorityclasses")
+                | ("resource.k8s.io", "deviceclasses" | "resourceslices")
+                | ("apiextensions.k8s.io", "customresourcedefinitions")
+        )
+}
+
+/// Whether an update whose spec changed gives an object that has no generation yet its first one
+/// (upstream's CSIDriver strategy bumps a generation it never set on create).
+pub fn generation_starts_on_update(resource: &Resource) -> bool {
+    resource.group == "storage.k8s.io" && resource.plural == "csidrivers"
 }
 
 /// Resets what a client may not set on create (PrepareForCreate): the status of resources with a
@@ -50,6 +76,12 @@ pub fn prepare_for_create(resource: &Resource, object: &mut Value) {
         _ if has_status(resource) => {
             map.remove("status");
         }
+        // MutableCSINodeAllocatableCount is off in 1.34: its field is dropped.
+        ("storage.k8s.io", "csidrivers") => {
+            if let Some(Value::Object(spec)) = map.get_mut("spec") {
+                spec.remove("nodeAllocatableUpdatePeriodSeconds");
+            }
+        }
         _ => {}
     }
 }
@@ -68,6 +100,13 @@ pub fn prepare_for_update(resource: &Resource, old: &Value, new: &mut Value) {
             Some(status) => map.insert("status".into(), status.clone()),
             None => map.remove("status"),
         };
+    }
+    if resource.group == "storage.k8s.io"
+        && resource.plural == "csidrivers"
+        && old.pointer("/spec/nodeAllocatableUpdatePeriodSeconds").is_none()
+        && let Some(spec) = new.get_mut("spec").and_then(Value::as_object_mut)
+    {
+        spec.remove("nodeAllocatableUpdatePeriodSeconds");
     }
     if let Some(storage) = stored
         && let Some(status) = new.get_mut("status").and_then(Value::as_object_mut)
@@ -198,24 +237,40 @@ fn scale(object: &Value, spec_replicas: &Value, status_replicas: &Value, selecto
     })
 }
 
-/// The autoscaling/v1 Scale of a scalable object (deployments, replicasets, statefulsets, custom
-/// resources with a scale subresource).
+/// The autoscaling/v1 Scale of a scalable object (deployments, replicasets, statefulsets,
+/// replication controllers, custom resources with a scale subresource). The selector is upstream's
+/// string form of the object's selector: a LabelSelector's match labels and expressions, a
+/// replication controller's label map.
 pub fn scale_of(resource: &Resource, object: &Value) -> Value {
     if let Some(paths) = crate::custom::version_of(resource).and_then(|v| v.scale.clone()) {
         return custom_scale(&paths, object);
     }
-    let selector = object.pointer("/spec/selector/matchLabels").and_then(Value::as_object).map(|labels| {
-        let mut pairs: Vec<String> =
-            labels.iter().map(|(k, v)| format!("{k}={}", v.as_str().unwrap_or_default())).collect();
-        pairs.sort();
-        pairs.join(",")
-    });
+    let label_map = resource.group.is_empty() && resource.plural == "replicationcontrollers";
+    let selector = match object.pointer("/spec/selector") {
+        Some(Value::Object(labels)) if label_map => {
+            let set =
+                labels.iter().map(|(k, v)| (k.clone(), v.as_str().unwrap_or_default().to_owned())).collect();
+            crate::labels::LabelSelector::from_set(&set).map(|s| s.to_string()).unwrap_or_default()
+        }
+        Some(selector @ Value::Object(_)) => label_selector_string(selector),
+        _ => String::new(),
+    };
     scale(
         object,
         &object.pointer("/spec/replicas").cloned().unwrap_or(json!(default_replicas(resource))),
         &object.pointer("/status/replicas").cloned().unwrap_or(json!(0)),
-        &selector.unwrap_or_default(),
+        &selector,
     )
+}
+
+/// `metav1.LabelSelectorAsSelector(selector).String()`; empty for one that does not convert.
+fn label_selector_string(selector: &Value) -> String {
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
+    serde_json::from_value::<LabelSelector>(selector.clone())
+        .ok()
+        .and_then(|s| crate::labels::LabelSelector::from_k8s(&s).ok())
+        .map(|s| s.to_string())
+        .unwrap_or_default()
 }
 
 fn default_replicas(_resource: &Resource) -> i64 {
@@ -318,5 +373,35 @@ mod tests {
         assert_eq!(d["spec"]["replicas"], 4);
         assert!(apply_scale(&mut d, &json!({"spec": {"replicas": -1}})).is_err());
         assert!(apply_scale(&mut d, &json!({"spec": {}})).is_err());
+        let sets = find("apps", "v1", "replicasets").unwrap();
+        let rs = json!({"spec": {"selector": {"matchLabels": {"app": "web"},
+            "matchExpressions": [{"key": "tier", "operator": "In", "values": ["fe", "be"]}]}}});
+        assert_eq!(scale_of(sets, &rs)["status"]["selector"], "app=web,tier in (be,fe)");
+        let rcs = find("", "v1", "replicationcontrollers").unwrap();
+        let rc = json!({"metadata": {"name": "rc"}, "spec": {"replicas": 3, "selector": {"b": "2", "a": "1"}},
+                        "status": {"replicas": 2}});
+        let scale = scale_of(rcs, &rc);
+        assert_eq!(
+            (&scale["spec"]["replicas"], &scale["status"]["replicas"], &scale["status"]["selector"]),
+            (&json!(3), &json!(2), &json!("a=1,b=2"))
+        );
+    }
+
+    #[test]
+    fn generations_as_upstream_strategies_keep_them() {
+        let tracked = |group: &str, plural: &str| tracks_generation(find(group, "v1", plural).unwrap());
+        assert!(
+            tracked("", "pods") && tracked("", "replicationcontrollers") && tracked("apps", "deployments")
+        );
+        assert!(tracked("resource.k8s.io", "deviceclasses") && tracked("resource.k8s.io", "resourceslices"));
+        assert!(
+            tracked("discovery.k8s.io", "endpointslices") && tracked("scheduling.k8s.io", "priorityclasses")
+        );
+        assert!(!tracked("", "namespaces") && !tracked("", "services") && !tracked("", "nodes"));
+        assert!(
+            !tracked("storage.k8s.io", "volumeattachments") && !tracked("resource.k8s.io", "resourceclaims")
+        );
+        assert!(!tracked("storage.k8s.io", "csidrivers"));
+        assert!(generation_starts_on_update(find("storage.k8s.io", "v1", "csidrivers").unwrap()));
     }
 }

@@ -6,7 +6,7 @@
 use std::collections::BTreeSet;
 
 use k8s_openapi::api::{
-    apps, batch, coordination, core, discovery, events, node, policy, rbac, scheduling, storage,
+    apps, batch, coordination, core, discovery, events, node, policy, rbac, resource, scheduling, storage,
 };
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
@@ -33,6 +33,11 @@ macro_rules! typed_resources {
                 _ => Ok(object.clone()),
             }
         }
+
+        /// Whether a built-in resource is read through a k8s-openapi type (every served one is).
+        pub fn has_type(resource: &Resource) -> bool {
+            matches!((resource.group, resource.plural), $(($group, $plural))|*)
+        }
     };
 }
 
@@ -50,6 +55,7 @@ typed_resources! {
     "" "persistentvolumeclaims" => core::v1::PersistentVolumeClaim,
     "" "limitranges" => core::v1::LimitRange,
     "" "resourcequotas" => core::v1::ResourceQuota,
+    "" "replicationcontrollers" => core::v1::ReplicationController,
     "apps" "daemonsets" => apps::v1::DaemonSet,
     "apps" "deployments" => apps::v1::Deployment,
     "apps" "replicasets" => apps::v1::ReplicaSet,
@@ -63,10 +69,17 @@ typed_resources! {
     "rbac.authorization.k8s.io" "rolebindings" => rbac::v1::RoleBinding,
     "rbac.authorization.k8s.io" "roles" => rbac::v1::Role,
     "storage.k8s.io" "storageclasses" => storage::v1::StorageClass,
+    "storage.k8s.io" "csidrivers" => storage::v1::CSIDriver,
+    "storage.k8s.io" "csinodes" => storage::v1::CSINode,
+    "storage.k8s.io" "csistoragecapacities" => storage::v1::CSIStorageCapacity,
+    "storage.k8s.io" "volumeattachments" => storage::v1::VolumeAttachment,
     "scheduling.k8s.io" "priorityclasses" => scheduling::v1::PriorityClass,
     "coordination.k8s.io" "leases" => coordination::v1::Lease,
     "node.k8s.io" "runtimeclasses" => node::v1::RuntimeClass,
     "discovery.k8s.io" "endpointslices" => discovery::v1::EndpointSlice,
+    "resource.k8s.io" "deviceclasses" => resource::v1::DeviceClass,
+    "resource.k8s.io" "resourceclaims" => resource::v1::ResourceClaim,
+    "resource.k8s.io" "resourceslices" => resource::v1::ResourceSlice,
     "apiextensions.k8s.io" "customresourcedefinitions" => CustomResourceDefinition,
 }
 
@@ -219,6 +232,22 @@ mod tests {
                 &round_trip(secrets, &json!({"data": {"a": "YQ=="}})).unwrap()
             )
             .is_empty()
+        );
+    }
+
+    #[test]
+    fn every_served_resource_has_its_type() {
+        for r in crate::resources::RESOURCES {
+            assert!(has_type(r), "{}/{} has no k8s-openapi type", r.group, r.plural);
+        }
+        let claims = find("resource.k8s.io", "v1", "resourceclaims").unwrap();
+        let claim = json!({"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim", "metadata": {"name": "gpu"},
+            "spec": {"devices": {"requests": [{"name": "g", "exactly": {"deviceClassName": "gpu", "count": 2, "typo": 1}}]}}});
+        let typed = round_trip(claims, &claim).unwrap();
+        assert_eq!(unknown_fields(&claim, &typed), ["spec.devices.requests[0].exactly.typo"]);
+        let rc = find("", "v1", "replicationcontrollers").unwrap();
+        assert!(
+            round_trip(rc, &json!({"spec": {"selector": {"app": 1}}})).unwrap_err().contains("invalid type")
         );
     }
 

@@ -4,11 +4,13 @@
 //! [`protobuf`]);
 //! reads are served from the watch cache ([`cache`], [`watch`]) or the store ([`handlers`]); writes
 //! are defaulted, admitted ([`admission`]), typed and validated ([`validation`], keel-api's
-//! validation) and stored ([`objects`], [`writes`], [`services`] allocation, [`eviction`]);
+//! validation) and stored ([`objects`], [`writes`], [`services`] allocation, [`binding`],
+//! [`eviction`]);
 //! /openapi/v2 and /openapi/v3 are served from documents built at start ([`openapi`]).
 
 pub mod admission;
 pub mod auth;
+pub mod binding;
 pub mod cache;
 pub mod crd;
 pub mod eviction;

@@ -186,7 +186,7 @@ pub fn prepare_create(
     metadata.insert("creationTimestamp".into(), now.into());
     metadata.remove("resourceVersion");
     metadata.remove("deletionTimestamp");
-    if !resource.subresources.is_empty() {
+    if keel_api::strategy::tracks_generation(resource) {
         metadata.insert("generation".into(), 1.into());
     }
     Ok(name)
@@ -331,6 +331,11 @@ mod tests {
         let mut object = json!({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "web"}});
         prepare_create(&mut object, deployments, Some("a"), "u", 1, "t").unwrap();
         assert_eq!(object["metadata"]["generation"], 1);
+        // Upstream's namespace strategy keeps no generation, whatever its subresources.
+        let namespaces = find("", "v1", "namespaces").unwrap();
+        let mut object = json!({"metadata": {"name": "ns"}});
+        prepare_create(&mut object, namespaces, None, "u", 1, "t").unwrap();
+        assert!(object["metadata"].get("generation").is_none(), "{object}");
     }
 
     #[test]

@@ -129,10 +129,12 @@ fn carry_server_fields(existing: &Value, object: &mut Value, resource: &Resource
         map.insert("apiVersion".into(), resource.api_version().into());
         map.insert("kind".into(), resource.kind.into());
     }
-    if strategy::generation_moves(resource, existing, object)
-        && let Some(generation) = existing.pointer("/metadata/generation").and_then(Value::as_i64)
-    {
-        object["metadata"]["generation"] = (generation + 1).into();
+    if strategy::generation_moves(resource, existing, object) {
+        let generation = existing.pointer("/metadata/generation").and_then(Value::as_i64);
+        let generation = generation.or_else(|| strategy::generation_starts_on_update(resource).then_some(0));
+        if let Some(generation) = generation {
+            object["metadata"]["generation"] = (generation + 1).into();
+        }
     }
 }
 
@@ -350,57 +352,6 @@ impl Handlers {
             }
             _ => Err(ApiError::MethodNotAllowed),
         }
-    }
-
-    /// POST pods/binding: assigns an unassigned pod to a node (the scheduler's write).
-    pub async fn bind(
-        &self,
-        request: &ResourceRequest,
-        name: &str,
-        binding: &Value,
-        dry_run: bool,
-    ) -> Result<Reply, ApiError> {
-        let target = binding.pointer("/target/name").and_then(Value::as_str).filter(|n| !n.is_empty());
-        let target = target.ok_or_else(|| {
-            ApiError::invalid(
-                "",
-                "Binding",
-                name,
-                vec![keel_api::status::FieldError::required("target.name", "")],
-            )
-        })?;
-        if binding.pointer("/metadata/name").and_then(Value::as_str).is_some_and(|n| n != name) {
-            return Err(ApiError::BadRequest(format!(
-                "the name of the binding does not match the pod {name}"
-            )));
-        }
-        let resource = request.resource;
-        self.guarded_update(request, name, dry_run, |pod| {
-            if pod.pointer("/metadata/deletionTimestamp").is_some() {
-                return Err(ApiError::Conflict {
-                    resource: GroupResource::new(resource.group, resource.plural),
-                    name: name.to_owned(),
-                    detail: format!("pod {name} is being deleted, cannot be assigned to a host"),
-                });
-            }
-            if let Some(node) =
-                pod.pointer("/spec/nodeName").and_then(Value::as_str).filter(|n| !n.is_empty())
-            {
-                return Err(ApiError::Conflict {
-                    resource: GroupResource::new(resource.group, resource.plural),
-                    name: name.to_owned(),
-                    detail: format!("pod {name} is already assigned to node {node:?}"),
-                });
-            }
-            let mut bound = pod.clone();
-            bound["spec"]["nodeName"] = target.into();
-            Ok((bound, None))
-        })
-        .await?;
-        Ok(Reply::Json(
-            201,
-            json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success", "code": 201}),
-        ))
     }
 
     /// DELETE of one object.

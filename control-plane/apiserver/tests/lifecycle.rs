@@ -221,10 +221,27 @@ async fn binding_and_list_resource_versions() -> Result<()> {
     let (status, _, answer) =
         server.request("POST", &format!("{pods}/p/binding"), &json_type, binding.as_bytes()).await?;
     ensure!(status == 201 && answer.contains("Success"), "{status} {answer}");
-    ensure!(get(&k, &kc, &["get", "pod", "p"])?["spec"]["nodeName"] == "node1");
+    let bound = get(&k, &kc, &["get", "pod", "p"])?;
+    ensure!(bound["spec"]["nodeName"] == "node1", "{bound}");
+    ensure!(
+        bound["status"]["conditions"]
+            .as_array()
+            .is_some_and(|c| c.iter().any(|c| c["type"] == "PodScheduled" && c["status"] == "True")),
+        "the binding marks the pod scheduled: {bound}"
+    );
     let (status, _, answer) =
         server.request("POST", &format!("{pods}/p/binding"), &json_type, binding.as_bytes()).await?;
-    ensure!(status == 409 && answer.contains("already assigned to node"), "{status} {answer}");
+    ensure!(
+        status == 409 && answer.contains(r#"Operation cannot be fulfilled on pods/binding \"p\": pod p is already assigned to node \"node1\""#),
+        "{status} {answer}"
+    );
+    let misnamed = binding.replace(r#""name":"p""#, r#""name":"q""#);
+    let (status, _, answer) =
+        server.request("POST", &format!("{pods}/p/binding"), &json_type, misnamed.as_bytes()).await?;
+    ensure!(
+        status == 400 && answer.contains("name in URL does not match name in Binding object"),
+        "{status} {answer}"
+    );
 
     // resourceVersion / resourceVersionMatch on lists, as kube-apiserver reads them.
     let cms = "/api/v1/namespaces/default/configmaps";

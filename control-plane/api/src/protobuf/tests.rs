@@ -163,6 +163,49 @@ fn k8s_pb_values_read_as_upstream_json() {
     assert_eq!(back.spec.unwrap().renew_time.unwrap().nanos, Some(123_456_000));
 }
 
+/// The scheduler's informers read these in protobuf: a ResourceClaim's allocation (node selector,
+/// device results) and a CSIStorageCapacity's quantities survive both ways.
+#[test]
+fn scheduler_objects_round_trip_through_k8s_pb() {
+    use k8s_pb::api::resource::v1 as dra;
+    let claim = json!({
+        "apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim",
+        "metadata": {"name": "gpu", "namespace": "default", "uid": "u-1", "resourceVersion": "7"},
+        "spec": {"devices": {"requests": [{"name": "g", "exactly": {"deviceClassName": "gpu.example.com",
+                 "allocationMode": "ExactCount", "count": 2, "selectors": [{"cel": {"expression": "device.driver == 'x'"}}]}}]}},
+        "status": {"allocation": {"devices": {"results": [{"request": "g", "driver": "gpu.example.com", "pool": "n1", "device": "gpu-0"}]},
+                   "nodeSelector": {"nodeSelectorTerms": [{"matchFields": [{"key": "metadata.name", "operator": "In", "values": ["n1"]}]}]}},
+                   "reservedFor": [{"resource": "pods", "name": "p", "uid": "u-2"}]}
+    });
+    let bytes = envelope::encode_object(&claim).unwrap();
+    let unknown = k8s_pb::apimachinery::pkg::runtime::Unknown::decode(&bytes[4..]).unwrap();
+    let typed = dra::ResourceClaim::decode(unknown.raw.unwrap().as_slice()).unwrap();
+    let request = &typed.spec.unwrap().devices.unwrap().requests[0];
+    assert_eq!(request.exactly.as_ref().and_then(|e| e.count), Some(2));
+    let status = typed.status.unwrap();
+    assert_eq!(status.allocation.unwrap().devices.unwrap().results[0].device.as_deref(), Some("gpu-0"));
+    assert_eq!(status.reserved_for[0].uid.as_deref(), Some("u-2"));
+    assert_eq!(envelope::decode_object(&bytes).unwrap(), claim);
+
+    let capacity = json!({
+        "apiVersion": "storage.k8s.io/v1", "kind": "CSIStorageCapacity",
+        "metadata": {"name": "c", "namespace": "kube-system"},
+        "storageClassName": "fast", "capacity": "10Gi", "maximumVolumeSize": "1Gi",
+        "nodeTopology": {"matchLabels": {"topology.example.com/zone": "a"}}
+    });
+    let bytes = envelope::encode_object(&capacity).unwrap();
+    let unknown = k8s_pb::apimachinery::pkg::runtime::Unknown::decode(&bytes[4..]).unwrap();
+    let typed =
+        k8s_pb::api::storage::v1::CSIStorageCapacity::decode(unknown.raw.unwrap().as_slice()).unwrap();
+    assert_eq!(typed.capacity.and_then(|q| q.string).as_deref(), Some("10Gi"));
+    assert_eq!(envelope::decode_object(&bytes).unwrap(), capacity);
+
+    let rc = json!({"apiVersion": "v1", "kind": "ReplicationController", "metadata": {"name": "rc", "namespace": "d"},
+        "spec": {"replicas": 0, "selector": {"app": "web"}}, "status": {"replicas": 0}});
+    let bytes = envelope::encode_object(&rc).unwrap();
+    assert_eq!(envelope::decode_object(&bytes).unwrap(), rc, "replicas 0 is kept (a pointer)");
+}
+
 #[test]
 fn custom_resource_definitions_keep_their_schema_forms() {
     let crd = json!({
@@ -217,6 +260,14 @@ fn every_kind_has_its_message() {
             "k8s.io.apimachinery.pkg.apis.meta.v1.PartialObjectMetadataList",
         ),
         ("policy/v1", "Eviction", "k8s.io.api.policy.v1.Eviction"),
+        ("v1", "ReplicationController", "k8s.io.api.core.v1.ReplicationController"),
+        ("storage.k8s.io/v1", "CSINode", "k8s.io.api.storage.v1.CSINode"),
+        ("storage.k8s.io/v1", "CSIDriverList", "k8s.io.api.storage.v1.CSIDriverList"),
+        ("storage.k8s.io/v1", "CSIStorageCapacity", "k8s.io.api.storage.v1.CSIStorageCapacity"),
+        ("storage.k8s.io/v1", "VolumeAttachment", "k8s.io.api.storage.v1.VolumeAttachment"),
+        ("resource.k8s.io/v1", "DeviceClass", "k8s.io.api.resource.v1.DeviceClass"),
+        ("resource.k8s.io/v1", "ResourceClaim", "k8s.io.api.resource.v1.ResourceClaim"),
+        ("resource.k8s.io/v1", "ResourceSliceList", "k8s.io.api.resource.v1.ResourceSliceList"),
     ] {
         assert_eq!(MessageType::of_kind(api_version, kind).map(MessageType::name), Some(message));
     }

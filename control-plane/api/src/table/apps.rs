@@ -1,11 +1,12 @@
-//! apps/v1 printers: daemonsets, deployments, replicasets, statefulsets (upstream's
-//! `printDaemonSet`, `printDeployment`, `printReplicaSet`, `printStatefulSet`).
+//! Workload printers: apps/v1 daemonsets, deployments, replicasets, statefulsets and core/v1
+//! replicationcontrollers (upstream's `printDaemonSet`, `printDeployment`, `printReplicaSet`,
+//! `printStatefulSet`, `printReplicationController`).
 
 use jiff::Timestamp;
 use serde_json::{Value, json};
 
 use super::value::{
-    age, array_at, format_label_selector, format_labels, int_at, layout_containers, name, opt_int,
+    age, array_at, at, format_label_selector, format_labels, int_at, layout_containers, name, opt_int,
     selector_string,
 };
 use super::{AGE, CONTAINERS, Column, IMAGES, NAME, Row};
@@ -149,6 +150,51 @@ pub(super) fn replica_set(object: &Value, now: Timestamp) -> Row {
     ])
 }
 
+pub(super) const REPLICATION_CONTROLLER_COLUMNS: &[Column] = &[
+    NAME,
+    Column::new(
+        "Desired",
+        "integer",
+        "Replicas is the number of desired replicas. This is a pointer to distinguish between explicit zero and unspecified. Defaults to 1. More info: https://kubernetes.io/docs/concepts/workloads/controllers/replicationcontroller#what-is-a-replicationcontroller",
+    ),
+    Column::new(
+        "Current",
+        "integer",
+        "Replicas is the most recently observed number of replicas. More info: https://kubernetes.io/docs/concepts/workloads/controllers/replicationcontroller#what-is-a-replicationcontroller",
+    ),
+    Column::new("Ready", "integer", "The number of ready replicas for this replication controller."),
+    AGE,
+    CONTAINERS,
+    IMAGES,
+    Column::string(
+        "Selector",
+        "Selector is a label query over pods that should match the Replicas count. If Selector is empty, it is defaulted to the labels present on the Pod template. Label keys and values that must match in order to be controlled by this replication controller, if empty defaulted to labels on Pod template. More info: https://kubernetes.io/docs/concepts/overview/working-with-objects/labels/#label-selectors",
+    )
+    .wide(),
+];
+
+/// A ReplicationController's row. Its selector is a plain label map, printed as `FormatLabels`
+/// does; decoding defaults an empty one to the template's labels (and the replicas to 1).
+pub(super) fn replication_controller(object: &Value, now: Timestamp) -> Row {
+    let (names, images) = template_containers(object);
+    let given = format_labels(object, &["spec", "selector"]);
+    let selector = if given == "<none>" && at(object, &["spec", "template", "metadata", "labels"]).is_some() {
+        format_labels(object, &["spec", "template", "metadata", "labels"])
+    } else {
+        given
+    };
+    Row::new(vec![
+        json!(name(object)),
+        json!(replicas(object)),
+        json!(int_at(object, &["status", "replicas"])),
+        json!(int_at(object, &["status", "readyReplicas"])),
+        json!(age(object, now)),
+        json!(names),
+        json!(images),
+        json!(selector),
+    ])
+}
+
 pub(super) const STATEFUL_SET_COLUMNS: &[Column] =
     &[NAME, Column::string("Ready", "Number of the pod with ready state"), AGE, CONTAINERS, IMAGES];
 
@@ -246,6 +292,39 @@ mod tests {
             json!({"metadata": {"name": "web-old"}, "spec": {"replicas": 0}, "status": {"replicas": 0}});
         assert_eq!(cells("apps", "replicasets", &old)[1..4], [json!(0), json!(0), json!(0)]);
         assert_eq!(cells("apps", "replicasets", &old)[7], "<none>");
+    }
+
+    #[test]
+    fn replication_controllers() {
+        assert_eq!(
+            headers("", "replicationcontrollers"),
+            ["NAME", "DESIRED", "CURRENT", "READY", "AGE", "CONTAINERS", "IMAGES", "SELECTOR"]
+        );
+        let rc = json!({
+            "metadata": {"name": "frontend", "namespace": "default", "creationTimestamp": "2025-06-01T11:00:00Z"},
+            "spec": {"replicas": 3, "selector": {"tier": "fe", "app": "web"}, "template": template()},
+            "status": {"replicas": 2, "readyReplicas": 1, "availableReplicas": 1}
+        });
+        assert_eq!(
+            cells("", "replicationcontrollers", &rc),
+            [
+                json!("frontend"),
+                json!(3),
+                json!(2),
+                json!(1),
+                json!("60m"),
+                json!("nginx,sidecar"),
+                json!("nginx:1.27,busybox"),
+                json!("app=web,tier=fe")
+            ]
+        );
+        // Decoding's defaults: one replica, the template's labels as the selector.
+        let bare = json!({"metadata": {"name": "bare"}, "spec": {"template": template()}});
+        let printed = cells("", "replicationcontrollers", &bare);
+        assert_eq!((&printed[1], &printed[2], &printed[7]), (&json!(1), &json!(0), &json!("app=web")));
+        let empty =
+            cells("", "replicationcontrollers", &json!({"metadata": {"name": "e"}, "spec": {"replicas": 0}}));
+        assert_eq!((&empty[1], &empty[5], &empty[7]), (&json!(0), &json!(""), &json!("<none>")));
     }
 
     #[test]

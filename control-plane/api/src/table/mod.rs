@@ -24,7 +24,9 @@ mod apps;
 mod batch;
 mod cluster;
 mod core;
+mod csi;
 mod custom;
+mod dra;
 mod duration;
 mod event;
 mod pod;
@@ -207,6 +209,7 @@ enum Printer {
     PersistentVolume,
     PersistentVolumeClaim,
     ResourceQuota,
+    ReplicationController,
     DaemonSet,
     Deployment,
     ReplicaSet,
@@ -217,10 +220,17 @@ enum Printer {
     ClusterRoleBinding,
     RoleBinding,
     StorageClass,
+    CsiDriver,
+    CsiNode,
+    CsiStorageCapacity,
+    VolumeAttachment,
     PriorityClass,
     Lease,
     RuntimeClass,
     EndpointSlice,
+    DeviceClass,
+    ResourceClaim,
+    ResourceSlice,
     /// `rest.NewDefaultTableConvertor`: limitranges, roles, clusterroles, customresourcedefinitions
     /// (and anything unknown).
     Default,
@@ -242,6 +252,7 @@ impl Printer {
             ("", "persistentvolumes") => Self::PersistentVolume,
             ("", "persistentvolumeclaims") => Self::PersistentVolumeClaim,
             ("", "resourcequotas") => Self::ResourceQuota,
+            ("", "replicationcontrollers") => Self::ReplicationController,
             ("apps", "daemonsets") => Self::DaemonSet,
             ("apps", "deployments") => Self::Deployment,
             ("apps", "replicasets") => Self::ReplicaSet,
@@ -252,10 +263,17 @@ impl Printer {
             ("rbac.authorization.k8s.io", "clusterrolebindings") => Self::ClusterRoleBinding,
             ("rbac.authorization.k8s.io", "rolebindings") => Self::RoleBinding,
             ("storage.k8s.io", "storageclasses") => Self::StorageClass,
+            ("storage.k8s.io", "csidrivers") => Self::CsiDriver,
+            ("storage.k8s.io", "csinodes") => Self::CsiNode,
+            ("storage.k8s.io", "csistoragecapacities") => Self::CsiStorageCapacity,
+            ("storage.k8s.io", "volumeattachments") => Self::VolumeAttachment,
             ("scheduling.k8s.io", "priorityclasses") => Self::PriorityClass,
             ("coordination.k8s.io", "leases") => Self::Lease,
             ("node.k8s.io", "runtimeclasses") => Self::RuntimeClass,
             ("discovery.k8s.io", "endpointslices") => Self::EndpointSlice,
+            ("resource.k8s.io", "deviceclasses") => Self::DeviceClass,
+            ("resource.k8s.io", "resourceclaims") => Self::ResourceClaim,
+            ("resource.k8s.io", "resourceslices") => Self::ResourceSlice,
             _ => Self::Default,
         }
     }
@@ -274,6 +292,7 @@ impl Printer {
             Self::PersistentVolume => storage::PERSISTENT_VOLUME_COLUMNS,
             Self::PersistentVolumeClaim => storage::PERSISTENT_VOLUME_CLAIM_COLUMNS,
             Self::ResourceQuota => core::RESOURCE_QUOTA_COLUMNS,
+            Self::ReplicationController => apps::REPLICATION_CONTROLLER_COLUMNS,
             Self::DaemonSet => apps::DAEMON_SET_COLUMNS,
             Self::Deployment => apps::DEPLOYMENT_COLUMNS,
             Self::ReplicaSet => apps::REPLICA_SET_COLUMNS,
@@ -284,10 +303,17 @@ impl Printer {
             Self::ClusterRoleBinding => cluster::CLUSTER_ROLE_BINDING_COLUMNS,
             Self::RoleBinding => cluster::ROLE_BINDING_COLUMNS,
             Self::StorageClass => storage::STORAGE_CLASS_COLUMNS,
+            Self::CsiDriver => csi::CSI_DRIVER_COLUMNS,
+            Self::CsiNode => csi::CSI_NODE_COLUMNS,
+            Self::CsiStorageCapacity => csi::CSI_STORAGE_CAPACITY_COLUMNS,
+            Self::VolumeAttachment => csi::VOLUME_ATTACHMENT_COLUMNS,
             Self::PriorityClass => cluster::PRIORITY_CLASS_COLUMNS,
             Self::Lease => cluster::LEASE_COLUMNS,
             Self::RuntimeClass => cluster::RUNTIME_CLASS_COLUMNS,
             Self::EndpointSlice => cluster::ENDPOINT_SLICE_COLUMNS,
+            Self::DeviceClass => dra::DEVICE_CLASS_COLUMNS,
+            Self::ResourceClaim => dra::RESOURCE_CLAIM_COLUMNS,
+            Self::ResourceSlice => dra::RESOURCE_SLICE_COLUMNS,
             Self::Default => DEFAULT_COLUMNS,
         }
     }
@@ -306,6 +332,7 @@ impl Printer {
             Self::PersistentVolume => storage::persistent_volume(object, now),
             Self::PersistentVolumeClaim => storage::persistent_volume_claim(object, now),
             Self::ResourceQuota => core::resource_quota(object, now),
+            Self::ReplicationController => apps::replication_controller(object, now),
             Self::DaemonSet => apps::daemon_set(object, now),
             Self::Deployment => apps::deployment(object, now),
             Self::ReplicaSet => apps::replica_set(object, now),
@@ -315,10 +342,17 @@ impl Printer {
             Self::PodDisruptionBudget => cluster::pod_disruption_budget(object, now),
             Self::ClusterRoleBinding | Self::RoleBinding => cluster::role_binding(object, now),
             Self::StorageClass => storage::storage_class(object, now),
+            Self::CsiDriver => csi::csi_driver(object, now),
+            Self::CsiNode => csi::csi_node(object, now),
+            Self::CsiStorageCapacity => csi::csi_storage_capacity(object, now),
+            Self::VolumeAttachment => csi::volume_attachment(object, now),
             Self::PriorityClass => cluster::priority_class(object, now),
             Self::Lease => cluster::lease(object, now),
             Self::RuntimeClass => cluster::runtime_class(object, now),
             Self::EndpointSlice => cluster::endpoint_slice(object, now),
+            Self::DeviceClass => dra::device_class(object, now),
+            Self::ResourceClaim => dra::resource_claim(object, now),
+            Self::ResourceSlice => dra::resource_slice(object, now),
             Self::Default => default_row(object),
         }
     }
@@ -604,11 +638,13 @@ mod tests {
     }
 
     #[test]
-    fn every_resource_has_one_name_column_and_prints_any_input() {
+    fn every_resource_has_its_name_columns_and_prints_any_input() {
         for r in RESOURCES {
             let columns = column_definitions(r);
             let name_columns: Vec<&Value> = columns.iter().filter(|c| c["format"] == "name").collect();
-            assert_eq!(name_columns.len(), 1, "{}", r.plural);
+            // Upstream declares a VolumeAttachment's attacher a `name` column too.
+            let expected = if r.plural == "volumeattachments" { 2 } else { 1 };
+            assert_eq!(name_columns.len(), expected, "{}", r.plural);
             for c in &columns {
                 assert!(c["description"].is_string() && c["type"].is_string() && c["priority"].is_number());
             }

@@ -1,6 +1,7 @@
 //! Validation of objects beyond their types and names, as kube-apiserver's REST strategies run it
-//! (upstream's `pkg/apis/core/validation`, `pkg/apis/apps/validation`, `pkg/apis/batch/validation`
-//! and apimachinery's `ValidateObjectMeta`), on objects as JSON values. No IO.
+//! (upstream's `pkg/apis/core/validation`, `pkg/apis/apps/validation`, `pkg/apis/batch/validation`,
+//! `pkg/apis/storage/validation` for the CSI objects, `pkg/apis/resource/validation` in part, and
+//! apimachinery's `ValidateObjectMeta`), on objects as JSON values. No IO.
 //!
 //! [`validate_create`] and [`validate_update`] answer the field errors upstream answers, with its
 //! field paths and messages (Kubernetes 1.34): a bad value is shown as Go shows it — strings quoted,
@@ -8,11 +9,13 @@
 //! upstream defaults is never reported missing.
 
 mod config;
+mod dra;
 pub(crate) mod meta;
 pub(crate) mod names;
 mod pod;
 pub mod quantity;
 mod service;
+mod storage;
 mod workloads;
 
 use serde_json::{Map, Value};
@@ -34,12 +37,19 @@ pub fn validate_create(resource: &Resource, object: &Value) -> Vec<FieldError> {
         ("", "services") => service::service(&object),
         ("", "configmaps") => config::config_map(&object),
         ("", "secrets") => config::secret(&object),
+        ("", "replicationcontrollers") => workloads::replication_controller(&object),
         ("apps", "deployments") => workloads::deployment(&object),
         ("apps", "replicasets") => workloads::replica_set(&object),
         ("apps", "statefulsets") => workloads::stateful_set(&object),
         ("apps", "daemonsets") => workloads::daemon_set(&object),
         ("batch", "jobs") => workloads::job(&object),
         ("batch", "cronjobs") => workloads::cron_job(&object),
+        ("storage.k8s.io", "csidrivers") => storage::csi_driver(&object),
+        ("storage.k8s.io", "csinodes") => storage::csi_node(&object),
+        ("storage.k8s.io", "csistoragecapacities") => storage::csi_storage_capacity(&object),
+        ("storage.k8s.io", "volumeattachments") => storage::volume_attachment(&object),
+        ("resource.k8s.io", "resourceclaims") => dra::resource_claim(&object),
+        ("resource.k8s.io", "resourceslices") => dra::resource_slice(&object),
         _ => Vec::new(),
     });
     errors
@@ -60,12 +70,19 @@ pub fn validate_update(resource: &Resource, old: &Value, new: &Value) -> Vec<Fie
         ("", "services") => service::service(&new),
         ("", "configmaps") => config::config_map_update(&old, &new),
         ("", "secrets") => config::secret_update(&old, &new),
+        ("", "replicationcontrollers") => workloads::replication_controller(&new),
         ("apps", "deployments") => workloads::deployment_update(&old, &new),
         ("apps", "replicasets") => workloads::replica_set_update(&old, &new),
         ("apps", "statefulsets") => workloads::stateful_set_update(&old, &new),
         ("apps", "daemonsets") => workloads::daemon_set_update(&old, &new),
         ("batch", "jobs") => workloads::job_update(&old, &new),
         ("batch", "cronjobs") => workloads::cron_job(&new),
+        ("storage.k8s.io", "csidrivers") => storage::csi_driver_update(&old, &new),
+        ("storage.k8s.io", "csinodes") => storage::csi_node_update(&old, &new),
+        ("storage.k8s.io", "csistoragecapacities") => storage::csi_storage_capacity_update(&old, &new),
+        ("storage.k8s.io", "volumeattachments") => storage::volume_attachment_update(&old, &new),
+        ("resource.k8s.io", "resourceclaims") => dra::resource_claim_update(&old, &new),
+        ("resource.k8s.io", "resourceslices") => dra::resource_slice_update(&old, &new),
         _ => Vec::new(),
     });
     errors

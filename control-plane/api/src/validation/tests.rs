@@ -430,6 +430,45 @@ fn deployments_and_replica_sets() {
 }
 
 #[test]
+fn replication_controllers() {
+    let rc = |selector: Value, labels: Value| {
+        let mut object = deployment(Value::Null, labels);
+        object["spec"]["selector"] = selector;
+        object
+    };
+    // Defaults first: the template's labels select, one replica.
+    assert!(create("replicationcontrollers", &rc(Value::Null, json!({"app": "web"}))).is_empty());
+    assert_eq!(
+        create("replicationcontrollers", &rc(json!({"app": "web"}), json!({"app": "x"}))),
+        [
+            "spec.template.metadata.labels: Invalid value: {\"app\":\"x\"}: `selector` does not match template `labels`"
+        ]
+    );
+    let mut bare = json!({"metadata": {"name": "rc"}, "spec": {"replicas": -2}});
+    assert_eq!(
+        create("replicationcontrollers", &bare),
+        [
+            "spec.selector: Required value",
+            "spec.replicas: Invalid value: -2: must be greater than or equal to 0",
+            "spec.template: Required value",
+        ]
+    );
+    bare["spec"] = json!({"selector": {"app": "web"}, "replicas": 1, "template": {"metadata": {"labels": {"app": "web"}},
+        "spec": {"restartPolicy": "OnFailure", "activeDeadlineSeconds": 3, "containers": [{"name": "c", "image": "i"}]}}});
+    assert_eq!(
+        create("replicationcontrollers", &bare),
+        [
+            "spec.template.spec.restartPolicy: Unsupported value: \"OnFailure\": supported values: \"Always\"",
+            "spec.template.spec.activeDeadlineSeconds: Forbidden: activeDeadlineSeconds in ReplicationController is not Supported",
+        ]
+    );
+    // Unlike apps/v1 selectors, a ReplicationController's may change.
+    let old = rc(json!({"app": "web"}), json!({"app": "web", "v": "2"}));
+    let new = rc(json!({"app": "web", "v": "2"}), json!({"app": "web", "v": "2"}));
+    assert!(update("replicationcontrollers", &old, &new).is_empty());
+}
+
+#[test]
 fn stateful_and_daemon_sets() {
     let set = deployment(json!({"matchLabels": {"app": "db"}}), json!({"app": "db"}));
     assert!(create("statefulsets", &set).is_empty());

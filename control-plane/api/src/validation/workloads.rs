@@ -1,6 +1,6 @@
-//! Workloads: apps/v1 Deployments, ReplicaSets, StatefulSets and DaemonSets, batch/v1 Jobs and
-//! CronJobs (upstream's apps and batch validation, and the selector immutability their strategies
-//! add on update).
+//! Workloads: apps/v1 Deployments, ReplicaSets, StatefulSets and DaemonSets, core/v1
+//! ReplicationControllers, batch/v1 Jobs and CronJobs (upstream's apps, core and batch validation,
+//! and the selector immutability the apps strategies add on update).
 
 use serde_json::Value;
 
@@ -167,6 +167,36 @@ pub(super) fn replica_set(object: &Value) -> Vec<FieldError> {
 pub(super) fn replica_set_update(old: &Value, new: &Value) -> Vec<FieldError> {
     let mut errors = replica_set(new);
     errors.extend(immutable_selector(old, new));
+    errors
+}
+
+/// ValidateReplicationControllerSpec: a non-empty label-map selector (mutable, unlike apps/v1's)
+/// matching the template's labels, replicas given and non-negative, a pod template that always
+/// restarts.
+pub(super) fn replication_controller(object: &Value) -> Vec<FieldError> {
+    let spec = spec(object);
+    let mut errors = nonnegative(spec.get("minReadySeconds"), "spec.minReadySeconds");
+    let selector = spec.get("selector").and_then(Value::as_object).filter(|m| !m.is_empty());
+    if selector.is_none() {
+        errors.push(required("spec.selector", ""));
+    }
+    match spec.get("replicas") {
+        None | Some(Value::Null) => errors.push(required("spec.replicas", "")),
+        replicas => errors.extend(nonnegative(replicas, "spec.replicas")),
+    }
+    match spec.get("template").filter(|t| !t.is_null()) {
+        None => errors.push(required("spec.template", "")),
+        Some(template) => {
+            let labels = template_labels(template).and_then(Value::as_object);
+            let label = |k: &str| labels.and_then(|l| l.get(k));
+            if let Some(selector) = selector
+                && !selector.iter().all(|(k, v)| label(k) == Some(v))
+            {
+                errors.push(labels_mismatch(template, "spec.template"));
+            }
+            errors.extend(always_restarting(template, "spec.template", "ReplicationController"));
+        }
+    }
     errors
 }
 
