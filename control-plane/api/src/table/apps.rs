@@ -137,6 +137,11 @@ pub(super) const REPLICA_SET_COLUMNS: &[Column] = &[
 ];
 
 pub(super) fn replica_set(object: &Value, now: Timestamp) -> Row {
+    replicas_row(object, now, &format_label_selector(object, &["spec", "selector"]))
+}
+
+/// A ReplicaSet's or ReplicationController's row: the same columns, with its selector as given.
+fn replicas_row(object: &Value, now: Timestamp, selector: &str) -> Row {
     let (names, images) = template_containers(object);
     Row::new(vec![
         json!(name(object)),
@@ -146,7 +151,7 @@ pub(super) fn replica_set(object: &Value, now: Timestamp) -> Row {
         json!(age(object, now)),
         json!(names),
         json!(images),
-        json!(format_label_selector(object, &["spec", "selector"])),
+        json!(selector),
     ])
 }
 
@@ -176,23 +181,13 @@ pub(super) const REPLICATION_CONTROLLER_COLUMNS: &[Column] = &[
 /// A ReplicationController's row. Its selector is a plain label map, printed as `FormatLabels`
 /// does; decoding defaults an empty one to the template's labels (and the replicas to 1).
 pub(super) fn replication_controller(object: &Value, now: Timestamp) -> Row {
-    let (names, images) = template_containers(object);
     let given = format_labels(object, &["spec", "selector"]);
     let selector = if given == "<none>" && at(object, &["spec", "template", "metadata", "labels"]).is_some() {
         format_labels(object, &["spec", "template", "metadata", "labels"])
     } else {
         given
     };
-    Row::new(vec![
-        json!(name(object)),
-        json!(replicas(object)),
-        json!(int_at(object, &["status", "replicas"])),
-        json!(int_at(object, &["status", "readyReplicas"])),
-        json!(age(object, now)),
-        json!(names),
-        json!(images),
-        json!(selector),
-    ])
+    replicas_row(object, now, &selector)
 }
 
 pub(super) const STATEFUL_SET_COLUMNS: &[Column] =
