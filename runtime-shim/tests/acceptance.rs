@@ -890,12 +890,13 @@ fn bad_input_gets_its_code_and_leaves_nothing() -> Result<()> {
                 expect_code("StartContainer", result, Code::NotFound),
                 &Traces::of(&root),
             );
+            // Idempotent, as the CRI says and critest v1.34 checks: success, and nothing made.
             let result = stop_container(&mut client, &unknown, 0).await;
             judge(
                 &mut problems,
                 &before,
                 "StopContainer of an unknown id",
-                expect_code("StopContainer", result, Code::NotFound),
+                result.map(|_| ()).map_err(|s| format!("StopContainer: {s:?}")),
                 &Traces::of(&root),
             );
             let result = container_status(&mut client, &unknown).await;
