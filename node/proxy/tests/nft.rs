@@ -404,10 +404,58 @@ fn apiserver_binary() -> Result<std::path::PathBuf> {
     Ok(binary)
 }
 
+/// Which kube-proxy [`api_scenario`] runs.
+#[derive(Debug, Clone, Copy)]
+enum Proxy {
+    Keel,
+    /// The upstream kube-proxy v1.34 in nftables mode (`cargo xtask peers`).
+    Upstream,
+}
+
 /// The binary end to end: keel-apiserver and keel-proxy inside the node's namespace; a Service and
 /// an EndpointSlice written through the API (no EndpointSlice controller yet) change the data path.
 #[test]
 fn services_and_slices_written_through_the_api_change_the_data_path() -> Result<()> {
+    api_scenario(Proxy::Keel)
+}
+
+/// The same scenario with the upstream kube-proxy v1.34 (nftables mode) against keel-apiserver: the
+/// interop half of the differential test (a failure here is a keel-apiserver compatibility bug).
+#[test]
+fn kube_proxy_v1_34_against_keel_apiserver_changes_the_data_path() -> Result<()> {
+    api_scenario(Proxy::Upstream)
+}
+
+/// kube-proxy's command line: as keel-proxy's, with every conntrack sysctl left alone (the machine's
+/// conntrack table size is global, not the test namespace's).
+fn kube_proxy_command(kubeconfig: &std::path::Path) -> Result<std::process::Command> {
+    let mut command = std::process::Command::new(keel_testbed::peers::path("kube-proxy")?);
+    command.arg("--kubeconfig").arg(kubeconfig).args([
+        "--proxy-mode",
+        "nftables",
+        "--hostname-override",
+        NODE,
+        "--cluster-cidr",
+        "10.244.0.0/16",
+        "--healthz-bind-address",
+        "127.0.0.1:10256",
+        "--metrics-bind-address",
+        "127.0.0.1:10249",
+        "--conntrack-max-per-core",
+        "0",
+        "--conntrack-tcp-timeout-established",
+        "0",
+        "--conntrack-tcp-timeout-close-wait",
+        "0",
+        "--conntrack-udp-timeout",
+        "0",
+        "--conntrack-udp-timeout-stream",
+        "0",
+    ]);
+    Ok(command)
+}
+
+fn api_scenario(proxy: Proxy) -> Result<()> {
     use keel_testbed::process::Readiness;
 
     let mut node = Node::new()?;
@@ -432,20 +480,25 @@ fn services_and_slices_written_through_the_api_change_the_data_path() -> Result<
         Readiness::Command(probe),
         Duration::from_secs(60),
     )?;
-    let mut command = std::process::Command::new(env!("CARGO_BIN_EXE_keel-proxy"));
-    command.arg("--kubeconfig").arg(&kubeconfig).args([
-        "--hostname-override",
-        NODE,
-        "--cluster-cidr",
-        "10.244.0.0/16",
-        "--min-sync-period",
-        "0s",
-        "--healthz-bind-address",
-        "127.0.0.1:10256",
-        "--metrics-bind-address",
-        "127.0.0.1:10249",
-    ]);
-    let _proxy = node.host.start_daemon("keel-proxy", command, Readiness::None, Duration::from_secs(10))?;
+    let command = match proxy {
+        Proxy::Keel => {
+            let mut command = std::process::Command::new(env!("CARGO_BIN_EXE_keel-proxy"));
+            command.arg("--kubeconfig").arg(&kubeconfig).args([
+                "--hostname-override",
+                NODE,
+                "--cluster-cidr",
+                "10.244.0.0/16",
+                "--min-sync-period",
+                "0s",
+                "--healthz-bind-address",
+                "127.0.0.1:10256",
+                "--metrics-bind-address",
+                "127.0.0.1:10249",
+            ]);
+            command
+        }
+        Proxy::Upstream => kube_proxy_command(&kubeconfig)?,
+    };
 
     // Objects go in through kubectl, as a user writes them (inside the node, where the API is).
     let kubectl = keel_testbed::kubectl::newest()?;
@@ -472,6 +525,13 @@ fn services_and_slices_written_through_the_api_change_the_data_path() -> Result<
         object["apiVersion"] = api_version.into();
         object
     };
+    // This node's Node object, which both proxies watch (kube-proxy waits for it before its first sync).
+    apply(serde_json::json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": NODE}}))?;
+    let name = match proxy {
+        Proxy::Keel => "keel-proxy",
+        Proxy::Upstream => "kube-proxy",
+    };
+    let _proxy = node.host.start_daemon(name, command, Readiness::None, Duration::from_secs(10))?;
     let web = typed(
         "Service",
         "v1",
