@@ -282,7 +282,7 @@ mod tests {
     /// The resource lists in kube-apiserver 1.34's order (its api/discovery fixtures), less what
     /// Keel does not serve (bindings, componentstatuses, podtemplates, the proxy, exec, attach, log,
     /// portforward, ephemeralcontainers, resize and token subresources, volumeattributesclasses,
-    /// resourceclaimtemplates).
+    /// resourceclaimtemplates, ingresses, ingressclasses, networkpolicies, networking.k8s.io/v1beta1).
     #[test]
     fn resource_lists_in_upstreams_order() {
         let names = |group: &str| -> Vec<String> {
@@ -346,13 +346,39 @@ mod tests {
             json!({"name": "deviceclasses", "singularName": "deviceclass", "namespaced": false, "kind": "DeviceClass",
                    "verbs": ["create", "delete", "deletecollection", "get", "list", "patch", "update", "watch"]})
         );
+        assert_eq!(names("networking.k8s.io"), ["ipaddresses", "servicecidrs", "servicecidrs/status"]);
+        let json = serde_json::to_value(api_resource_list("networking.k8s.io", "v1").unwrap()).unwrap();
+        assert_eq!(
+            json["resources"][0],
+            json!({"name": "ipaddresses", "singularName": "ipaddress", "namespaced": false, "kind": "IPAddress",
+                   "shortNames": ["ip"],
+                   "verbs": ["create", "delete", "deletecollection", "get", "list", "patch", "update", "watch"]})
+        );
         let groups = api_group_list();
         assert_eq!(groups.groups.last().map(|g| g.name.as_str()), Some("resource.k8s.io"));
+        // kube-apiserver lists networking.k8s.io after certificates.k8s.io (not served), before policy.
+        let order: Vec<&str> = groups.groups.iter().map(|g| g.name.as_str()).collect();
+        let at = order.iter().position(|g| *g == "networking.k8s.io").unwrap();
+        assert_eq!(order[at - 1..=at + 1], ["batch", "networking.k8s.io", "policy"]);
         assert_eq!(
             api_group("resource.k8s.io").preferred_version.map(|v| v.group_version),
             Some("resource.k8s.io/v1".to_owned())
         );
         let aggregated = aggregated(false, "v2");
+        let networking = aggregated["items"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|g| g["metadata"]["name"] == "networking.k8s.io")
+            .unwrap();
+        assert_eq!(
+            networking["versions"][0]["resources"][1],
+            json!({"resource": "servicecidrs", "responseKind": {"group": "", "version": "", "kind": "ServiceCIDR"},
+                   "scope": "Cluster", "singularResource": "servicecidr",
+                   "subresources": [{"subresource": "status", "responseKind": {"group": "", "version": "", "kind": "ServiceCIDR"},
+                                     "verbs": ["get", "patch", "update"]}],
+                   "verbs": ["create", "delete", "deletecollection", "get", "list", "patch", "update", "watch"]})
+        );
         let dra = aggregated["items"].as_array().unwrap().last().unwrap();
         assert_eq!(dra["metadata"]["name"], "resource.k8s.io");
         let claims = &dra["versions"][0]["resources"][1];

@@ -277,6 +277,13 @@ pub const RESOURCES: &[Resource] = &[
     // batch/v1
     sub(all(short(resource("batch", "CronJob", "cronjobs", "cronjob"), &["cj"])), &[status("CronJob")]),
     sub(all(resource("batch", "Job", "jobs", "job")), &[status("Job")]),
+    // networking.k8s.io/v1: the multi-CIDR Service allocator's objects (GA in 1.33), which
+    // kube-proxy's informers list; served as data (keel-apiserver allocates from its own holds).
+    short(cluster(resource("networking.k8s.io", "IPAddress", "ipaddresses", "ipaddress")), &["ip"]),
+    sub(
+        cluster(resource("networking.k8s.io", "ServiceCIDR", "servicecidrs", "servicecidr")),
+        &[status("ServiceCIDR")],
+    ),
     // policy/v1
     sub(
         short(
@@ -421,6 +428,7 @@ mod tests {
                 "apps",
                 "events.k8s.io",
                 "batch",
+                "networking.k8s.io",
                 "policy",
                 "rbac.authorization.k8s.io",
                 "storage.k8s.io",
@@ -492,5 +500,32 @@ mod tests {
         let slices = find("resource.k8s.io", "v1", "resourceslices").unwrap();
         assert!(slices.is_selectable("spec.nodeName") && slices.is_selectable("spec.driver"));
         assert!(!find("resource.k8s.io", "v1", "resourceclaims").unwrap().is_selectable("spec.devices"));
+    }
+
+    /// networking.k8s.io/v1 as kube-apiserver 1.34 declares the two resources kube-proxy's
+    /// ServiceCIDR informer and the allocator use (ingresses, ingressclasses and network policies
+    /// are not served).
+    #[test]
+    fn networking_resources_as_upstream_declares_them() {
+        let networking: Vec<String> = of_group_version("networking.k8s.io", "v1")
+            .map(|r| {
+                let subresources: Vec<&str> = r.subresources.iter().map(|s| s.name).collect();
+                format!(
+                    "{} {} {} {} {:?} {subresources:?}",
+                    r.plural, r.singular, r.kind, r.namespaced, r.short_names
+                )
+            })
+            .collect();
+        assert_eq!(
+            networking,
+            [
+                r#"ipaddresses ipaddress IPAddress false ["ip"] []"#,
+                r#"servicecidrs servicecidr ServiceCIDR false [] ["status"]"#,
+            ]
+        );
+        for r in of_group_version("networking.k8s.io", "v1") {
+            assert_eq!((r.verbs, r.categories), (ALL_VERBS, &[][..]), "{}", r.plural);
+            assert_eq!(r.key_prefix(), format!("/registry/{}/", r.plural));
+        }
     }
 }

@@ -73,6 +73,8 @@ pub fn prepare_for_create(resource: &Resource, object: &mut Value) {
                 metadata.insert("generation".into(), 1.into());
             }
         }
+        // upstream's serviceCIDRStrategy resets nothing: a status sent on create is kept.
+        ("networking.k8s.io", "servicecidrs") => {}
         _ if has_status(resource) => {
             map.remove("status");
         }
@@ -94,6 +96,7 @@ pub fn prepare_for_update(resource: &Resource, old: &Value, new: &mut Value) {
         .then(|| crate::crd::storage_version(new).map(str::to_owned))
         .flatten();
     if has_status(resource)
+        && !keeps_no_status_on_update(resource)
         && let Value::Object(map) = new
     {
         match old.get("status") {
@@ -118,6 +121,13 @@ pub fn prepare_for_update(resource: &Resource, old: &Value, new: &mut Value) {
             versions.push(storage.into());
         }
     }
+}
+
+/// Resources with a `/status` subresource whose main-resource updates still write the status sent:
+/// upstream's serviceCIDRStrategy.PrepareForUpdate copies nothing from the old object (only
+/// server-side apply drops `status`, a reset field).
+fn keeps_no_status_on_update(resource: &Resource) -> bool {
+    resource.group == "networking.k8s.io" && resource.plural == "servicecidrs"
 }
 
 /// An update through `/status`: the old object with the new status (and nothing else of the new).
@@ -341,6 +351,24 @@ mod tests {
         let mut c = json!({"data": {"a": "b"}});
         prepare_for_create(configmaps, &mut c);
         assert_eq!(c, json!({"data": {"a": "b"}}));
+    }
+
+    /// upstream's serviceCIDRStrategy: neither create nor a main-resource update touches status;
+    /// `/status` writes keep the spec.
+    #[test]
+    fn service_cidrs_keep_the_status_they_are_sent() {
+        let cidrs = find("networking.k8s.io", "v1", "servicecidrs").unwrap();
+        let ready = json!({"conditions": [{"type": "Ready", "status": "True"}]});
+        let mut created = json!({"spec": {"cidrs": ["10.96.0.0/16"]}, "status": ready});
+        prepare_for_create(cidrs, &mut created);
+        assert_eq!(created["status"], ready);
+        let mut updated = json!({"spec": {"cidrs": ["10.96.0.0/16"]}});
+        prepare_for_update(cidrs, &created, &mut updated);
+        assert!(updated.get("status").is_none());
+        let status = status_update(&created, &json!({"spec": {"cidrs": ["10.0.0.0/8"]}, "status": {}}));
+        assert_eq!(status, json!({"spec": {"cidrs": ["10.96.0.0/16"]}, "status": {}}));
+        assert!(!tracks_generation(cidrs));
+        assert!(!tracks_generation(find("networking.k8s.io", "v1", "ipaddresses").unwrap()));
     }
 
     #[test]

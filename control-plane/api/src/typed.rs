@@ -6,7 +6,8 @@
 use std::collections::BTreeSet;
 
 use k8s_openapi::api::{
-    apps, batch, coordination, core, discovery, events, node, policy, rbac, resource, scheduling, storage,
+    apps, batch, coordination, core, discovery, events, networking, node, policy, rbac, resource, scheduling,
+    storage,
 };
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
@@ -28,10 +29,14 @@ macro_rules! typed_resources {
             if resource.custom {
                 return custom_round_trip(resource, object);
             }
-            match (resource.group, resource.plural) {
+            let mut typed = match (resource.group, resource.plural) {
                 $(($group, $plural) => round::<$ty>(object),)*
                 _ => Ok(object.clone()),
+            };
+            if let Ok(typed) = &mut typed {
+                keep_absent_pointers(resource, object, typed);
             }
+            typed
         }
 
         /// Whether a built-in resource is read through a k8s-openapi type (every served one is).
@@ -39,6 +44,19 @@ macro_rules! typed_resources {
             matches!((resource.group, resource.plural), $(($group, $plural))|*)
         }
     };
+}
+
+/// Fields upstream's Go types hold as pointers that k8s-openapi types as required values: absent
+/// from the body, they stay absent (nil) rather than becoming an empty object — an IPAddress's
+/// `spec.parentRef`, which validation then reports missing, as upstream does.
+fn keep_absent_pointers(resource: &Resource, object: &Value, typed: &mut Value) {
+    if resource.group == "networking.k8s.io"
+        && resource.plural == "ipaddresses"
+        && object.pointer("/spec/parentRef").is_none_or(Value::is_null)
+        && let Some(spec) = typed.get_mut("spec").and_then(Value::as_object_mut)
+    {
+        spec.remove("parentRef");
+    }
 }
 
 typed_resources! {
@@ -63,6 +81,8 @@ typed_resources! {
     "events.k8s.io" "events" => events::v1::Event,
     "batch" "cronjobs" => batch::v1::CronJob,
     "batch" "jobs" => batch::v1::Job,
+    "networking.k8s.io" "ipaddresses" => networking::v1::IPAddress,
+    "networking.k8s.io" "servicecidrs" => networking::v1::ServiceCIDR,
     "policy" "poddisruptionbudgets" => policy::v1::PodDisruptionBudget,
     "rbac.authorization.k8s.io" "clusterrolebindings" => rbac::v1::ClusterRoleBinding,
     "rbac.authorization.k8s.io" "clusterroles" => rbac::v1::ClusterRole,
@@ -245,6 +265,14 @@ mod tests {
             "spec": {"devices": {"requests": [{"name": "g", "exactly": {"deviceClassName": "gpu", "count": 2, "typo": 1}}]}}});
         let typed = round_trip(claims, &claim).unwrap();
         assert_eq!(unknown_fields(&claim, &typed), ["spec.devices.requests[0].exactly.typo"]);
+        let ips = find("networking.k8s.io", "v1", "ipaddresses").unwrap();
+        let orphan = json!({"metadata": {"name": "10.0.0.1"}, "spec": {}});
+        assert_eq!(round_trip(ips, &orphan).unwrap()["spec"], json!({}), "a nil parentRef stays nil");
+        let parent = json!({"metadata": {"name": "10.0.0.1"}, "spec": {"parentRef": {}}});
+        assert_eq!(
+            round_trip(ips, &parent).unwrap()["spec"]["parentRef"],
+            json!({"name": "", "resource": ""})
+        );
         let rc = find("", "v1", "replicationcontrollers").unwrap();
         assert!(
             round_trip(rc, &json!({"spec": {"selector": {"app": 1}}})).unwrap_err().contains("invalid type")

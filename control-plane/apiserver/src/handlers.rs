@@ -760,6 +760,67 @@ impl Handlers {
         Ok(())
     }
 
+    /// The default ServiceCIDR, `kubernetes`, from `--service-cluster-ip-range`, Ready — what
+    /// kube-apiserver's default ServiceCIDR controller (pkg/controlplane/controller/
+    /// defaultservicecidr) does at start: created if missing, its Ready condition applied (field
+    /// manager `kubernetes-service-cidr-controller`, forced) when it has none or an Unknown one; one
+    /// whose CIDRs differ from the flag is reported and left alone, as upstream does. kube-proxy
+    /// waits for the ServiceCIDR informer before its first sync. The CIDR is data: Services'
+    /// addresses are still allocated from the flag's range ([`crate::services`]).
+    pub async fn ensure_default_service_cidr(&self) -> Result<(), ApiError> {
+        const NAME: &str = "kubernetes";
+        let resource = resources::find("networking.k8s.io", "v1", "servicecidrs")
+            .ok_or_else(|| ApiError::Internal("no servicecidrs".into()))?;
+        let request = |verb, subresource: Option<&str>| ResourceRequest {
+            resource,
+            namespace: None,
+            name: None,
+            subresource: subresource.map(str::to_owned),
+            verb,
+        };
+        let cidrs = json!([self.services.cidr()]);
+        let cidr = json!({"metadata": {"name": NAME}, "spec": {"cidrs": cidrs}});
+        match self.create(&request(crate::request::Verb::Create, None), cidr, false).await {
+            Ok(_) | Err(ApiError::AlreadyExists { .. }) => {}
+            Err(error) => return Err(error),
+        }
+        let key = objects::key(resource, None, NAME);
+        let Some(kv) = self.store.get(&key).await.map_err(store_error)? else { return Ok(()) };
+        let current = objects::from_storage(&kv.value, kv.mod_revision)?;
+        if current.pointer("/metadata/deletionTimestamp").is_some() {
+            return Ok(());
+        }
+        if current.pointer("/spec/cidrs") != Some(&cidrs) {
+            tracing::warn!(
+                configured = %cidrs, served = ?current.pointer("/spec/cidrs"),
+                "the default ServiceCIDR does not match --service-cluster-ip-range: configure the flag to match it or delete it"
+            );
+            return Ok(());
+        }
+        let conditions = current.pointer("/status/conditions").and_then(Value::as_array);
+        let ready = conditions.and_then(|c| c.iter().find(|c| c["type"] == "Ready"));
+        match ready.and_then(|c| c["status"].as_str()) {
+            Some("True") => Ok(()),
+            Some("False") => {
+                let condition = ready.unwrap_or(&Value::Null);
+                tracing::warn!(%condition, "the default ServiceCIDR is not Ready");
+                Ok(())
+            }
+            _ => {
+                let now = jiff::Timestamp::now().strftime("%Y-%m-%dT%H:%M:%SZ").to_string();
+                let status = json!({
+                    "apiVersion": "networking.k8s.io/v1", "kind": "ServiceCIDR", "metadata": {"name": NAME},
+                    "status": {"conditions": [{"type": "Ready", "status": "True",
+                        "message": "Kubernetes default Service CIDR is ready", "lastTransitionTime": now}]}
+                });
+                let body = serde_json::to_vec(&status).map_err(|e| ApiError::Internal(e.to_string()))?;
+                let query = Some("fieldManager=kubernetes-service-cidr-controller&force=true");
+                let request = request(crate::request::Verb::Patch, Some("status"));
+                self.apply(&request, NAME, &body, query, false).await.map(|_| ())
+            }
+        }
+    }
+
     /// Creates the namespaces every cluster has, if missing.
     pub async fn ensure_system_namespaces(&self) -> Result<(), ApiError> {
         let namespaces = resources::find("", "v1", "namespaces")

@@ -149,6 +149,7 @@ impl ApiServer {
         server.handlers.ensure_system_namespaces().await?;
         server.handlers.ensure_default_service_accounts().await?;
         server.handlers.ensure_kubernetes_service(config.address).await?;
+        server.handlers.ensure_default_service_cidr().await?;
         Ok(server)
     }
 

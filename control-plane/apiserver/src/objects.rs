@@ -91,7 +91,7 @@ fn generated_suffix(random: u64) -> String {
 
 /// Whether a name breaks the rule upstream applies to `resource`, and how (its message): a DNS-1123
 /// label for namespaces, a DNS-1035 label for services, a path segment for RBAC objects (names like
-/// `system:node`), a DNS-1123 subdomain for everything else.
+/// `system:node`), an IP address for IPAddresses, a DNS-1123 subdomain for everything else.
 pub fn validate_name(name: &str, resource: &Resource) -> Option<String> {
     let segment_ok = |part: &str, first_letter: bool| {
         !part.is_empty()
@@ -111,6 +111,10 @@ pub fn validate_name(name: &str, resource: &Resource) -> Option<String> {
         ("", "services") => (name.len() > 63 || !segment_ok(name, true)).then(|| {
             "a DNS-1035 label must consist of lower case alphanumeric characters or '-', start with an alphabetic character, and end with an alphanumeric character".to_owned()
         }),
+        // ValidateIPAddressName: the address itself, in canonical form.
+        ("networking.k8s.io", "ipaddresses") => {
+            keel_api::validation::networking::ip_address_name(name).into_iter().next()
+        }
         ("rbac.authorization.k8s.io", _) => {
             if name == "." || name == ".." {
                 Some(format!("may not be '{name}'"))
@@ -151,9 +155,14 @@ pub fn prepare_create(
     if name.is_empty()
         && let Some(prefix) = metadata.get("generateName").and_then(Value::as_str)
     {
-        // As upstream: the prefix is cut so the name fits 63 characters with its 5-character suffix.
-        let prefix: String = prefix.chars().take(58).collect();
-        name = format!("{prefix}{}", generated_suffix(random));
+        if resource.group == "networking.k8s.io" && resource.plural == "ipaddresses" {
+            // upstream's IPAddress strategy has a no-op name generator: the prefix is the name.
+            name = prefix.to_owned();
+        } else {
+            // As upstream: the prefix is cut so the name fits 63 characters with its 5-character suffix.
+            let prefix: String = prefix.chars().take(58).collect();
+            name = format!("{prefix}{}", generated_suffix(random));
+        }
         metadata.insert("name".into(), name.clone().into());
     }
     match (resource.namespaced, namespace, metadata.get("namespace").and_then(Value::as_str)) {
@@ -369,6 +378,14 @@ mod tests {
             validate_name(&"a".repeat(70), configmaps).is_none(),
             "subdomain labels have no 63 limit upstream"
         );
+        let ips = find("networking.k8s.io", "v1", "ipaddresses").unwrap();
+        assert!(validate_name("10.96.0.10", ips).is_none() && validate_name("2001:db8::a", ips).is_none());
+        assert_eq!(
+            validate_name("2001:db8:0::a", ips).as_deref(),
+            Some("must be in canonical form (\"2001:db8::a\")")
+        );
+        let mut generated = json!({"metadata": {"generateName": "10.96.0.11"}});
+        assert_eq!(prepare_create(&mut generated, ips, None, "u", 1, "t").unwrap(), "10.96.0.11");
     }
 
     #[test]

@@ -69,6 +69,11 @@ impl ServiceRanges {
         1u32 << (32 - u32::from(self.cluster_ip_prefix))
     }
 
+    /// `--service-cluster-ip-range` as a CIDR in canonical form (the default ServiceCIDR's).
+    pub fn cidr(&self) -> String {
+        format!("{}/{}", self.cluster_ip_base, self.cluster_ip_prefix)
+    }
+
     /// The `kubernetes` Service's address: the range's first usable address.
     pub fn first(&self) -> Ipv4Addr {
         Ipv4Addr::from(u32::from(self.cluster_ip_base) + 1)

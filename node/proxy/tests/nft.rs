@@ -404,10 +404,58 @@ fn apiserver_binary() -> Result<std::path::PathBuf> {
     Ok(binary)
 }
 
+/// Which kube-proxy [`api_scenario`] runs.
+#[derive(Debug, Clone, Copy)]
+enum Proxy {
+    Keel,
+    /// The upstream kube-proxy v1.34 in nftables mode (`cargo xtask peers`).
+    Upstream,
+}
+
 /// The binary end to end: keel-apiserver and keel-proxy inside the node's namespace; a Service and
 /// an EndpointSlice written through the API (no EndpointSlice controller yet) change the data path.
 #[test]
 fn services_and_slices_written_through_the_api_change_the_data_path() -> Result<()> {
+    api_scenario(Proxy::Keel)
+}
+
+/// The same scenario with the upstream kube-proxy v1.34 (nftables mode) against keel-apiserver: the
+/// interop half of the differential test (a failure here is a keel-apiserver compatibility bug).
+#[test]
+fn kube_proxy_v1_34_against_keel_apiserver_changes_the_data_path() -> Result<()> {
+    api_scenario(Proxy::Upstream)
+}
+
+/// kube-proxy's command line: as keel-proxy's, with every conntrack sysctl left alone (the machine's
+/// conntrack table size is global, not the test namespace's).
+fn kube_proxy_command(kubeconfig: &std::path::Path) -> Result<std::process::Command> {
+    let mut command = std::process::Command::new(keel_testbed::peers::path("kube-proxy")?);
+    command.arg("--kubeconfig").arg(kubeconfig).args([
+        "--proxy-mode",
+        "nftables",
+        "--hostname-override",
+        NODE,
+        "--cluster-cidr",
+        "10.244.0.0/16",
+        "--healthz-bind-address",
+        "127.0.0.1:10256",
+        "--metrics-bind-address",
+        "127.0.0.1:10249",
+        "--conntrack-max-per-core",
+        "0",
+        "--conntrack-tcp-timeout-established",
+        "0",
+        "--conntrack-tcp-timeout-close-wait",
+        "0",
+        "--conntrack-udp-timeout",
+        "0",
+        "--conntrack-udp-timeout-stream",
+        "0",
+    ]);
+    Ok(command)
+}
+
+fn api_scenario(proxy: Proxy) -> Result<()> {
     use keel_testbed::process::Readiness;
 
     let mut node = Node::new()?;
@@ -432,20 +480,25 @@ fn services_and_slices_written_through_the_api_change_the_data_path() -> Result<
         Readiness::Command(probe),
         Duration::from_secs(60),
     )?;
-    let mut command = std::process::Command::new(env!("CARGO_BIN_EXE_keel-proxy"));
-    command.arg("--kubeconfig").arg(&kubeconfig).args([
-        "--hostname-override",
-        NODE,
-        "--cluster-cidr",
-        "10.244.0.0/16",
-        "--min-sync-period",
-        "0s",
-        "--healthz-bind-address",
-        "127.0.0.1:10256",
-        "--metrics-bind-address",
-        "127.0.0.1:10249",
-    ]);
-    let _proxy = node.host.start_daemon("keel-proxy", command, Readiness::None, Duration::from_secs(10))?;
+    let command = match proxy {
+        Proxy::Keel => {
+            let mut command = std::process::Command::new(env!("CARGO_BIN_EXE_keel-proxy"));
+            command.arg("--kubeconfig").arg(&kubeconfig).args([
+                "--hostname-override",
+                NODE,
+                "--cluster-cidr",
+                "10.244.0.0/16",
+                "--min-sync-period",
+                "0s",
+                "--healthz-bind-address",
+                "127.0.0.1:10256",
+                "--metrics-bind-address",
+                "127.0.0.1:10249",
+            ]);
+            command
+        }
+        Proxy::Upstream => kube_proxy_command(&kubeconfig)?,
+    };
 
     // Objects go in through kubectl, as a user writes them (inside the node, where the API is).
     let kubectl = keel_testbed::kubectl::newest()?;
@@ -472,6 +525,20 @@ fn services_and_slices_written_through_the_api_change_the_data_path() -> Result<
         object["apiVersion"] = api_version.into();
         object
     };
+    // This node's Node object, which both proxies watch (kube-proxy waits for it before its first sync).
+    apply(serde_json::json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": NODE}}))?;
+    // Its address, as a kubelet reports it (kube-proxy otherwise waits 30 s for one, then assumes
+    // loopback).
+    let addresses = serde_json::json!({"status": {"addresses": [{"type": "InternalIP", "address": GATEWAY.to_string()}]}});
+    kubectl(
+        &["patch", "node", NODE, "--subresource=status", "--type=merge", "-p", &addresses.to_string()],
+        None,
+    )?;
+    let name = match proxy {
+        Proxy::Keel => "keel-proxy",
+        Proxy::Upstream => "kube-proxy",
+    };
+    let _proxy = node.host.start_daemon(name, command, Readiness::None, Duration::from_secs(10))?;
     let web = typed(
         "Service",
         "v1",
@@ -498,16 +565,17 @@ fn services_and_slices_written_through_the_api_change_the_data_path() -> Result<
         bail!("the Service reached {last:?}, expected {wanted:?}")
     };
     expect(&["pod2", "pod3"])?;
-    let get = |port: u16, path: &str| -> Result<String> {
+    let get_at = |address: Ipv4Addr, port: u16, path: &str| -> Result<String> {
         let request = format!("GET {path} HTTP/1.1\r\nHost: node\r\nConnection: close\r\n\r\n");
         Ok(node.host.run(move || -> std::io::Result<String> {
-            let mut stream = TcpStream::connect(("127.0.0.1", port))?;
+            let mut stream = TcpStream::connect((address, port))?;
             stream.write_all(request.as_bytes())?;
             let mut response = String::new();
             stream.read_to_string(&mut response)?;
             Ok(response)
         })??)
     };
+    let get = |port: u16, path: &str| get_at(Ipv4Addr::LOCALHOST, port, path);
     assert!(get(10256, "/healthz")?.starts_with("HTTP/1.1 200"));
     let metrics = get(10249, "/metrics")?;
     assert!(metrics.contains("kubeproxy_sync_proxy_rules_last_timestamp_seconds "), "{metrics}");
@@ -543,14 +611,22 @@ fn services_and_slices_written_through_the_api_change_the_data_path() -> Result<
         std::thread::sleep(Duration::from_millis(100));
     }
     assert!(gone, "the deleted Service's address still answered");
+    // Asked at the node's address, where a load balancer's health checker reaches it.
     let mut answer = String::new();
     for _ in 0..100 {
-        answer = get(port, "/").unwrap_or_default();
+        answer = get_at(GATEWAY, port, "/").unwrap_or_default();
         if answer.starts_with("HTTP/1.1 200") {
             break;
         }
         std::thread::sleep(Duration::from_millis(100));
     }
     assert!(answer.starts_with("HTTP/1.1 200") && answer.contains("\"localEndpoints\": 1"), "{answer}");
+    // kube-proxy in nftables mode defaults --nodeport-addresses to `primary` (the Node's InternalIP,
+    // cmd/kube-proxy/app/server_linux.go): its health-check server listens there only. keel-proxy
+    // still defaults to every local address (the iptables mode's default), so this holds for
+    // kube-proxy alone until keel-proxy reads its Node's addresses.
+    if matches!(proxy, Proxy::Upstream) {
+        assert!(get(port, "/").is_err(), "kube-proxy's health check answered on 127.0.0.1");
+    }
     Ok(())
 }

@@ -206,6 +206,33 @@ fn scheduler_objects_round_trip_through_k8s_pb() {
     assert_eq!(envelope::decode_object(&bytes).unwrap(), rc, "replicas 0 is kept (a pointer)");
 }
 
+/// kube-proxy's ServiceCIDR informer reads these in protobuf: the CIDRs and the Ready condition
+/// (a metav1.Condition with its Time) survive both ways, as does an IPAddress's parent.
+#[test]
+fn networking_objects_round_trip_through_k8s_pb() {
+    use k8s_pb::api::networking::v1 as networking;
+    let cidr = json!({
+        "apiVersion": "networking.k8s.io/v1", "kind": "ServiceCIDR",
+        "metadata": {"name": "kubernetes", "uid": "u-1", "resourceVersion": "3"},
+        "spec": {"cidrs": ["10.96.0.0/16", "fd00:10:96::/112"]},
+        "status": {"conditions": [{"type": "Ready", "status": "True", "lastTransitionTime": "2025-06-01T12:00:00Z",
+                                   "message": "Kubernetes default Service CIDR is ready", "reason": ""}]}
+    });
+    let bytes = envelope::encode_object(&cidr).unwrap();
+    let unknown = k8s_pb::apimachinery::pkg::runtime::Unknown::decode(&bytes[4..]).unwrap();
+    let typed = networking::ServiceCIDR::decode(unknown.raw.unwrap().as_slice()).unwrap();
+    assert_eq!(typed.spec.unwrap().cidrs, ["10.96.0.0/16", "fd00:10:96::/112"]);
+    let condition = &typed.status.unwrap().conditions[0];
+    assert_eq!((condition.r#type.as_deref(), condition.status.as_deref()), (Some("Ready"), Some("True")));
+    // The empty reason is kept: metav1.Condition's reason is required (Go writes `"reason": ""`).
+    assert_eq!(envelope::decode_object(&bytes).unwrap(), cidr);
+
+    let ip = json!({"apiVersion": "networking.k8s.io/v1", "kind": "IPAddress", "metadata": {"name": "10.96.0.10"},
+        "spec": {"parentRef": {"resource": "services", "namespace": "kube-system", "name": "kube-dns"}}});
+    let bytes = envelope::encode_object(&ip).unwrap();
+    assert_eq!(envelope::decode_object(&bytes).unwrap(), ip);
+}
+
 #[test]
 fn custom_resource_definitions_keep_their_schema_forms() {
     let crd = json!({
@@ -268,6 +295,9 @@ fn every_kind_has_its_message() {
         ("resource.k8s.io/v1", "DeviceClass", "k8s.io.api.resource.v1.DeviceClass"),
         ("resource.k8s.io/v1", "ResourceClaim", "k8s.io.api.resource.v1.ResourceClaim"),
         ("resource.k8s.io/v1", "ResourceSliceList", "k8s.io.api.resource.v1.ResourceSliceList"),
+        ("networking.k8s.io/v1", "ServiceCIDR", "k8s.io.api.networking.v1.ServiceCIDR"),
+        ("networking.k8s.io/v1", "ServiceCIDRList", "k8s.io.api.networking.v1.ServiceCIDRList"),
+        ("networking.k8s.io/v1", "IPAddress", "k8s.io.api.networking.v1.IPAddress"),
     ] {
         assert_eq!(MessageType::of_kind(api_version, kind).map(MessageType::name), Some(message));
     }

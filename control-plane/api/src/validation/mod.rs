@@ -1,6 +1,7 @@
 //! Validation of objects beyond their types and names, as kube-apiserver's REST strategies run it
 //! (upstream's `pkg/apis/core/validation`, `pkg/apis/apps/validation`, `pkg/apis/batch/validation`,
-//! `pkg/apis/storage/validation` for the CSI objects, `pkg/apis/resource/validation` in part, and
+//! `pkg/apis/storage/validation` for the CSI objects, `pkg/apis/networking/validation` for
+//! ServiceCIDRs and IPAddresses, `pkg/apis/resource/validation` in part, and
 //! apimachinery's `ValidateObjectMeta`), on objects as JSON values. No IO.
 //!
 //! [`validate_create`] and [`validate_update`] answer the field errors upstream answers, with its
@@ -12,6 +13,7 @@ mod config;
 mod dra;
 pub(crate) mod meta;
 pub(crate) mod names;
+pub mod networking;
 mod pod;
 pub mod quantity;
 mod service;
@@ -44,6 +46,8 @@ pub fn validate_create(resource: &Resource, object: &Value) -> Vec<FieldError> {
         ("apps", "daemonsets") => workloads::daemon_set(&object),
         ("batch", "jobs") => workloads::job(&object),
         ("batch", "cronjobs") => workloads::cron_job(&object),
+        ("networking.k8s.io", "servicecidrs") => networking::service_cidr(&object),
+        ("networking.k8s.io", "ipaddresses") => networking::ip_address(&object),
         ("storage.k8s.io", "csidrivers") => storage::csi_driver(&object),
         ("storage.k8s.io", "csinodes") => storage::csi_node(&object),
         ("storage.k8s.io", "csistoragecapacities") => storage::csi_storage_capacity(&object),
@@ -77,6 +81,8 @@ pub fn validate_update(resource: &Resource, old: &Value, new: &Value) -> Vec<Fie
         ("apps", "daemonsets") => workloads::daemon_set_update(&old, &new),
         ("batch", "jobs") => workloads::job_update(&old, &new),
         ("batch", "cronjobs") => workloads::cron_job(&new),
+        ("networking.k8s.io", "servicecidrs") => networking::service_cidr_update(&old, &new),
+        ("networking.k8s.io", "ipaddresses") => networking::ip_address_update(&old, &new),
         ("storage.k8s.io", "csidrivers") => storage::csi_driver_update(&old, &new),
         ("storage.k8s.io", "csinodes") => storage::csi_node_update(&old, &new),
         ("storage.k8s.io", "csistoragecapacities") => storage::csi_storage_capacity_update(&old, &new),
