@@ -48,6 +48,19 @@ pub fn run(args: &Args) -> Result<()> {
         // keel-cni is measured as it ships: the static release build (see build.rs).
         command.env("KEEL_CNI_BIN", crate::build::static_cni()?);
     }
+    if name == "proxy" {
+        // keel-proxy and kube-proxy are fed by keel-apiserver's release binary.
+        util::run(util::cargo().args([
+            "build",
+            "--release",
+            "--locked",
+            "-p",
+            "keel-apiserver",
+            "--bin",
+            "keel-apiserver",
+        ]))?;
+        command.env("KEEL_APISERVER_BIN", util::workspace_root().join("target/release/keel-apiserver"));
+    }
     if name == "cri" {
         // keel-shim is measured as it ships: the release build.
         command.env("KEEL_SHIM_BIN", crate::build::release_shim()?);

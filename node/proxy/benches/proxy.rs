@@ -12,14 +12,20 @@
 //! waited-for children for `nft`) is given beside wall time.
 //!
 //! Then the data path (proxy/datapath.rs): connections to a ClusterIP vs to a pod IP, and the first
-//! connection at N vs 10 Services.
+//! connection at N vs 10 Services; and keel-proxy beside the upstream kube-proxy v1.34, both fed by
+//! keel-apiserver (proxy/upstream.rs): full sync and endpoint change as seen through the kernel, CPU
+//! and RSS.
 //!
 //! Usage: `cargo xtask bench proxy` or `cargo bench -p keel-proxy --bench proxy
-//! [-- SERVICES ROUNDS [DATAPATH_ROUNDS CONNECTIONS]]` (10000 Services, 5 sync rounds, 20 data-path
-//! rounds of 2000 connections by default; a data-path round count of 0 skips the data path).
+//! [-- SERVICES ROUNDS [DATAPATH_ROUNDS CONNECTIONS [UPSTREAM_CHANGES]]]` (10000 Services, 5 sync
+//! rounds, 20 data-path rounds of 2000 connections, 10 endpoint changes against kube-proxy by default;
+//! a count of 0 skips that part). The kube-proxy part needs keel-apiserver's release binary
+//! (`KEEL_APISERVER_BIN`, which `cargo xtask bench proxy` builds).
 
 #[path = "proxy/datapath.rs"]
 mod datapath;
+#[path = "proxy/upstream.rs"]
+mod upstream;
 
 use std::io::Write;
 use std::process::Stdio;
@@ -38,6 +44,7 @@ fn main() {
     let rounds = args.next().unwrap_or(5);
     let datapath_rounds = args.next().unwrap_or(20);
     let connections = args.next().unwrap_or(2000);
+    let upstream_changes = args.next().unwrap_or(10);
     let fabric = Fabric::new().expect("fabric");
     let (netlink_node, nft_node) =
         (fabric.add_host("netlink").expect("host"), fabric.add_host("nft").expect("host"));
@@ -138,6 +145,9 @@ fn main() {
     );
     if datapath_rounds > 0 {
         datapath::measure(services, datapath_rounds, connections, &mut report);
+    }
+    if upstream_changes > 0 {
+        upstream::measure(services, upstream_changes, &mut report);
     }
     report.print();
 }
