@@ -105,10 +105,18 @@ fn stamp(project: &Project, go: &str) -> Result<String> {
     Ok(format!("{go}\n{}\n{}\n{}", project.ldflags(), read("go.mod")?, read("go.sum")?))
 }
 
+/// The machine's Go: `go` on PATH, else where the machine image installs it (a shell that never read
+/// the profile has no /usr/local/go/bin on its PATH).
+fn go_binary() -> PathBuf {
+    let on_path = std::env::var_os("PATH")
+        .is_some_and(|path| std::env::split_paths(&path).any(|dir| dir.join("go").is_file()));
+    if on_path { PathBuf::from("go") } else { PathBuf::from("/usr/local/go/bin/go") }
+}
+
 /// `go` with the cache's module and build caches, the machine's own toolchain, and CGO off.
 fn go(project: &Project) -> Command {
     let cache = peers::cache_dir().join("go");
-    let mut command = Command::new("go");
+    let mut command = Command::new(go_binary());
     command
         .current_dir(module_dir(project))
         .env("GOMODCACHE", cache.join("mod"))
@@ -134,9 +142,10 @@ fn build(project: &Project, binary: &Binary, out: &Path) -> Result<()> {
 }
 
 fn go_version() -> Result<String> {
-    let out = Command::new("go").args(["env", "GOVERSION"]).env("GOTOOLCHAIN", "local").output().context(
-        "run `go env GOVERSION`: the upstream peers are built with Go (1.26 on the machine image)",
-    )?;
+    let out =
+        Command::new(go_binary()).args(["env", "GOVERSION"]).env("GOTOOLCHAIN", "local").output().context(
+            "run `go env GOVERSION`: the upstream peers are built with Go (1.26 on the machine image)",
+        )?;
     if !out.status.success() {
         bail!("`go env GOVERSION` failed: {}", String::from_utf8_lossy(&out.stderr).trim());
     }
