@@ -25,7 +25,8 @@ pub const PACKAGES: &[(&str, &str)] = &[
     ("libc6-dev", "C library headers for the same"),
     ("iproute2", "ip: tests read the machine's network state with it"),
     ("nftables", "nft: keel-proxy and keel-cni program the kernel's nftables"),
-    ("util-linux", "nsenter, mount"),
+    ("util-linux", "nsenter, mount; ipcs and ipcmk for critest (its busybox image holds the machine's ipcs)"),
+    ("procps", "pgrep for critest's busybox image"),
     ("runc", "the OCI runtime keel-shim drives"),
     ("crun", "the second OCI runtime keel-shim drives"),
     ("etcd-server", "etcd: the store backend for multi-node control planes, and a test peer"),
@@ -133,6 +134,8 @@ pub fn ensure(check_only: bool, peers: Peers) -> Result<()> {
     if !problems.is_empty() {
         bail!("missing prerequisites that Debian does not provide:\n  {}", problems.join("\n  "));
     }
+    // The Debian packages the critest images are made of: downloaded, never installed here.
+    image_debs(check_only)?;
     // The upstream peers (Kubernetes v1.34, cri-tools, etcd 3.6, kwok), built from the Go module proxy
     // into /var/cache/keel/peers when missing: tests run Keel beside them.
     match (peers, check_only) {
@@ -155,6 +158,43 @@ pub fn ensure(check_only: bool, peers: Peers) -> Result<()> {
         keel_testbed::node::CLIENT_NODE,
         node.display()
     );
+    Ok(())
+}
+
+/// Downloads each of keel-testbed's [`e2e_images::DEB_PACKAGES`] missing from its directory with
+/// `apt-get download` (the machine's own apt sources; nothing is installed).
+///
+/// [`e2e_images::DEB_PACKAGES`]: keel_testbed::e2e_images::DEB_PACKAGES
+fn image_debs(check_only: bool) -> Result<()> {
+    use keel_testbed::e2e_images::{DEB_PACKAGES, deb, debs_dir};
+    let missing: Vec<&str> =
+        DEB_PACKAGES.iter().map(|(name, _)| *name).filter(|name| deb(name).is_err()).collect();
+    if missing.is_empty() {
+        return Ok(());
+    }
+    let dir = debs_dir();
+    if check_only || !Path::new("/usr/bin/apt-get").exists() {
+        bail!(
+            "missing the image packages {} in {}: download them with\n  cd {} && apt-get download {}",
+            missing.join(" "),
+            dir.display(),
+            dir.display(),
+            missing.join(" ")
+        );
+    }
+    eprintln!("deps: downloading {} into {}", missing.join(" "), dir.display());
+    std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
+    // apt drops to its _apt user for downloads, which cannot write a root-owned directory; it then
+    // downloads as root and says so: the -o keeps that warning out of the log.
+    util::run(
+        Command::new("apt-get")
+            .current_dir(&dir)
+            .args(["-q", "-o", "APT::Sandbox::User=root", "download"])
+            .args(&missing),
+    )?;
+    for name in &missing {
+        deb(name)?;
+    }
     Ok(())
 }
 

@@ -31,6 +31,12 @@ pub struct ContainerdOptions {
     ///
     /// [`Registry`]: crate::registry::Registry
     pub plain_http_registries: Vec<String>,
+    /// Mirrors of registries: (`registry`, endpoint URL such as `http://127.0.0.1:5000`), tried before
+    /// the registry itself.
+    pub registry_mirrors: Vec<(String, String)>,
+    /// Whether the CRI plugin puts containers in cgroups (their resources, OOM kills); off by default,
+    /// as the benchmarks measure it without (`disable_cgroup`).
+    pub cgroups: bool,
 }
 
 impl Default for ContainerdOptions {
@@ -41,6 +47,8 @@ impl Default for ContainerdOptions {
             netns: None,
             sandbox_image: None,
             plain_http_registries: Vec::new(),
+            registry_mirrors: Vec::new(),
+            cgroups: false,
         }
     }
 }
@@ -233,15 +241,16 @@ fn config_toml(dir: &Path, socket: &Path, opts: &ContainerdOptions, cni_conf_dir
     let conf_dir = toml_str(cni_conf_dir);
     let sandbox_image = toml_string(opts.sandbox_image.as_deref().unwrap_or("localhost/keel/pause:latest"));
     // containerd 1.6's CRI reaches a registry over plain HTTP when a mirror names an http:// endpoint.
-    let mirrors: String = opts
-        .plain_http_registries
-        .iter()
-        .map(|host| {
-            let key = toml_string(host);
-            let endpoint = toml_string(&format!("http://{host}"));
+    let plain_http = opts.plain_http_registries.iter().map(|host| (host.clone(), format!("http://{host}")));
+    let mirrors: String = plain_http
+        .chain(opts.registry_mirrors.iter().cloned())
+        .map(|(registry, endpoint)| {
+            let key = toml_string(&registry);
+            let endpoint = toml_string(&endpoint);
             format!("  [plugins.\"io.containerd.grpc.v1.cri\".registry.mirrors.{key}]\n    endpoint = [{endpoint}]\n")
         })
         .collect();
+    let disable_cgroup = !opts.cgroups;
     format!(
         r#"version = 2
 root = {root}
@@ -267,7 +276,7 @@ disabled_plugins = ["io.containerd.snapshotter.v1.aufs", "io.containerd.snapshot
   path = {opt}
 
 [plugins."io.containerd.grpc.v1.cri"]
-  disable_cgroup = true
+  disable_cgroup = {disable_cgroup}
   disable_apparmor = true
   # Sandbox network namespaces under the state dir, not /run/netns: removed with the fixture.
   netns_mounts_under_state_dir = true

@@ -10,6 +10,8 @@
 //! - [`etcd`], [`registry`], [`containerd`]: real peers as daemons on loopback or in a host.
 //! - [`cri`]: a CRI v1 client over a runtime's unix socket.
 //! - [`images`]: small OCI images built from busybox-static (OCI layout, archive, pushed to a registry).
+//! - [`e2e_images`]: the images critest pulls, built from Debian packages and served from a local
+//!   registry under their original names.
 //! - [`kubectl`]: every installed kubectl version, for version-matrix tests.
 //! - [`peers`]: the upstream components (Kubernetes v1.34, cri-tools, etcd 3.6, kwok) `cargo xtask
 //!   peers` builds, and where they are.
@@ -34,6 +36,7 @@ pub mod containerd;
 #[cfg(feature = "cri")]
 pub mod cri;
 pub mod durable_fs;
+pub mod e2e_images;
 pub mod etcd;
 pub mod fabric;
 pub mod forward;
