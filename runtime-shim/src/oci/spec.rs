@@ -12,8 +12,8 @@
 //!   defines it), env (PATH default, TERM=xterm with a tty, HOSTNAME, image env, then CRI envs
 //!   replacing by name), cwd, user
 //!   (see `user`), terminal = tty, no_new_privileges, oom_score_adj, capabilities (see `caps`);
-//!   no rlimits, no AppArmor or SELinux labels (ignored), and no seccomp filter: containers run
-//!   seccomp-unconfined whatever the security context asks (a RuntimeDefault profile is future work).
+//!   no rlimits, no AppArmor or SELinux labels (ignored); the seccomp filter the security context asks
+//!   for (see `seccomp`: RuntimeDefault is keel-shim's own deny-list profile).
 //! - mounts (see `mounts`), root (the rootfs, read-only when asked).
 //! - namespaces: net, ipc and uts joined by path when the pod has its own ([`PodNamespaces`]; `None`
 //!   is the host's, so the namespace is left out); pid private, or the pod's (POD with a path), or the
@@ -33,6 +33,7 @@
 
 mod caps;
 mod mounts;
+mod seccomp;
 mod user;
 
 use std::collections::HashMap;
@@ -201,6 +202,14 @@ pub enum SpecError {
     /// Listing the host's devices (privileged) failed.
     #[error("listing host devices: {0}")]
     HostDevices(io::Error),
+    /// A seccomp profile that cannot be used: an unknown kind, or a Localhost file that cannot be read.
+    #[error("seccomp profile {profile:?}: {reason}")]
+    Seccomp {
+        /// The profile asked for (a kind or a file's path).
+        profile: String,
+        /// What is wrong with it.
+        reason: String,
+    },
 }
 
 impl SpecError {
@@ -455,6 +464,7 @@ fn build_on(input: &SpecInput<'_>, host: &Host) -> Result<Spec, SpecError> {
     process.set_args(Some(args));
     process.set_env(Some(env));
     process.set_cwd(PathBuf::from(cwd));
+    let seccomp_filter = seccomp::seccomp(sc, privileged, &capability_set)?;
     process.set_capabilities(Some(caps::linux_capabilities(capability_set)));
     process.set_rlimits(None);
     process.set_no_new_privileges(Some(sc.is_some_and(|sc| sc.no_new_privs)));
@@ -519,7 +529,7 @@ fn build_on(input: &SpecInput<'_>, host: &Host) -> Result<Spec, SpecError> {
     linux.set_rootfs_propagation(rootfs_propagation);
     linux.set_masked_paths(Some(masked));
     linux.set_readonly_paths(Some(readonly));
-    linux.set_seccomp(None);
+    linux.set_seccomp(seccomp_filter);
 
     let mut root = Root::default();
     root.set_path(input.rootfs.to_path_buf());
