@@ -6,10 +6,11 @@
 //! messages of that log (or else the runtime's stderr) become the error's text.
 //!
 //! crun 1.8 refuses a hybrid cgroup layout (v1 controllers plus a cgroup2 mount at
-//! `/sys/fs/cgroup/unified`). Every crun invocation therefore runs in a private mount namespace
-//! (mounts propagate from the host into it, not back) in which `/sys/fs/cgroup/unified` is unmounted,
-//! so crun sees a plain v1 layout; the container it creates is unaffected (it has its own mount
-//! namespace anyway).
+//! `/sys/fs/cgroup/unified`). Every crun invocation therefore runs in a mount namespace of its own
+//! in which `/sys/fs/cgroup/unified` is unmounted, so crun sees a plain v1 layout: only the cgroup
+//! tree there is a slave of the host's (the unmount must not reach the host); every other mount
+//! keeps the host's propagation, so the containers crun creates see and make mount events as
+//! runc's do (critest's rshared case).
 
 use std::ffi::{OsStr, OsString};
 use std::io;
@@ -316,8 +317,8 @@ pub fn log_errors(log: &str) -> String {
     messages.join("; ")
 }
 
-/// Makes `command` run in a private mount namespace (slave to the host's) without the cgroup2 mount of
-/// a hybrid layout, which is what crun needs on such a host.
+/// Makes `command` run in a mount namespace of its own without the cgroup2 mount of a hybrid layout,
+/// which is what crun needs on such a host.
 fn private_cgroup_v1_view(command: &mut Command) {
     use std::os::unix::process::CommandExt;
     // SAFETY: the closure runs between fork and exec; it makes only raw syscalls (no allocation, no
@@ -327,14 +328,15 @@ fn private_cgroup_v1_view(command: &mut Command) {
             if libc::unshare(libc::CLONE_NEWNS) != 0 {
                 return Err(io::Error::last_os_error());
             }
+            // Only the cgroup tree becomes a slave of the host's, so the unmount below stays in this
+            // namespace; every other mount keeps its propagation, so a container's rshared
+            // (Bidirectional) mounts still reach the host as they do under runc.
             let none = std::ptr::null();
-            if libc::mount(c"none".as_ptr(), c"/".as_ptr(), none, libc::MS_REC | libc::MS_SLAVE, none.cast())
-                != 0
-            {
-                return Err(io::Error::last_os_error());
+            let cgroup = c"/sys/fs/cgroup".as_ptr();
+            if libc::mount(c"none".as_ptr(), cgroup, none, libc::MS_REC | libc::MS_SLAVE, none.cast()) == 0 {
+                // Absent on a pure v1 or a pure v2 host: nothing to hide then.
+                libc::umount2(c"/sys/fs/cgroup/unified".as_ptr(), libc::MNT_DETACH);
             }
-            // Absent on a pure v1 or a pure v2 host: nothing to hide then.
-            libc::umount2(c"/sys/fs/cgroup/unified".as_ptr(), libc::MNT_DETACH);
             Ok(())
         });
     }
