@@ -138,8 +138,24 @@ impl Shim {
         insecure: &[&str],
         runtimes: &[&str],
     ) -> Result<Shim> {
+        let mut args = Vec::new();
+        for registry in insecure {
+            args.extend(["--insecure-registry", registry]);
+        }
+        Shim::start_with_args(node, cni_conf_dir, runtimes, &args)
+    }
+
+    /// keel-shim inside `node` with `runtimes` (`NAME=BINARY`, each given as `--runtime`) and `args`
+    /// added to its command line.
+    pub fn start_with_args(
+        node: Option<&Host>,
+        cni_conf_dir: &Path,
+        runtimes: &[&str],
+        args: &[&str],
+    ) -> Result<Shim> {
         let dir = tempfile::Builder::new().prefix("keel-shim-").tempdir()?;
-        let cmd = Shim::command(dir.path(), cni_conf_dir, insecure, runtimes);
+        let mut cmd = Shim::command(dir.path(), cni_conf_dir, &[], runtimes);
+        cmd.args(args);
         let ready = Readiness::UnixSocket(Shim::socket_in(dir.path()));
         let timeout = Duration::from_secs(20);
         let daemon = match node {

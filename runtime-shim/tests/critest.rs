@@ -1,0 +1,321 @@
+//! critest v1.34 — cri-tools' CRI validation suite, the upstream reference — against keel-shim on runc
+//! and on crun and against containerd 1.6 on runc, each in a testbed node of its own: the runtime and critest
+//! run in the node's network namespace (critest binds host ports 12000–12003 and reaches pods there),
+//! with the images critest pulls ([`e2e_images::CRITEST`]) in a registry on the node's loopback that the
+//! runtime has as the mirror of registry.k8s.io and gcr.io.
+//!
+//! Each test runs the whole suite and compares every case's outcome with what is known of that runtime:
+//! a case may fail only if it is listed below with the reason, and a listed case that passes fails the
+//! test too (the list is stale). keel-shim's list holds only cases containerd's also holds, so keel-shim
+//! passes every case containerd passes (checked by `keel_shim_fails_nothing_containerd_passes`).
+
+mod cri_suite;
+
+use std::collections::BTreeMap;
+use std::path::Path;
+
+use anyhow::{Context, Result, bail};
+use cri_suite::node::Shim;
+use keel_testbed::containerd::{Containerd, ContainerdOptions, PAUSE_REGISTRY, pause_registry_in};
+use keel_testbed::e2e_images::{self, MIRRORED};
+use keel_testbed::{Fabric, Forwarder, Host};
+
+/// A case a runtime is known to fail here, and why.
+#[derive(Debug, Clone, Copy)]
+struct Known {
+    /// The case's full name (its Describe and It texts joined with spaces), as critest reports it.
+    case: &'static str,
+    reason: &'static str,
+}
+
+/// Cases skipped on every runtime (critest's `-ginkgo.skip`), and why.
+const SKIPPED: &[Known] = &[Known {
+    case: "[k8s.io] Image Manager public image with digest should be pulled and removed [Conformance]",
+    reason: "pulls gcr.io/k8s-staging-cri-tools/test-image-digest by a digest fixed by the upstream build, \
+             which an image built here cannot have",
+}];
+
+const EXEC_SYNC_TIMEOUT: Known = Known {
+    case: "[k8s.io] Container runtime should support basic operations on container runtime should support \
+           execSync with timeout [Conformance]",
+    reason: "containerd 1.6 answers DeadlineExceeded but leaves the exec'd process running (critest then finds \
+             it with pgrep); containerd 1.7 kills it",
+};
+const STOP_UNKNOWN_CONTAINER: Known = Known {
+    case: "[k8s.io] Idempotence StopContainer should not return an error if not found",
+    reason: "containerd 1.6.20 answers NotFound; the CRI's idempotence asks for success",
+};
+const STOP_UNKNOWN_POD: Known = Known {
+    case: "[k8s.io] Idempotence StopPodSandbox should not return an error if not found",
+    reason: "containerd 1.6.20 answers NotFound; containerd made it succeed in 1.6.35 and 1.7.21 \
+             (containerd#10520)",
+};
+
+/// Where containerd 1.6.20 (Debian's, on runc) fails critest v1.34 here, and why. containerd is the
+/// reference on runc only: its runc shim cannot start crun 1.8 on this machine's hybrid cgroup layout
+/// ("cgroups in hybrid mode not supported", with or without its cgroups), where keel-shim hides the
+/// cgroup2 mount from crun.
+const CONTAINERD_FAILS: &[Known] = &[EXEC_SYNC_TIMEOUT, STOP_UNKNOWN_CONTAINER, STOP_UNKNOWN_POD];
+
+/// Where keel-shim fails critest v1.34 here, on runc and on crun, and why: only cases containerd
+/// fails too (none today).
+const KEEL_SHIM_FAILS: &[Known] = &[];
+
+/// One case's outcome in ginkgo's JSON report.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Outcome {
+    state: String,
+    failure: String,
+}
+
+/// critest's cases and outcomes from a ginkgo v2 JSON report (`-ginkgo.json-report`): the `It` nodes of
+/// every suite report.
+fn outcomes(report: &serde_json::Value) -> BTreeMap<String, Outcome> {
+    let mut cases = BTreeMap::new();
+    for suite in report.as_array().map(Vec::as_slice).unwrap_or_default() {
+        for spec in suite["SpecReports"].as_array().map(Vec::as_slice).unwrap_or_default() {
+            if spec["LeafNodeType"] != "It" {
+                continue;
+            }
+            let mut parts: Vec<&str> = spec["ContainerHierarchyTexts"]
+                .as_array()
+                .map(Vec::as_slice)
+                .unwrap_or_default()
+                .iter()
+                .filter_map(|t| t.as_str())
+                .collect();
+            parts.push(spec["LeafNodeText"].as_str().unwrap_or_default());
+            let failure = spec["Failure"]["Message"].as_str().unwrap_or_default();
+            let location = &spec["Failure"]["Location"];
+            let failure = match (location["FileName"].as_str(), location["LineNumber"].as_u64()) {
+                (Some(file), Some(line)) if !failure.is_empty() => {
+                    let file = file.rsplit('/').next().unwrap_or(file);
+                    format!("{file}:{line}: {failure}")
+                }
+                _ => failure.to_owned(),
+            };
+            let outcome = Outcome { state: spec["State"].as_str().unwrap_or_default().to_owned(), failure };
+            cases.insert(parts.join(" "), outcome);
+        }
+    }
+    cases
+}
+
+/// Compares `cases` with `known` failures; `Err` lists every case that failed unlisted or passed listed.
+fn check(runtime: &str, cases: &BTreeMap<String, Outcome>, known: &[Known]) -> Result<String> {
+    let count = |state: &str| cases.values().filter(|o| o.state == state).count();
+    let summary = format!(
+        "critest against {runtime}: {} cases, {} passed, {} failed, {} skipped",
+        cases.len(),
+        count("passed"),
+        cases.values().filter(|o| !matches!(o.state.as_str(), "passed" | "skipped")).count(),
+        count("skipped")
+    );
+    let mut problems = Vec::new();
+    let mut notes = Vec::new();
+    if cases.is_empty() {
+        problems.push("the report holds no case".to_owned());
+    }
+    for (case, outcome) in cases {
+        let listed = known.iter().find(|k| k.case == case);
+        match (outcome.state.as_str(), listed) {
+            ("passed" | "skipped", None) => {}
+            ("passed", Some(_)) => problems.push(format!("passes but is listed as failing: {case}")),
+            ("skipped", Some(_)) => problems.push(format!("skipped but is listed as failing: {case}")),
+            (state, Some(known)) => notes.push(format!("{state} as known: {case} ({})", known.reason)),
+            (state, None) => {
+                problems.push(format!("{state}: {case}\n    {}", outcome.failure.replace('\n', "\n    ")));
+            }
+        }
+    }
+    for known in known.iter().filter(|k| !cases.contains_key(k.case)) {
+        problems.push(format!("listed but not in the report: {}", known.case));
+    }
+    if problems.is_empty() {
+        Ok([summary].into_iter().chain(notes).collect::<Vec<_>>().join("\n"))
+    } else {
+        bail!("{summary}\n{}", problems.join("\n"))
+    }
+}
+
+/// The regular expression ginkgo skips: every [`SKIPPED`] case, quoted.
+fn skip_pattern() -> String {
+    SKIPPED.iter().map(|k| regex_quote(k.case)).collect::<Vec<_>>().join("|")
+}
+
+fn regex_quote(text: &str) -> String {
+    text.chars()
+        .flat_map(|c| {
+            let escape = "\\.+*?()|[]{}^$".contains(c);
+            escape.then_some('\\').into_iter().chain(std::iter::once(c))
+        })
+        .collect()
+}
+
+/// A node for critest: a host on a fabric with a registry on its loopback ([`PAUSE_REGISTRY`]) holding
+/// the pause image and critest's images, a CNI conf dir with the reference bridge.
+struct CritestNode {
+    pause: String,
+    net_d: tempfile::TempDir,
+    scratch: tempfile::TempDir,
+    _registry: keel_testbed::registry::Registry,
+    node: Host,
+    _fabric: Fabric,
+}
+
+impl CritestNode {
+    fn new() -> Result<CritestNode> {
+        keel_testbed::require_root()?;
+        let fabric = Fabric::new()?;
+        let node = fabric.add_host("node")?;
+        let (registry, pause) = pause_registry_in(node.fd())?;
+        let forwarder = Forwarder::start(node.fd(), PAUSE_REGISTRY.parse()?)?;
+        e2e_images::push(&forwarder.local_addr().to_string(), e2e_images::CRITEST)?;
+        let scratch = tempfile::Builder::new().prefix("keel-critest-").tempdir()?;
+        let net_d = tempfile::Builder::new().prefix("keel-critest-netd-").tempdir()?;
+        let ipam = scratch.path().join("ipam");
+        std::fs::create_dir(&ipam)?;
+        std::fs::write(net_d.path().join("10-critest.conflist"), conflist(&ipam))?;
+        Ok(CritestNode { pause, net_d, scratch, _registry: registry, node, _fabric: fabric })
+    }
+
+    /// Runs critest against the CRI at `socket` with `extra` flags and returns its cases.
+    fn run(&self, runtime: &str, socket: &Path, extra: &[&str]) -> Result<BTreeMap<String, Outcome>> {
+        let critest = keel_testbed::peers::path("critest")?;
+        let report = self.scratch.path().join("report.json");
+        let endpoint = format!("unix://{}", socket.display());
+        let mut cmd = self.node.command(&critest);
+        cmd.args(["-runtime-endpoint", &endpoint, "-image-endpoint", &endpoint])
+            .arg(format!("-ginkgo.json-report={}", report.display()))
+            .args(["-ginkgo.no-color", "-ginkgo.skip", &skip_pattern()])
+            .args(extra)
+            .args(std::env::var("KEEL_CRITEST_FOCUS").map(|focus| format!("-ginkgo.focus={focus}")))
+            .current_dir(self.scratch.path());
+        let output = cmd.output().context("running critest")?;
+        let log = self.scratch.path().join("critest.log");
+        std::fs::write(&log, [&output.stdout[..], &output.stderr[..]].concat())?;
+        let text = std::fs::read_to_string(&report).with_context(|| {
+            format!(
+                "critest ({}) wrote no report; its output ends:\n{}",
+                output.status,
+                keel_testbed::process::tail(&log, 40)
+            )
+        })?;
+        let cases = outcomes(&serde_json::from_str(&text).context("parsing critest's JSON report")?);
+        // Kept for the docs' results table: target/tmp/critest-<runtime>.json.
+        let kept = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("critest-{runtime}.json"));
+        std::fs::write(&kept, &text).with_context(|| format!("writing {}", kept.display()))?;
+        Ok(cases)
+    }
+}
+
+const SUBNET: &str = "10.99.0.0/24";
+
+fn conflist(ipam: &Path) -> String {
+    serde_json::json!({
+        "cniVersion": "1.0.0", "name": "keel-critest",
+        "plugins": [
+            {"type": "bridge", "bridge": "critest0", "isGateway": true, "ipMasq": false, "hairpinMode": true,
+             "ipam": {"type": "host-local", "ranges": [[{"subnet": SUBNET}]], "dataDir": ipam}},
+            {"type": "portmap", "capabilities": {"portMappings": true}},
+        ]
+    })
+    .to_string()
+}
+
+/// keel-shim's `--registry-mirror` flags: every mirrored registry served by the node's registry.
+fn shim_mirrors() -> Vec<String> {
+    MIRRORED
+        .iter()
+        .flat_map(|r| ["--registry-mirror".to_owned(), format!("{r}=http://{PAUSE_REGISTRY}")])
+        .collect()
+}
+
+fn critest_against_keel_shim(runtime: &str, handler: &[&str]) -> Result<()> {
+    let bed = CritestNode::new()?;
+    let runtimes: Vec<&str> = if handler.is_empty() { vec![] } else { vec!["crun=/usr/bin/crun"] };
+    let mut args = shim_mirrors();
+    args.extend(["--insecure-registry".to_owned(), PAUSE_REGISTRY.to_owned()]);
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let shim = Shim::start_with_args(Some(&bed.node), bed.net_d.path(), &runtimes, &args)?;
+    let cases = bed.run(runtime, &shim.socket(), handler)?;
+    let summary = check(runtime, &cases, KEEL_SHIM_FAILS)
+        .with_context(|| format!("keel-shim log:\n{}", shim.daemon.log_tail(40)))?;
+    eprintln!("{summary}");
+    Ok(())
+}
+
+#[test]
+fn critest_against_keel_shim_on_runc() -> Result<()> {
+    critest_against_keel_shim("keel-shim-runc", &[])
+}
+
+#[test]
+fn critest_against_keel_shim_on_crun() -> Result<()> {
+    critest_against_keel_shim("keel-shim-crun", &["-runtime-handler", "crun"])
+}
+
+#[test]
+fn critest_against_containerd() -> Result<()> {
+    let bed = CritestNode::new()?;
+    let mirrors = MIRRORED.iter().map(|r| ((*r).to_owned(), format!("http://{PAUSE_REGISTRY}"))).collect();
+    let opts = ContainerdOptions {
+        cni_conf_dir: Some(bed.net_d.path().to_owned()),
+        netns: Some(bed.node.fd().clone()),
+        sandbox_image: Some(bed.pause.clone()),
+        plain_http_registries: vec![PAUSE_REGISTRY.to_owned()],
+        registry_mirrors: mirrors,
+        // Its containers in cgroups, as keel-shim's are (critest's OOM case needs a memory limit).
+        cgroups: true,
+        ..ContainerdOptions::default()
+    };
+    let mut containerd = Containerd::start(&opts)?;
+    containerd.check_cri()?;
+    let cases = bed.run("containerd", containerd.socket(), &[])?;
+    let summary = check("containerd", &cases, CONTAINERD_FAILS)
+        .with_context(|| format!("containerd log:\n{}", containerd.daemon().log_tail(40)))?;
+    eprintln!("{summary}");
+    Ok(())
+}
+
+#[test]
+fn keel_shim_fails_nothing_containerd_passes() {
+    for known in KEEL_SHIM_FAILS {
+        assert!(
+            CONTAINERD_FAILS.iter().any(|c| c.case == known.case),
+            "keel-shim may fail {:?} only if containerd does",
+            known.case
+        );
+    }
+}
+
+#[test]
+fn outcomes_are_read_from_ginkgo_json_reports() {
+    let report = serde_json::json!([{
+        "SuiteDescription": "CRI validation",
+        "SpecReports": [
+            {"LeafNodeType": "BeforeSuite", "State": "passed"},
+            {"LeafNodeType": "It", "ContainerHierarchyTexts": ["[k8s.io] Image Manager"],
+             "LeafNodeText": "should pull", "State": "passed"},
+            {"LeafNodeType": "It", "ContainerHierarchyTexts": ["[k8s.io] Container", "runtime should support"],
+             "LeafNodeText": "exec", "State": "failed",
+             "Failure": {"Message": "Expected\n<int>: 1", "Location": {"FileName": "/x/container.go", "LineNumber": 42}}},
+        ]
+    }]);
+    let cases = outcomes(&report);
+    assert_eq!(cases.len(), 2);
+    assert_eq!(cases["[k8s.io] Image Manager should pull"].state, "passed");
+    let failed = &cases["[k8s.io] Container runtime should support exec"];
+    assert_eq!(failed.failure, "container.go:42: Expected\n<int>: 1");
+    let known = [Known { case: "[k8s.io] Container runtime should support exec", reason: "r" }];
+    assert!(check("x", &cases, &known).is_ok());
+    assert!(check("x", &cases, &[]).is_err(), "an unlisted failure fails");
+    let stale = [Known { case: "[k8s.io] Image Manager should pull", reason: "r" }, known[0]];
+    assert!(check("x", &cases, &stale).is_err(), "a listed case that passes fails");
+    assert!(check("x", &BTreeMap::new(), &[]).is_err(), "an empty report fails");
+}
+
+#[test]
+fn skipped_cases_are_quoted_for_ginkgo() {
+    assert_eq!(regex_quote("a (b) [c]."), r"a \(b\) \[c\]\.");
+}
