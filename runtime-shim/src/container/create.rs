@@ -8,11 +8,10 @@ use std::sync::{Arc, Mutex, PoisonError};
 use k8s_cri::v1 as api;
 use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::sync::watch;
-use tonic::Status;
 
 use super::{
-    Containers, CreateRequest, Entry, MountRecord, Record, State, Watch, internal, save,
-    shares_pid_namespace, status_of,
+    Containers, CreateRequest, Entry, Error, MountRecord, Record, State, Watch, save, shares_pid_namespace,
+    status_of,
 };
 use crate::monitor;
 use crate::oci::runtime::OciRuntime;
@@ -20,21 +19,21 @@ use crate::oci::runtime::OciRuntime;
 impl Containers {
     /// Creates a container: writes its bundle, starts its monitor (which runs `<runtime> create`) and
     /// records it as CREATED. On error nothing is left behind.
-    pub async fn create(&self, request: CreateRequest) -> Result<api::ContainerStatus, Status> {
+    pub async fn create(&self, request: CreateRequest) -> Result<api::ContainerStatus, Error> {
         let id = request.id.clone();
         if id.is_empty() || id.contains('/') || id.starts_with('.') {
-            return Err(Status::invalid_argument(format!("invalid container id {id:?}")));
+            return Err(Error::InvalidId(id));
         }
         if self.inner.entries.lock().unwrap_or_else(PoisonError::into_inner).contains_key(&id) {
-            return Err(Status::already_exists(format!("container {id} already exists")));
+            return Err(Error::AlreadyExists(id));
         }
         let runtime = self.runtime(&request.handler)?;
         let dir = self.inner.dir.join(&id);
         if let Err(e) = std::fs::create_dir(&dir) {
             return Err(if e.kind() == io::ErrorKind::AlreadyExists {
-                Status::already_exists(format!("container {id} already exists"))
+                Error::AlreadyExists(id)
             } else {
-                internal("creating the container directory", e)
+                Error::Io { context: "creating the container directory", source: e }
             });
         }
         match self.create_in(&dir, &runtime, request).await {
@@ -52,11 +51,11 @@ impl Containers {
         dir: &Path,
         runtime: &OciRuntime,
         request: CreateRequest,
-    ) -> Result<api::ContainerStatus, Status> {
+    ) -> Result<api::ContainerStatus, Error> {
         let bundle = dir.join("bundle");
-        std::fs::create_dir_all(&bundle).map_err(|e| internal("creating the bundle", e))?;
+        std::fs::create_dir_all(&bundle).map_err(Error::io("creating the bundle"))?;
         let mut request = request;
-        let absolute = |path: &Path| std::path::absolute(path).map_err(|e| internal("resolving a path", e));
+        let absolute = |path: &Path| std::path::absolute(path).map_err(Error::io("resolving a path"));
         request.rootfs_mounted_at = absolute(&request.rootfs_mounted_at)?;
         if let Some(log) = &request.log_path {
             request.log_path = Some(absolute(log)?);
@@ -69,9 +68,9 @@ impl Containers {
         if let Some(process) = spec.process_mut() {
             process.set_terminal(Some(request.tty));
         }
-        spec.save(bundle.join("config.json")).map_err(|e| internal("writing config.json", e))?;
+        spec.save(bundle.join("config.json")).map_err(Error::spec("writing config.json"))?;
         if let Some(parent) = request.log_path.as_ref().and_then(|path| path.parent()) {
-            std::fs::create_dir_all(parent).map_err(|e| internal("creating the log directory", e))?;
+            std::fs::create_dir_all(parent).map_err(Error::io("creating the log directory"))?;
         }
 
         let exit_file = dir.join("exit.json");
@@ -99,7 +98,7 @@ impl Containers {
             }
         }
         let monitor_log = std::fs::File::create(dir.join("monitor.log"))
-            .map_err(|e| internal("creating the monitor's log", e))?;
+            .map_err(Error::io("creating the monitor's log"))?;
         command
             .stdin(std::process::Stdio::null())
             .stdout(std::process::Stdio::piped())
@@ -112,7 +111,7 @@ impl Containers {
                 Ok(())
             });
         }
-        let mut child = command.spawn().map_err(|e| internal("starting the monitor", e))?;
+        let mut child = command.spawn().map_err(Error::io("starting the monitor"))?;
         let monitor_pid = child.id().and_then(|pid| i32::try_from(pid).ok()).unwrap_or_default();
         let mut line = String::new();
         if let Some(stdout) = child.stdout.take() {
@@ -126,7 +125,7 @@ impl Containers {
                     Some(("error", message)) => message.to_owned(),
                     _ => std::fs::read_to_string(dir.join("monitor.log")).unwrap_or_default(),
                 };
-                return Err(Status::internal(format!("creating container {}: {message}", request.id)));
+                return Err(Error::CreateFailed { id: request.id, message });
             }
         };
         let created_at = monitor::now().1;
@@ -174,7 +173,7 @@ impl Containers {
         if let Err(e) = save(dir, &record) {
             let _ = runtime.delete(&record.id, true);
             let _ = child.wait().await;
-            return Err(internal("writing the container record", e));
+            return Err(Error::Io { context: "writing the container record", source: e });
         }
         let (exited, _) = watch::channel(false);
         let entry =

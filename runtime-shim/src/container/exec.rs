@@ -5,32 +5,28 @@ use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use tokio::io::AsyncReadExt;
-use tonic::Status;
 
-use super::{Containers, EXEC_COUNTER, Record, Streams, exit_code, internal, stream};
+use super::{Containers, EXEC_COUNTER, Error, Record, Streams, exit_code, stream};
 use crate::monitor;
 use crate::oci::runtime::ExecOptions;
 
 impl Containers {
     /// Writes a process.json for an exec of `cmd` (the container's process with other args).
-    fn exec_process(&self, record: &Record, cmd: &[String], tty: bool) -> Result<PathBuf, Status> {
+    fn exec_process(&self, record: &Record, cmd: &[String], tty: bool) -> Result<PathBuf, Error> {
         if cmd.is_empty() {
-            return Err(Status::invalid_argument("the command to exec is empty"));
+            return Err(Error::EmptyCommand);
         }
         let dir = self.inner.dir.join(&record.id);
         let spec = oci_spec::runtime::Spec::load(dir.join("bundle/config.json"))
-            .map_err(|e| internal("reading config.json", e))?;
+            .map_err(Error::spec("reading config.json"))?;
         let mut process = spec.process().clone().unwrap_or_default();
         process.set_args(Some(cmd.to_vec()));
         process.set_terminal(Some(tty));
         process.set_console_size(None);
         let n = EXEC_COUNTER.fetch_add(1, Ordering::Relaxed);
         let path = dir.join(format!("exec-{}-{n}.json", std::process::id()));
-        std::fs::write(
-            &path,
-            serde_json::to_vec(&process).map_err(|e| internal("encoding process.json", e))?,
-        )
-        .map_err(|e| internal("writing process.json", e))?;
+        std::fs::write(&path, serde_json::to_vec(&process).map_err(Error::Encode)?)
+            .map_err(Error::io("writing process.json"))?;
         Ok(path)
     }
 
@@ -42,7 +38,7 @@ impl Containers {
         id: &str,
         cmd: &[String],
         timeout: Duration,
-    ) -> Result<(Vec<u8>, Vec<u8>, i32), Status> {
+    ) -> Result<(Vec<u8>, Vec<u8>, i32), Error> {
         let (_, record) = self.running(id)?;
         let runtime = self.runtime_of(&record)?;
         let process = self.exec_process(&record, cmd, false)?;
@@ -57,7 +53,7 @@ impl Containers {
             .stderr(std::process::Stdio::piped())
             .kill_on_drop(true);
         let result = async {
-            let mut child = command.spawn().map_err(|e| internal("running the runtime's exec", e))?;
+            let mut child = command.spawn().map_err(Error::io("running the runtime's exec"))?;
             let mut stdout = child.stdout.take();
             let mut stderr = child.stderr.take();
             let run = async {
@@ -82,13 +78,13 @@ impl Containers {
             };
             match finished {
                 Some((out, err, status)) => {
-                    let status = status.map_err(|e| internal("waiting for the runtime's exec", e))?;
+                    let status = status.map_err(Error::io("waiting for the runtime's exec"))?;
                     let logged = std::fs::read_to_string(&log).unwrap_or_default();
                     let code = exit_code(status);
                     // The runtime itself failed (no such container, bad process): not the command's exit.
                     if !status.success() && !std::fs::exists(&pid_file).unwrap_or(false) {
                         let message = crate::oci::runtime::log_errors(&logged);
-                        return Err(Status::internal(format!("exec in container {}: {message}", record.id)));
+                        return Err(Error::ExecFailed { id: record.id.clone(), message });
                     }
                     Ok((out, err, code))
                 }
@@ -122,10 +118,7 @@ impl Containers {
                         let _ = child.start_kill();
                         let _ = child.wait().await;
                     }
-                    Err(Status::deadline_exceeded(format!(
-                        "command {cmd:?} in container {} timed out after {timeout:?}",
-                        record.id
-                    )))
+                    Err(Error::ExecTimeout { id: record.id.clone(), cmd: cmd.to_vec(), timeout })
                 }
             }
         }
@@ -138,19 +131,18 @@ impl Containers {
 
     /// Attaches `io` to a running container's stdio through its monitor, until the container's output
     /// ends or the client's output goes away.
-    pub async fn attach(&self, id: &str, io: Streams) -> Result<(), Status> {
+    pub async fn attach(&self, id: &str, io: Streams) -> Result<(), Error> {
         let (_, record) = self.running(id)?;
-        let dir =
-            monitor::open_dir(&self.inner.dir.join(&record.id)).map_err(|e| internal("attaching", e))?;
+        let dir = monitor::open_dir(&self.inner.dir.join(&record.id)).map_err(Error::io("attaching"))?;
         let socket = tokio::net::UnixStream::connect(monitor::socket_path(&dir, monitor::ATTACH_SOCKET))
             .await
-            .map_err(|e| internal("reaching the container's monitor", e))?;
-        stream::attach(socket, io).await.map_err(|e| internal("attach", e))
+            .map_err(Error::io("reaching the container's monitor"))?;
+        stream::attach(socket, io).await.map_err(Error::io("attach"))
     }
 
     /// Runs `cmd` in a running container with `io` as its stdio (a terminal when `tty`), returning its
     /// exit code.
-    pub async fn exec(&self, id: &str, cmd: &[String], tty: bool, io: Streams) -> Result<i32, Status> {
+    pub async fn exec(&self, id: &str, cmd: &[String], tty: bool, io: Streams) -> Result<i32, Error> {
         let (_, record) = self.running(id)?;
         let runtime = self.runtime_of(&record)?;
         let process = self.exec_process(&record, cmd, tty)?;

@@ -16,6 +16,7 @@
 //! shared state and the helpers the verbs share.
 
 mod create;
+mod error;
 mod exec;
 mod remove;
 mod start;
@@ -34,12 +35,12 @@ use std::sync::{Arc, Mutex, PoisonError, Weak};
 use k8s_cri::v1 as api;
 use serde::{Deserialize, Serialize};
 use tokio::sync::{broadcast, watch};
-use tonic::Status;
 
 use crate::config::DEFAULT_HANDLER;
 use crate::monitor::{self, ExitRecord};
 use crate::oci::runtime::OciRuntime;
 
+pub use error::Error;
 pub use stream::{Streams, TerminalSize};
 
 /// What [`Containers::create`] needs (the CRI's CreateContainer, resolved by the caller: the image
@@ -83,11 +84,14 @@ pub struct CreateRequest {
     pub stop_signal: Option<String>,
 }
 
-/// A container's state, as recorded.
+/// A container's state, as recorded (the CRI's CONTAINER_CREATED, CONTAINER_RUNNING, CONTAINER_EXITED).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-enum State {
+pub enum State {
+    /// Created by the runtime, its process not started.
     Created,
+    /// Started.
     Running,
+    /// Its process exited (or it failed to start).
     Exited,
 }
 
@@ -200,10 +204,6 @@ impl std::fmt::Debug for Containers {
 }
 
 static EXEC_COUNTER: AtomicU64 = AtomicU64::new(0);
-
-fn internal(context: &str, e: impl std::fmt::Display) -> Status {
-    Status::internal(format!("{context}: {e}"))
-}
 
 fn save(dir: &Path, record: &Record) -> io::Result<()> {
     let path = dir.join("container.json");
@@ -386,27 +386,24 @@ impl Containers {
         });
     }
 
-    fn runtime(&self, handler: &str) -> Result<OciRuntime, Status> {
+    fn runtime(&self, handler: &str) -> Result<OciRuntime, Error> {
         let handler = if handler.is_empty() { DEFAULT_HANDLER } else { handler };
-        let binary = self
-            .inner
-            .runtimes
-            .get(handler)
-            .ok_or_else(|| Status::invalid_argument(format!("no runtime for handler {handler:?}")))?;
+        let binary =
+            self.inner.runtimes.get(handler).ok_or_else(|| Error::UnknownHandler(handler.to_owned()))?;
         OciRuntime::new(binary, &self.inner.runtime_root.join(handler))
-            .map_err(|e| internal("preparing the runtime's state directory", e))
+            .map_err(Error::io("preparing the runtime's state directory"))
     }
 
     /// The runtime of an existing container: its handler's, or the binary it was created with when the
     /// handler is no longer configured (so that it can still be stopped and removed).
-    fn runtime_of(&self, record: &Record) -> Result<OciRuntime, Status> {
+    fn runtime_of(&self, record: &Record) -> Result<OciRuntime, Error> {
         let handler = if record.handler.is_empty() { DEFAULT_HANDLER } else { &record.handler };
         let binary = self.inner.runtimes.get(handler).unwrap_or(&record.runtime);
         OciRuntime::new(binary, &self.inner.runtime_root.join(handler))
-            .map_err(|e| internal("preparing the runtime's state directory", e))
+            .map_err(Error::io("preparing the runtime's state directory"))
     }
 
-    fn entry(&self, id: &str) -> Result<Arc<Entry>, Status> {
+    fn entry(&self, id: &str) -> Result<Arc<Entry>, Error> {
         let entries = self.inner.entries.lock().unwrap_or_else(PoisonError::into_inner);
         if let Some(entry) = entries.get(id) {
             return Ok(Arc::clone(entry));
@@ -414,8 +411,8 @@ impl Containers {
         let mut found = entries.iter().filter(|(key, _)| !id.is_empty() && key.starts_with(id));
         match (found.next(), found.next()) {
             (Some((_, entry)), None) => Ok(Arc::clone(entry)),
-            (Some(_), Some(_)) => Err(Status::invalid_argument(format!("container id {id:?} is ambiguous"))),
-            _ => Err(Status::not_found(format!("container {id:?} not found"))),
+            (Some(_), Some(_)) => Err(Error::AmbiguousId(id.to_owned())),
+            _ => Err(Error::NotFound(id.to_owned())),
         }
     }
 
@@ -428,14 +425,11 @@ impl Containers {
         self.inner.events.subscribe()
     }
 
-    fn running(&self, id: &str) -> Result<(Arc<Entry>, Record), Status> {
+    fn running(&self, id: &str) -> Result<(Arc<Entry>, Record), Error> {
         let entry = self.entry(id)?;
         let record = entry.record();
         if record.state != State::Running {
-            return Err(Status::failed_precondition(format!(
-                "container {} is not running ({:?})",
-                record.id, record.state
-            )));
+            return Err(Error::NotRunning { id: record.id, state: record.state });
         }
         Ok((entry, record))
     }
@@ -453,10 +447,10 @@ fn exit_code(status: std::process::ExitStatus) -> i32 {
 
 async fn blocking<T: Send + 'static>(
     f: impl FnOnce() -> Result<T, crate::oci::runtime::RuntimeError> + Send + 'static,
-) -> Result<T, Status> {
+) -> Result<T, Error> {
     match tokio::task::spawn_blocking(f).await {
-        Ok(result) => result.map_err(Status::from),
-        Err(e) => Err(internal("runtime call", e)),
+        Ok(result) => result.map_err(Error::Runtime),
+        Err(e) => Err(Error::Task(e)),
     }
 }
 

@@ -6,17 +6,16 @@ use std::sync::PoisonError;
 use std::time::Duration;
 
 use k8s_cri::v1 as api;
-use tonic::Status;
 
-use super::{Containers, State, blocking, internal, is_mount_point};
+use super::{Containers, Error, State, blocking, is_mount_point};
 
 impl Containers {
     /// Removes a container: stops it at once if running, deletes it from the runtime, calls the rootfs
     /// hook, removes its directory. Removing an unknown container succeeds (as containerd).
-    pub async fn remove(&self, id: &str) -> Result<(), Status> {
+    pub async fn remove(&self, id: &str) -> Result<(), Error> {
         let entry = match self.entry(id) {
             Ok(entry) => entry,
-            Err(e) if e.code() == tonic::Code::NotFound => return Ok(()),
+            Err(Error::NotFound(_)) => return Ok(()),
             Err(e) => return Err(e),
         };
         let _op = entry.op.lock().await;
@@ -33,19 +32,15 @@ impl Containers {
         let dir = self.inner.dir.join(&record.id);
         let hook = self.inner.unmount.lock().unwrap_or_else(PoisonError::into_inner).clone();
         if let Some(hook) = hook {
-            hook(&record.rootfs).map_err(|e| internal("unmounting the rootfs", e))?;
+            hook(&record.rootfs).map_err(Error::io("unmounting the rootfs"))?;
         }
         if record.rootfs.starts_with(&dir) && is_mount_point(&record.rootfs) {
-            return Err(Status::failed_precondition(format!(
-                "the rootfs {} of container {} is still mounted",
-                record.rootfs.display(),
-                record.id
-            )));
+            return Err(Error::RootfsStillMounted { id: record.id, rootfs: record.rootfs });
         }
         let record = entry.record();
         std::fs::remove_dir_all(&dir)
             .or_else(|e| if e.kind() == io::ErrorKind::NotFound { Ok(()) } else { Err(e) })
-            .map_err(|e| internal("removing the container directory", e))?;
+            .map_err(Error::io("removing the container directory"))?;
         self.inner.entries.lock().unwrap_or_else(PoisonError::into_inner).remove(&record.id);
         self.emit(api::ContainerEventType::ContainerDeletedEvent, &record);
         Ok(())

@@ -3,22 +3,18 @@
 use std::sync::PoisonError;
 
 use k8s_cri::v1 as api;
-use tonic::Status;
 
-use super::{Containers, State, blocking, save};
+use super::{Containers, Error, State, blocking, save};
 use crate::monitor;
 
 impl Containers {
     /// Starts a CREATED container.
-    pub async fn start(&self, id: &str) -> Result<(), Status> {
+    pub async fn start(&self, id: &str) -> Result<(), Error> {
         let entry = self.entry(id)?;
         let _op = entry.op.lock().await;
         let record = entry.record();
         if record.state != State::Created {
-            return Err(Status::failed_precondition(format!(
-                "container {} is {:?}, not created",
-                record.id, record.state
-            )));
+            return Err(Error::NotCreated { id: record.id, state: record.state });
         }
         let runtime = self.runtime_of(&record)?;
         let cid = record.id.clone();
@@ -32,7 +28,7 @@ impl Containers {
                 current.finished_at = monitor::now().1;
                 current.exit_code = 128;
                 current.reason = "StartError".to_owned();
-                current.message = e.message().to_owned();
+                current.message = e.to_string();
                 let _ = save(&self.inner.dir.join(&current.id), &current);
                 current.clone()
             };

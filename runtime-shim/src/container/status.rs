@@ -4,18 +4,17 @@ use std::path::PathBuf;
 use std::sync::{Arc, PoisonError};
 
 use k8s_cri::v1 as api;
-use tonic::Status;
 
-use super::{Containers, Entry, cri_state, image_spec, status_of};
+use super::{Containers, Entry, Error, cri_state, image_spec, status_of};
 
 impl Containers {
     /// The container's CRI status.
-    pub fn status(&self, id: &str) -> Result<api::ContainerStatus, Status> {
+    pub fn status(&self, id: &str) -> Result<api::ContainerStatus, Error> {
         Ok(status_of(&self.entry(id)?.record()))
     }
 
     /// The rootfs mount point of a container (for the caller to unmount after [`Containers::remove`]).
-    pub fn rootfs(&self, id: &str) -> Result<PathBuf, Status> {
+    pub fn rootfs(&self, id: &str) -> Result<PathBuf, Error> {
         Ok(self.entry(id)?.record().rootfs)
     }
 

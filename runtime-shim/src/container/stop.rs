@@ -2,19 +2,17 @@
 
 use std::time::Duration;
 
-use tonic::Status;
-
-use super::{Containers, State, blocking, parse_signal};
+use super::{Containers, Error, State, blocking, parse_signal};
 
 impl Containers {
     /// Stops a running container: its stop signal (SIGTERM unless the image names another), then
     /// SIGKILL after `timeout` (at once for 0), and waits for it to exit. A container that is not
     /// running is left as it is, and an unknown one succeeds (the CRI's idempotence, as critest v1.34
     /// checks it).
-    pub async fn stop(&self, id: &str, timeout: Duration) -> Result<(), Status> {
+    pub async fn stop(&self, id: &str, timeout: Duration) -> Result<(), Error> {
         let entry = match self.entry(id) {
             Ok(entry) => entry,
-            Err(e) if e.code() == tonic::Code::NotFound => return Ok(()),
+            Err(Error::NotFound(_)) => return Ok(()),
             Err(e) => return Err(e),
         };
         let record = entry.record();

@@ -1,27 +1,25 @@
 //! UpdateContainerResources and ReopenContainerLog.
 
 use tokio::io::{AsyncBufReadExt, BufReader};
-use tonic::Status;
 
-use super::{Containers, State, blocking, internal};
+use super::{Containers, Error, State, blocking};
 use crate::monitor;
 
 impl Containers {
     /// Asks the container's monitor to reopen its log file (after the kubelet renamed it).
-    pub async fn reopen_log(&self, id: &str) -> Result<(), Status> {
+    pub async fn reopen_log(&self, id: &str) -> Result<(), Error> {
         let (_, record) = self.running(id)?;
-        let dir =
-            monitor::open_dir(&self.inner.dir.join(&record.id)).map_err(|e| internal("reopening", e))?;
+        let dir = monitor::open_dir(&self.inner.dir.join(&record.id)).map_err(Error::io("reopening"))?;
         let mut stream = tokio::net::UnixStream::connect(monitor::socket_path(&dir, monitor::CONTROL_SOCKET))
             .await
-            .map_err(|e| internal("reaching the container's monitor", e))?;
+            .map_err(Error::io("reaching the container's monitor"))?;
         use tokio::io::AsyncWriteExt;
-        stream.write_all(b"reopen\n").await.map_err(|e| internal("asking the monitor", e))?;
+        stream.write_all(b"reopen\n").await.map_err(Error::io("asking the monitor"))?;
         let mut answer = String::new();
-        BufReader::new(stream).read_line(&mut answer).await.map_err(|e| internal("asking the monitor", e))?;
+        BufReader::new(stream).read_line(&mut answer).await.map_err(Error::io("asking the monitor"))?;
         match answer.trim() {
             "ok" => Ok(()),
-            other => Err(Status::internal(format!("reopening the log of {}: {other}", record.id))),
+            other => Err(Error::ReopenRefused { id: record.id, answer: other.to_owned() }),
         }
     }
 
@@ -31,11 +29,11 @@ impl Containers {
         &self,
         id: &str,
         resources: oci_spec::runtime::LinuxResources,
-    ) -> Result<(), Status> {
+    ) -> Result<(), Error> {
         let entry = self.entry(id)?;
         let record = entry.record();
         if record.state == State::Exited {
-            return Err(Status::failed_precondition(format!("container {} is not running", record.id)));
+            return Err(Error::Exited(record.id));
         }
         let runtime = self.runtime_of(&record)?;
         let (cid, res) = (record.id.clone(), resources.clone());

@@ -72,16 +72,6 @@ impl RuntimeError {
     }
 }
 
-impl From<RuntimeError> for tonic::Status {
-    fn from(error: RuntimeError) -> tonic::Status {
-        if error.is_not_found() {
-            tonic::Status::not_found(error.to_string())
-        } else {
-            tonic::Status::internal(error.to_string())
-        }
-    }
-}
-
 /// `<runtime> state ID`, as runc and crun print it.
 #[derive(Debug, Clone, Deserialize)]
 pub struct State {
