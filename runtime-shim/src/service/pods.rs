@@ -340,7 +340,7 @@ impl Backend for StreamBackend {
         port: u16,
         stream: DuplexStream,
     ) -> Result<(), BackendError> {
-        let sandbox = self.sandboxes.get(pod_sandbox_id)?;
+        let sandbox = self.sandboxes.get(pod_sandbox_id).map_err(Status::from)?;
         if sandbox.state != api::PodSandboxState::SandboxReady {
             return Err(format!("pod sandbox {} is not ready", sandbox.id).into());
         }
