@@ -14,7 +14,7 @@ use super::{
     status_of,
 };
 use crate::monitor;
-use crate::oci::runtime::OciRuntime;
+use crate::oci::runtime::Runtime;
 
 impl Containers {
     /// Creates a container: writes its bundle, starts its monitor (which runs `<runtime> create`) and
@@ -36,7 +36,7 @@ impl Containers {
                 Error::Io { context: "creating the container directory", source: e }
             });
         }
-        match self.create_in(&dir, &runtime, request).await {
+        match self.create_in(&dir, runtime.as_ref(), request).await {
             Ok(status) => Ok(status),
             Err(e) => {
                 let _ = runtime.delete(&id, true);
@@ -49,7 +49,7 @@ impl Containers {
     async fn create_in(
         &self,
         dir: &Path,
-        runtime: &OciRuntime,
+        runtime: &dyn Runtime,
         request: CreateRequest,
     ) -> Result<api::ContainerStatus, Error> {
         let bundle = dir.join("bundle");

@@ -147,7 +147,7 @@ impl Containers {
         let runtime = self.runtime_of(&record)?;
         let process = self.exec_process(&record, cmd, tty)?;
         let dir = self.inner.dir.join(&record.id);
-        let result = stream::exec(&runtime, &record.id, &dir, &process, tty, io).await;
+        let result = stream::exec(runtime.as_ref(), &record.id, &dir, &process, tty, io).await;
         let _ = std::fs::remove_file(&process);
         result
     }

@@ -38,7 +38,7 @@ use tokio::sync::{broadcast, watch};
 
 use crate::config::DEFAULT_HANDLER;
 use crate::monitor::{self, ExitRecord};
-use crate::oci::runtime::OciRuntime;
+use crate::oci::runtime::{self, Runtime, RuntimeFactory};
 
 pub use error::Error;
 pub use stream::{Streams, TerminalSize};
@@ -178,6 +178,8 @@ struct Inner {
     dir: PathBuf,
     runtime_root: PathBuf,
     runtimes: BTreeMap<String, PathBuf>,
+    /// Makes the runtime of a handler (the binaries' driver; a fake in unit tests).
+    make_runtime: RuntimeFactory,
     monitor: PathBuf,
     entries: Mutex<HashMap<String, Arc<Entry>>>,
     events: broadcast::Sender<api::ContainerEventResponse>,
@@ -269,6 +271,17 @@ impl Containers {
         runtimes: &BTreeMap<String, PathBuf>,
         monitor: &Path,
     ) -> io::Result<Containers> {
+        Containers::open_with_runtime(root, runtimes, monitor, runtime::oci_runtimes())
+    }
+
+    /// [`Containers::open_with_monitor`] with the runtimes made by `make_runtime` (from a handler's
+    /// binary and state directory) instead of [`runtime::OciRuntime`]s.
+    pub fn open_with_runtime(
+        root: &Path,
+        runtimes: &BTreeMap<String, PathBuf>,
+        monitor: &Path,
+        make_runtime: RuntimeFactory,
+    ) -> io::Result<Containers> {
         // The monitor works in the container's directory: every path it is given must be absolute.
         let root = std::path::absolute(root)?;
         let runtimes = runtimes
@@ -285,6 +298,7 @@ impl Containers {
                 dir: dir.clone(),
                 runtime_root,
                 runtimes,
+                make_runtime,
                 monitor: std::path::absolute(monitor)?,
                 entries: Mutex::new(HashMap::new()),
                 events,
@@ -318,7 +332,7 @@ impl Containers {
     fn clean_up_interrupted_create(&self, dir: &Path) {
         let Some(id) = dir.file_name().and_then(|name| name.to_str()) else { return };
         for (handler, binary) in &self.inner.runtimes {
-            if let Ok(runtime) = OciRuntime::new(binary, &self.inner.runtime_root.join(handler)) {
+            if let Ok(runtime) = (self.inner.make_runtime)(binary, &self.inner.runtime_root.join(handler)) {
                 let _ = runtime.delete(id, true);
             }
         }
@@ -386,20 +400,20 @@ impl Containers {
         });
     }
 
-    fn runtime(&self, handler: &str) -> Result<OciRuntime, Error> {
+    fn runtime(&self, handler: &str) -> Result<Arc<dyn Runtime>, Error> {
         let handler = if handler.is_empty() { DEFAULT_HANDLER } else { handler };
         let binary =
             self.inner.runtimes.get(handler).ok_or_else(|| Error::UnknownHandler(handler.to_owned()))?;
-        OciRuntime::new(binary, &self.inner.runtime_root.join(handler))
+        (self.inner.make_runtime)(binary, &self.inner.runtime_root.join(handler))
             .map_err(Error::io("preparing the runtime's state directory"))
     }
 
     /// The runtime of an existing container: its handler's, or the binary it was created with when the
     /// handler is no longer configured (so that it can still be stopped and removed).
-    fn runtime_of(&self, record: &Record) -> Result<OciRuntime, Error> {
+    fn runtime_of(&self, record: &Record) -> Result<Arc<dyn Runtime>, Error> {
         let handler = if record.handler.is_empty() { DEFAULT_HANDLER } else { &record.handler };
         let binary = self.inner.runtimes.get(handler).unwrap_or(&record.runtime);
-        OciRuntime::new(binary, &self.inner.runtime_root.join(handler))
+        (self.inner.make_runtime)(binary, &self.inner.runtime_root.join(handler))
             .map_err(Error::io("preparing the runtime's state directory"))
     }
 
@@ -446,7 +460,7 @@ fn exit_code(status: std::process::ExitStatus) -> i32 {
 }
 
 async fn blocking<T: Send + 'static>(
-    f: impl FnOnce() -> Result<T, crate::oci::runtime::RuntimeError> + Send + 'static,
+    f: impl FnOnce() -> Result<T, runtime::RuntimeError> + Send + 'static,
 ) -> Result<T, Error> {
     match tokio::task::spawn_blocking(f).await {
         Ok(result) => result.map_err(Error::Runtime),

@@ -2,7 +2,7 @@
 //! removed.
 
 use std::io;
-use std::sync::PoisonError;
+use std::sync::{Arc, PoisonError};
 use std::time::Duration;
 
 use k8s_cri::v1 as api;
@@ -25,7 +25,7 @@ impl Containers {
             self.stop(&record.id, Duration::ZERO).await?;
         }
         let cid = record.id.clone();
-        let rt = runtime.clone();
+        let rt = Arc::clone(&runtime);
         blocking(move || rt.delete(&cid, true)).await?;
         // A created container's init dies with the delete; its monitor then writes its exit.
         let _ = entry.exited.subscribe().wait_for(|done| *done).await;

@@ -1,6 +1,6 @@
 //! StartContainer: `<runtime> start` of a CREATED container.
 
-use std::sync::PoisonError;
+use std::sync::{Arc, PoisonError};
 
 use k8s_cri::v1 as api;
 
@@ -18,7 +18,7 @@ impl Containers {
         }
         let runtime = self.runtime_of(&record)?;
         let cid = record.id.clone();
-        let rt = runtime.clone();
+        let rt = Arc::clone(&runtime);
         if let Err(e) = blocking(move || rt.start(&cid)).await {
             // As containerd: a container that failed to start is exited (StartError, 128), and its
             // init (still waiting in the runtime) goes.

@@ -1,5 +1,6 @@
 //! StopContainer: the stop signal, then SIGKILL after the timeout.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use super::{Containers, Error, State, blocking, parse_signal};
@@ -23,7 +24,7 @@ impl Containers {
         let mut exited = entry.exited.subscribe();
         if !timeout.is_zero() {
             let signal = record.stop_signal.as_deref().and_then(parse_signal).unwrap_or(nix::libc::SIGTERM);
-            let (rt, cid) = (runtime.clone(), record.id.clone());
+            let (rt, cid) = (Arc::clone(&runtime), record.id.clone());
             let _ = blocking(move || rt.kill(&cid, signal, false)).await;
             if tokio::time::timeout(timeout, exited.wait_for(|done| *done)).await.is_ok() {
                 return Ok(());

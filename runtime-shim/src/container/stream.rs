@@ -11,7 +11,7 @@ use tokio::sync::mpsc;
 
 use super::Error;
 use crate::monitor::frame;
-use crate::oci::runtime::{ExecOptions, Flavor, OciRuntime};
+use crate::oci::runtime::{ExecOptions, Flavor, Runtime};
 
 pub use crate::streaming::{Streams, TerminalSize};
 
@@ -115,7 +115,7 @@ async fn pump(mut from: impl AsyncRead + Unpin, mut to: impl AsyncWrite + Unpin)
 
 /// Runs `<runtime> exec` of `process` in container `id` with `io` as its stdio.
 pub(super) async fn exec(
-    runtime: &OciRuntime,
+    runtime: &dyn Runtime,
     id: &str,
     dir: &Path,
     process: &Path,
@@ -256,7 +256,7 @@ fn openpty() -> io::Result<(OwnedFd, OwnedFd)> {
 /// container's pty, and follows its size (SIGWINCH when we resize it); its exit status is the
 /// process's.
 async fn exec_behind_a_terminal(
-    runtime: &OciRuntime,
+    runtime: &dyn Runtime,
     id: &str,
     process: &Path,
     io: Streams,
