@@ -581,14 +581,4 @@ fn status_of(record: &Record) -> api::ContainerStatus {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn stop_signals_parse_as_images_spell_them() {
-        assert_eq!(parse_signal("SIGQUIT"), Some(libc::SIGQUIT));
-        assert_eq!(parse_signal("quit"), Some(libc::SIGQUIT));
-        assert_eq!(parse_signal("9"), Some(9));
-        assert_eq!(parse_signal("NOPE"), None);
-    }
-}
+mod tests;
