@@ -28,6 +28,11 @@ fn runtimes() -> BTreeMap<String, PathBuf> {
     BTreeMap::from([("runc".to_owned(), PathBuf::from(RUNC)), ("crun".to_owned(), PathBuf::from(CRUN))])
 }
 
+/// The status the CRI server answers for a container error (its code and message).
+fn grpc(error: keel_shim::container::Error) -> tonic::Status {
+    tonic::Status::from(error)
+}
+
 fn monitor_binary() -> &'static Path {
     Path::new(env!("CARGO_BIN_EXE_keel-shim"))
 }
@@ -245,7 +250,7 @@ async fn lifecycle(handler: &str) {
     fixture.containers.stop(&id, Duration::from_secs(1)).await.expect("stop again");
 
     fixture.containers.remove(&id).await.expect("remove");
-    assert_eq!(fixture.containers.status(&id).expect_err("gone").code(), tonic::Code::NotFound);
+    assert_eq!(grpc(fixture.containers.status(&id).expect_err("gone")).code(), tonic::Code::NotFound);
     fixture.containers.remove(&id).await.expect("remove again");
     assert!(!fixture.runtime_state_dir(handler, &id).exists(), "runtime state left");
     assert!(!fixture.root.path().join("containers").join(&id).exists(), "container dir left");
@@ -304,7 +309,7 @@ async fn logs_are_in_cri_format_with_partial_lines_and_exit_codes_are_kept() {
     assert_eq!((status.exit_code, status.reason.as_str()), (0, "Completed"));
     // Starting an exited container is refused.
     let error = fixture.containers.start(&id).await.expect_err("start of an exited container");
-    assert_eq!(error.code(), tonic::Code::FailedPrecondition);
+    assert_eq!(grpc(error).code(), tonic::Code::FailedPrecondition);
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -324,7 +329,7 @@ async fn the_log_is_reopened_after_rotation() {
     assert!(!log_lines(&rotated).is_empty());
     fixture.containers.remove(&id).await.expect("remove");
     let error = fixture.containers.reopen_log(&id).await.expect_err("reopen after remove");
-    assert_eq!(error.code(), tonic::Code::NotFound);
+    assert_eq!(grpc(error).code(), tonic::Code::NotFound);
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -338,7 +343,7 @@ async fn exec_sync_returns_output_and_exit_code_and_times_out() {
         .exec_sync(&id, &["true".to_owned()], Duration::ZERO)
         .await
         .expect_err("not running");
-    assert_eq!(error.code(), tonic::Code::FailedPrecondition);
+    assert_eq!(grpc(error).code(), tonic::Code::FailedPrecondition);
     fixture.containers.start(&id).await.expect("start");
     let cmd: Vec<String> = ["sh", "-c", "echo out; echo err >&2; exit 7"].map(str::to_owned).to_vec();
     let (out, err, code) = fixture.containers.exec_sync(&id, &cmd, Duration::ZERO).await.expect("exec");
@@ -346,7 +351,7 @@ async fn exec_sync_returns_output_and_exit_code_and_times_out() {
     let cmd: Vec<String> = ["sleep", "1000"].map(str::to_owned).to_vec();
     let error =
         fixture.containers.exec_sync(&id, &cmd, Duration::from_millis(300)).await.expect_err("timeout");
-    assert_eq!(error.code(), tonic::Code::DeadlineExceeded);
+    assert_eq!(grpc(error).code(), tonic::Code::DeadlineExceeded);
     // The timed-out process is gone: only the init's loop runs.
     let ps = ["sh", "-c", "ps -o comm | grep -c 'sleep 1000' || true"].map(str::to_owned).to_vec();
     let (out, _, _) =
@@ -416,12 +421,13 @@ async fn bad_creates_leave_nothing_behind() {
     let mut fixture = Fixture::new();
     let request = fixture.request("nope", &["true"]);
     let error = fixture.containers.create(request).await.expect_err("unknown handler");
-    assert_eq!(error.code(), tonic::Code::InvalidArgument);
+    assert_eq!(grpc(error).code(), tonic::Code::InvalidArgument);
     let request = fixture.request("runc", &["/no/such/binary"]);
     let id = request.id.clone();
     // runc checks the binary at create.
     let error = fixture.containers.create(request).await.expect_err("missing binary");
-    assert!(error.message().contains("no such file") || error.message().contains("not found"), "{error:?}");
+    let message = error.to_string();
+    assert!(message.contains("no such file") || message.contains("not found"), "{error:?}");
     assert!(!fixture.root.path().join("containers").join(&id).exists());
     assert!(!fixture.runtime_state_dir("runc", &id).exists());
     assert!(fixture.containers.list(None).is_empty());
@@ -457,7 +463,7 @@ async fn an_oom_kill_is_reported_and_resources_update() {
     assert_eq!(limit.trim(), (64u64 << 20).to_string());
     fixture.containers.remove(&id).await.expect("remove");
     let error = fixture.containers.update_resources(&id, memory_limit(64 << 20)).await.expect_err("gone");
-    assert_eq!(error.code(), tonic::Code::NotFound);
+    assert_eq!(grpc(error).code(), tonic::Code::NotFound);
 }
 
 #[tokio::test(flavor = "multi_thread")]

@@ -8,10 +8,10 @@ use std::path::Path;
 
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::sync::mpsc;
-use tonic::Status;
 
+use super::Error;
 use crate::monitor::frame;
-use crate::oci::runtime::{ExecOptions, Flavor, OciRuntime};
+use crate::oci::runtime::{ExecOptions, Flavor, Runtime};
 
 pub use crate::streaming::{Streams, TerminalSize};
 
@@ -115,14 +115,13 @@ async fn pump(mut from: impl AsyncRead + Unpin, mut to: impl AsyncWrite + Unpin)
 
 /// Runs `<runtime> exec` of `process` in container `id` with `io` as its stdio.
 pub(super) async fn exec(
-    runtime: &OciRuntime,
+    runtime: &dyn Runtime,
     id: &str,
     dir: &Path,
     process: &Path,
     tty: bool,
     io: Streams,
-) -> Result<i32, Status> {
-    let internal = |context: &str, e: &dyn std::fmt::Display| Status::internal(format!("{context}: {e}"));
+) -> Result<i32, Error> {
     let Streams { stdin, stdout, stderr, resize } = io;
     if !tty {
         let options = ExecOptions { process, pid_file: None, console_socket: None, detach: false };
@@ -134,7 +133,7 @@ pub(super) async fn exec(
             .stdout(piped())
             .stderr(piped())
             .kill_on_drop(true);
-        let mut child = command.spawn().map_err(|e| internal("running the runtime's exec", &e))?;
+        let mut child = command.spawn().map_err(Error::io("running the runtime's exec"))?;
         if let (Some(from), Some(to)) = (stdin, child.stdin.take()) {
             tokio::spawn(pump(from, to));
         }
@@ -152,7 +151,7 @@ pub(super) async fn exec(
         };
         let ((), (), status) = tokio::join!(copy_out, copy_err, child.wait());
         let _ = std::fs::remove_file(&log);
-        let status = status.map_err(|e| internal("waiting for the runtime's exec", &e))?;
+        let status = status.map_err(Error::io("waiting for the runtime's exec"))?;
         return Ok(super::exit_code(status));
     }
 
@@ -167,9 +166,9 @@ pub(super) async fn exec(
         std::process::id(),
         super::EXEC_COUNTER.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
     );
-    let dir_fd = crate::monitor::open_dir(dir).map_err(|e| internal("exec", &e))?;
+    let dir_fd = crate::monitor::open_dir(dir).map_err(Error::io("exec"))?;
     let listener = tokio::net::UnixListener::bind(crate::monitor::socket_path(&dir_fd, &name))
-        .map_err(|e| internal("binding the console socket", &e))?;
+        .map_err(Error::io("binding the console socket"))?;
     let options =
         ExecOptions { process, pid_file: None, console_socket: Some(Path::new(&name)), detach: false };
     let (command, log) = runtime.exec_command(id, &options);
@@ -189,7 +188,7 @@ pub(super) async fn exec(
         Ok(child) => child,
         Err(e) => {
             cleanup(&log);
-            return Err(internal("running the runtime's exec", &e));
+            return Err(Error::Io { context: "running the runtime's exec", source: e });
         }
     };
     let master = tokio::select! {
@@ -215,7 +214,7 @@ pub(super) async fn exec(
         Ok(master) => master,
         Err(e) => {
             cleanup(&log);
-            return Err(internal("receiving the exec's terminal", &e));
+            return Err(Error::Io { context: "receiving the exec's terminal", source: e });
         }
     };
     let file = terminal_io(master, resize, stdin)?;
@@ -226,7 +225,7 @@ pub(super) async fn exec(
     };
     let ((), status) = tokio::join!(copy_out, child.wait());
     cleanup(&log);
-    let status = status.map_err(|e| internal("waiting for the runtime's exec", &e))?;
+    let status = status.map_err(Error::io("waiting for the runtime's exec"))?;
     Ok(super::exit_code(status))
 }
 
@@ -257,18 +256,17 @@ fn openpty() -> io::Result<(OwnedFd, OwnedFd)> {
 /// container's pty, and follows its size (SIGWINCH when we resize it); its exit status is the
 /// process's.
 async fn exec_behind_a_terminal(
-    runtime: &OciRuntime,
+    runtime: &dyn Runtime,
     id: &str,
     process: &Path,
     io: Streams,
-) -> Result<i32, Status> {
+) -> Result<i32, Error> {
     use std::os::unix::process::CommandExt;
-    let internal = |context: &str, e: &dyn std::fmt::Display| Status::internal(format!("{context}: {e}"));
     let Streams { stdin, stdout, stderr: _, resize } = io;
-    let (master, slave) = openpty().map_err(|e| internal("opening a terminal", &e))?;
+    let (master, slave) = openpty().map_err(Error::io("opening a terminal"))?;
     let options = ExecOptions { process, pid_file: None, console_socket: None, detach: false };
     let (mut command, log) = runtime.exec_command(id, &options);
-    let clone = |fd: &OwnedFd| fd.try_clone().map_err(|e| internal("exec", &e));
+    let clone = |fd: &OwnedFd| fd.try_clone().map_err(Error::io("exec"));
     command.stdin(clone(&slave)?).stdout(clone(&slave)?).stderr(slave);
     // SAFETY: setsid and ioctl are async-signal-safe; fd 0 is the pty slave set above.
     unsafe {
@@ -287,7 +285,7 @@ async fn exec_behind_a_terminal(
         Ok(child) => child,
         Err(e) => {
             let _ = std::fs::remove_file(&log);
-            return Err(internal("running the runtime's exec", &e));
+            return Err(Error::Io { context: "running the runtime's exec", source: e });
         }
     };
     let file = terminal_io(master, resize, stdin)?;
@@ -299,7 +297,7 @@ async fn exec_behind_a_terminal(
     };
     let ((), status) = tokio::join!(copy_out, child.wait());
     let _ = std::fs::remove_file(&log);
-    let status = status.map_err(|e| internal("waiting for the runtime's exec", &e))?;
+    let status = status.map_err(Error::io("waiting for the runtime's exec"))?;
     Ok(super::exit_code(status))
 }
 
@@ -334,7 +332,7 @@ fn terminal_io(
     master: OwnedFd,
     resize: Option<mpsc::Receiver<TerminalSize>>,
     stdin: Option<Box<dyn AsyncRead + Send + Unpin>>,
-) -> Result<std::fs::File, Status> {
+) -> Result<std::fs::File, Error> {
     let raw = master.as_raw_fd();
     if let Some(mut resize) = resize {
         tokio::spawn(async move {
@@ -349,7 +347,7 @@ fn terminal_io(
         });
     }
     let file = std::fs::File::from(master);
-    let writer = file.try_clone().map_err(|e| Status::internal(format!("exec: {e}")))?;
+    let writer = file.try_clone().map_err(Error::io("exec"))?;
     if let Some(from) = stdin {
         tokio::spawn(pump(from, tokio::fs::File::from_std(writer)));
     }

@@ -1,5 +1,8 @@
 //! OCI: the runtime spec of a container ([`spec`], built from its CRI config and its image) and the
-//! OCI runtime binary's driver ([`runtime`], runc or crun).
+//! OCI runtime binary's driver ([`runtime`], runc or crun), behind the [`runtime::Runtime`] trait (a
+//! recording fake in `fake` for unit tests).
 
+#[cfg(test)]
+pub mod fake;
 pub mod runtime;
 pub mod spec;

@@ -16,6 +16,7 @@ use std::ffi::{OsStr, OsString};
 use std::io;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
+use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use serde::Deserialize;
@@ -73,16 +74,6 @@ impl RuntimeError {
     }
 }
 
-impl From<RuntimeError> for tonic::Status {
-    fn from(error: RuntimeError) -> tonic::Status {
-        if error.is_not_found() {
-            tonic::Status::not_found(error.to_string())
-        } else {
-            tonic::Status::internal(error.to_string())
-        }
-    }
-}
-
 /// `<runtime> state ID`, as runc and crun print it.
 #[derive(Debug, Clone, Deserialize)]
 pub struct State {
@@ -112,6 +103,79 @@ pub struct ExecOptions<'a> {
 }
 
 static LOG_COUNTER: AtomicU64 = AtomicU64::new(0);
+
+/// What the container module asks of an OCI runtime, as a seam (youki's `Syscall`): [`OciRuntime`]
+/// runs the binary; tests put a recording fake in its place (`oci::fake`), so the lifecycle logic
+/// above it is tested without runc and without root. `create` is not here: the container's monitor,
+/// a process of its own, runs it (see [`crate::monitor`]).
+pub trait Runtime: Send + Sync + std::fmt::Debug {
+    /// The runtime binary (handed to the monitor, and recorded with the container).
+    fn binary(&self) -> &Path;
+
+    /// The runtime's `--root` (handed to the monitor).
+    fn root(&self) -> &Path;
+
+    /// Which runtime this is (a terminal exec differs between runc and crun).
+    fn flavor(&self) -> Flavor;
+
+    /// `<runtime> start ID`.
+    fn start(&self, id: &str) -> Result<(), RuntimeError>;
+
+    /// `<runtime> kill [--all] ID SIGNAL`.
+    fn kill(&self, id: &str, signal: i32, all: bool) -> Result<(), RuntimeError>;
+
+    /// `<runtime> delete [--force] ID`; a container the runtime does not know is already deleted.
+    fn delete(&self, id: &str, force: bool) -> Result<(), RuntimeError>;
+
+    /// `<runtime> update --resources FILE ID`.
+    fn update(&self, id: &str, resources: &oci_spec::runtime::LinuxResources) -> Result<(), RuntimeError>;
+
+    /// The command of `<runtime> exec` (spawned by the caller with its own stdio), and the log file it
+    /// writes (the caller removes it).
+    fn exec_command(&self, id: &str, options: &ExecOptions<'_>) -> (Command, PathBuf);
+}
+
+/// Makes the [`Runtime`] of a binary keeping its state under a root directory (created if missing).
+pub type RuntimeFactory = Arc<dyn Fn(&Path, &Path) -> io::Result<Arc<dyn Runtime>> + Send + Sync>;
+
+/// The [`RuntimeFactory`] of the real binaries: [`OciRuntime::new`].
+pub fn oci_runtimes() -> RuntimeFactory {
+    Arc::new(|binary, root| Ok(Arc::new(OciRuntime::new(binary, root)?) as Arc<dyn Runtime>))
+}
+
+impl Runtime for OciRuntime {
+    fn binary(&self) -> &Path {
+        OciRuntime::binary(self)
+    }
+
+    fn root(&self) -> &Path {
+        OciRuntime::root(self)
+    }
+
+    fn flavor(&self) -> Flavor {
+        OciRuntime::flavor(self)
+    }
+
+    fn start(&self, id: &str) -> Result<(), RuntimeError> {
+        OciRuntime::start(self, id)
+    }
+
+    fn kill(&self, id: &str, signal: i32, all: bool) -> Result<(), RuntimeError> {
+        OciRuntime::kill(self, id, signal, all)
+    }
+
+    fn delete(&self, id: &str, force: bool) -> Result<(), RuntimeError> {
+        OciRuntime::delete(self, id, force)
+    }
+
+    fn update(&self, id: &str, resources: &oci_spec::runtime::LinuxResources) -> Result<(), RuntimeError> {
+        OciRuntime::update(self, id, resources)
+    }
+
+    fn exec_command(&self, id: &str, options: &ExecOptions<'_>) -> (Command, PathBuf) {
+        OciRuntime::exec_command(self, id, options)
+    }
+}
 
 impl OciRuntime {
     /// A driver of `binary` keeping its state under `root` (created if missing, with a sibling

@@ -11,6 +11,7 @@
 //! Records are reloaded by [`Sandboxes::open`], so sandboxes survive a keel-shim restart.
 
 pub mod check;
+mod error;
 pub mod files;
 pub mod namespaces;
 pub mod pause;
@@ -27,15 +28,15 @@ use std::sync::{Arc, Mutex, RwLock};
 
 use futures::future::BoxFuture;
 use k8s_cri::v1 as api;
-use tonic::Status;
 
 use crate::config::Config;
 use crate::oci::spec::{PodFiles, PodNamespaces};
+pub use error::Error;
 use record::{Record, State};
 use run::unmount_shm;
 
 /// Stops or removes the containers of a sandbox (given its id); set by whoever owns containers.
-pub type PodHook = Arc<dyn Fn(&str) -> BoxFuture<'static, Result<(), Status>> + Send + Sync>;
+pub type PodHook = Arc<dyn Fn(&str) -> BoxFuture<'static, Result<(), crate::container::Error>> + Send + Sync>;
 
 /// A sandbox as the rest of keel-shim sees it.
 #[derive(Debug, Clone, PartialEq)]
@@ -99,13 +100,10 @@ impl std::fmt::Debug for Sandboxes {
     }
 }
 
-fn internal(what: &str, e: impl std::fmt::Display) -> Status {
-    Status::internal(format!("{what}: {e}"))
+fn poisoned<T>(_: T) -> Error {
+    Error::Poisoned
 }
 
-fn poisoned() -> Status {
-    Status::internal("a sandbox lock is poisoned")
-}
 /// The name containerd reserves for a sandbox: one sandbox per pod attempt.
 fn sandbox_name(metadata: &api::PodSandboxMetadata) -> String {
     format!("{}_{}_{}_{}", metadata.name, metadata.namespace, metadata.uid, metadata.attempt)
@@ -193,11 +191,11 @@ impl Sandboxes {
     }
 
     /// The entry of the sandbox whose id is `id_or_prefix` or starts with it (unique prefix).
-    fn entry(&self, id_or_prefix: &str) -> Result<Option<(String, Arc<Entry>)>, Status> {
+    fn entry(&self, id_or_prefix: &str) -> Result<Option<(String, Arc<Entry>)>, Error> {
         if id_or_prefix.is_empty() {
-            return Err(Status::invalid_argument("the pod sandbox id is empty"));
+            return Err(Error::EmptyId);
         }
-        let entries = self.inner.entries.lock().map_err(|_| poisoned())?;
+        let entries = self.inner.entries.lock().map_err(poisoned)?;
         if let Some(entry) = entries.get(id_or_prefix) {
             return Ok(Some((id_or_prefix.to_owned(), Arc::clone(entry))));
         }
@@ -206,21 +204,18 @@ impl Sandboxes {
         match (matches.next(), matches.next()) {
             (Some((id, entry)), None) => Ok(Some((id.clone(), Arc::clone(entry)))),
             (None, _) => Ok(None),
-            (Some(_), Some(_)) => Err(Status::invalid_argument(format!(
-                "the pod sandbox id prefix {id_or_prefix:?} is ambiguous"
-            ))),
+            (Some(_), Some(_)) => Err(Error::AmbiguousId(id_or_prefix.to_owned())),
         }
     }
 
-    fn found(&self, id_or_prefix: &str) -> Result<(String, Arc<Entry>), Status> {
-        self.entry(id_or_prefix)?
-            .ok_or_else(|| Status::not_found(format!("pod sandbox {id_or_prefix:?} not found")))
+    fn found(&self, id_or_prefix: &str) -> Result<(String, Arc<Entry>), Error> {
+        self.entry(id_or_prefix)?.ok_or_else(|| Error::NotFound(id_or_prefix.to_owned()))
     }
 
     /// The sandbox `id_or_prefix` (a full id or a unique prefix); NotFound otherwise.
-    pub fn get(&self, id_or_prefix: &str) -> Result<Sandbox, Status> {
+    pub fn get(&self, id_or_prefix: &str) -> Result<Sandbox, Error> {
         let (_, entry) = self.found(id_or_prefix)?;
-        let record = entry.record.lock().map_err(|_| poisoned())?.clone();
+        let record = entry.record.lock().map_err(poisoned)?.clone();
         Ok(to_sandbox(&record))
     }
 
@@ -236,17 +231,17 @@ impl Sandboxes {
     }
 
     /// Applies `change` to the entry's record and writes it.
-    fn update(entry: &Entry, dir: &Path, change: impl FnOnce(&mut Record)) -> Result<Record, Status> {
-        let mut record = entry.record.lock().map_err(|_| poisoned())?;
+    fn update(entry: &Entry, dir: &Path, change: impl FnOnce(&mut Record)) -> Result<Record, Error> {
+        let mut record = entry.record.lock().map_err(poisoned)?;
         change(&mut record);
-        record.save(dir).map_err(|e| internal("writing the sandbox record", e))?;
+        record.save(dir).map_err(Error::io("writing the sandbox record"))?;
         Ok(record.clone())
     }
 
-    async fn call_hook(&self, hook: &RwLock<Option<PodHook>>, id: &str) -> Result<(), Status> {
-        let hook = hook.read().map_err(|_| poisoned())?.clone();
+    async fn call_hook(&self, hook: &RwLock<Option<PodHook>>, id: &str) -> Result<(), Error> {
+        let hook = hook.read().map_err(poisoned)?.clone();
         match hook {
-            Some(hook) => hook(id).await,
+            Some(hook) => Ok(hook(id).await?),
             None => Ok(()),
         }
     }
@@ -326,7 +321,16 @@ mod tests {
             let id = id.to_owned();
             Box::pin(async move {
                 calls.lock().unwrap().push(format!("{what} {id}"));
-                if fail { Err(Status::unavailable("the containers did not stop")) } else { Ok(()) }
+                if fail {
+                    Err(crate::oci::runtime::RuntimeError::Failed {
+                        binary: "runc".to_owned(),
+                        command: "kill".to_owned(),
+                        message: "the containers did not stop".to_owned(),
+                    }
+                    .into())
+                } else {
+                    Ok(())
+                }
             })
         })
     }
@@ -351,7 +355,9 @@ mod tests {
         // A failing hook fails the call and keeps the sandbox.
         let id = sandboxes.run(node_pod("stuck")).await.unwrap();
         sandboxes.set_stop_containers(recording_hook(&calls, "stop", true));
-        assert_eq!(sandboxes.remove(&id).await.unwrap_err().code(), tonic::Code::Unavailable);
+        let error = sandboxes.remove(&id).await.unwrap_err();
+        assert!(matches!(error, Error::Containers(_)), "{error:?}");
+        assert_eq!(error.to_string(), "runc kill: the containers did not stop");
         assert_eq!(sandboxes.get(&id).unwrap().state, api::PodSandboxState::SandboxReady);
     }
 
@@ -366,13 +372,12 @@ mod tests {
         let second = sandboxes(dir.path());
         assert_eq!(second.get(&id[..8]).unwrap(), before);
         assert!(!dir.path().join("sandboxes").join("f".repeat(64)).exists());
-        assert_eq!(second.get("").unwrap_err().code(), tonic::Code::InvalidArgument);
-        assert_eq!(second.get("nope").unwrap_err().code(), tonic::Code::NotFound);
+        assert!(matches!(second.get(""), Err(Error::EmptyId)));
+        assert!(matches!(second.get("nope"), Err(Error::NotFound(id)) if id == "nope"));
         assert_eq!(before.files.hostname.as_deref().map(std::fs::read_to_string).unwrap().unwrap(), "kept\n");
         assert_eq!(before.namespaces, PodNamespaces::default());
-        assert_eq!(
-            second.run(node_pod("kept")).await.unwrap_err().code(),
-            tonic::Code::AlreadyExists,
+        assert!(
+            matches!(second.run(node_pod("kept")).await, Err(Error::NameReserved { holder, .. }) if holder == id),
             "the reloaded name is reserved"
         );
         second.remove(&id).await.unwrap();

@@ -7,12 +7,10 @@ use std::sync::{Arc, Mutex};
 
 use k8s_cri::v1 as api;
 use serde_json::{Map, Value, json};
-use tonic::Status;
 
 use super::record::{Network, Record, State};
 use super::{
-    Entry, Sandboxes, files, internal, namespace_options, namespaces, now_nanos, pause, poisoned,
-    sandbox_name,
+    Entry, Error, Sandboxes, files, namespace_options, namespaces, now_nanos, pause, poisoned, sandbox_name,
 };
 use crate::cni::{self, Attachment, NetworkList};
 use crate::config::DEFAULT_HANDLER;
@@ -20,7 +18,7 @@ use crate::oci::spec::{PodFiles, PodNamespaces};
 
 /// 64 random hex characters.
 /// (Sandbox and container ids alike: the CRI leaves their form to the runtime; containerd uses the same.)
-pub fn new_id() -> Result<String, Status> {
+pub fn new_id() -> Result<String, Error> {
     let mut bytes = [0u8; 32];
     let mut filled = 0;
     while filled < bytes.len() {
@@ -32,7 +30,7 @@ pub fn new_id() -> Result<String, Status> {
             if e.kind() == std::io::ErrorKind::Interrupted {
                 continue;
             }
-            return Err(internal("getrandom", e));
+            return Err(Error::Io { context: "getrandom", source: e });
         }
         filled += usize::try_from(n).unwrap_or(0);
     }
@@ -62,7 +60,7 @@ fn port_mappings(config: &api::PodSandboxConfig) -> Value {
 fn pod_sysctls(
     config: &api::PodSandboxConfig,
     wanted: namespaces::Wanted,
-) -> Result<Vec<(String, String)>, Status> {
+) -> Result<Vec<(String, String)>, Error> {
     let mut sysctls: Vec<(String, String)> = config
         .linux
         .as_ref()
@@ -76,9 +74,7 @@ fn pod_sysctls(
             None => false,
         };
         if !owned || name.contains("..") || value.contains('\n') {
-            return Err(Status::invalid_argument(format!(
-                "RunPodSandbox: sysctl {name:?}={value:?} is not allowed: not a sysctl of a namespace the pod owns"
-            )));
+            return Err(Error::Sysctl { name: name.clone(), value: value.clone() });
         }
     }
     Ok(sysctls)
@@ -87,23 +83,18 @@ fn pod_sysctls(
 impl Sandboxes {
     /// RunPodSandbox: returns the new sandbox's id. Runs to completion (or cleanup) on a task of its
     /// own, even when the caller goes away mid-way (a cancelled RPC must not leave half a pod).
-    pub async fn run(&self, request: api::RunPodSandboxRequest) -> Result<String, Status> {
+    pub async fn run(&self, request: api::RunPodSandboxRequest) -> Result<String, Error> {
         let this = self.clone();
         tokio::spawn(async move { this.run_to_end(request).await })
             .await
-            .map_err(|e| internal("RunPodSandbox", e))?
+            .map_err(Error::task("RunPodSandbox"))?
     }
 
-    async fn run_to_end(&self, request: api::RunPodSandboxRequest) -> Result<String, Status> {
-        let config = request.config.ok_or_else(|| Status::invalid_argument("RunPodSandbox: no config"))?;
-        let metadata = config
-            .metadata
-            .clone()
-            .ok_or_else(|| Status::invalid_argument("RunPodSandbox: the config has no metadata"))?;
+    async fn run_to_end(&self, request: api::RunPodSandboxRequest) -> Result<String, Error> {
+        let config = request.config.ok_or(Error::NoConfig)?;
+        let metadata = config.metadata.clone().ok_or(Error::NoMetadata)?;
         if metadata.name.is_empty() || metadata.namespace.is_empty() || metadata.uid.is_empty() {
-            return Err(Status::invalid_argument(
-                "RunPodSandbox: the metadata needs a name, a namespace and a uid",
-            ));
+            return Err(Error::IncompleteMetadata);
         }
         let handler = if request.runtime_handler.is_empty() {
             DEFAULT_HANDLER.to_owned()
@@ -111,10 +102,10 @@ impl Sandboxes {
             request.runtime_handler.clone()
         };
         if !self.inner.runtimes.contains_key(&handler) {
-            return Err(Status::invalid_argument(format!(
-                "RunPodSandbox: no runtime for {handler:?} is configured (handlers: {})",
-                self.inner.runtimes.keys().cloned().collect::<Vec<_>>().join(", ")
-            )));
+            return Err(Error::UnknownHandler {
+                handler,
+                handlers: self.inner.runtimes.keys().cloned().collect(),
+            });
         }
         let options = namespace_options(&config);
         let host_network = options.network() == api::NamespaceMode::Node;
@@ -124,22 +115,16 @@ impl Sandboxes {
             uts: !host_network,
         };
         pod_sysctls(&config, wanted)?;
-        let resolv = files::resolv_conf(config.dns_config.as_ref())
-            .map_err(|e| Status::invalid_argument(format!("RunPodSandbox: {e}")))?;
+        let resolv = files::resolv_conf(config.dns_config.as_ref()).map_err(Error::DnsConfig)?;
         if !config.hostname.is_empty() && !files::valid_hostname(&config.hostname) {
-            return Err(Status::invalid_argument(format!(
-                "RunPodSandbox: {:?} is not a valid hostname",
-                config.hostname
-            )));
+            return Err(Error::Hostname(config.hostname));
         }
         let id = new_id()?;
         let name = sandbox_name(&metadata);
         {
-            let mut names = self.inner.names.lock().map_err(|_| poisoned())?;
+            let mut names = self.inner.names.lock().map_err(poisoned)?;
             if let Some(holder) = names.get(&name) {
-                return Err(Status::already_exists(format!(
-                    "RunPodSandbox: the sandbox name {name:?} is reserved for {holder}"
-                )));
+                return Err(Error::NameReserved { name, holder: holder.clone() });
             }
             names.insert(name.clone(), id.clone());
         }
@@ -162,12 +147,12 @@ impl Sandboxes {
         match self.set_up(&entry, &dir, resolv).await {
             Ok(()) => {
                 // Listed only once made, as containerd adds a sandbox to its store.
-                self.inner.entries.lock().map_err(|_| poisoned())?.insert(id.clone(), Arc::clone(&entry));
+                self.inner.entries.lock().map_err(poisoned)?.insert(id.clone(), Arc::clone(&entry));
                 Ok(id)
             }
             Err(e) => {
                 if let Err(cleanup) = self.tear_down(&entry, &dir).await {
-                    tracing::warn!(%id, "cleaning up a failed RunPodSandbox: {}", cleanup.message());
+                    tracing::warn!(%id, "cleaning up a failed RunPodSandbox: {cleanup}");
                 }
                 if let Err(cleanup) = std::fs::remove_dir_all(&dir)
                     && cleanup.kind() != std::io::ErrorKind::NotFound
@@ -180,10 +165,9 @@ impl Sandboxes {
         }
     }
 
-    async fn set_up(&self, entry: &Entry, dir: &Path, resolv: Option<String>) -> Result<(), Status> {
-        std::fs::create_dir_all(&self.inner.root)
-            .map_err(|e| internal("creating the sandboxes directory", e))?;
-        std::fs::create_dir(dir).map_err(|e| internal("creating the sandbox directory", e))?;
+    async fn set_up(&self, entry: &Entry, dir: &Path, resolv: Option<String>) -> Result<(), Error> {
+        std::fs::create_dir_all(&self.inner.root).map_err(Error::io("creating the sandboxes directory"))?;
+        std::fs::create_dir(dir).map_err(Error::io("creating the sandbox directory"))?;
         let record = Self::update(entry, dir, |_| {})?;
         let config = &record.config;
         let options = namespace_options(config);
@@ -191,45 +175,36 @@ impl Sandboxes {
         let host_ipc = options.ipc() == api::NamespaceMode::Node;
 
         // Files: hostname and resolv.conf now, hosts once the IPs are known.
-        let hostname = files::hostname(config).map_err(|e| internal("reading the node's hostname", e))?;
+        let hostname = files::hostname(config).map_err(Error::io("reading the node's hostname"))?;
         let file = |name: &str| dir.join(name);
         files::write(&file("hostname"), format!("{hostname}\n").as_bytes())
-            .map_err(|e| internal("writing the hostname file", e))?;
+            .map_err(Error::io("writing the hostname file"))?;
         let resolv_text = match resolv {
             Some(text) => text,
             None => std::fs::read_to_string("/etc/resolv.conf").unwrap_or_default(),
         };
         files::write(&file("resolv.conf"), resolv_text.as_bytes())
-            .map_err(|e| internal("writing resolv.conf", e))?;
+            .map_err(Error::io("writing resolv.conf"))?;
 
         // Namespaces.
         let wanted = namespaces::Wanted { net: !host_network, ipc: !host_ipc, uts: !host_network };
         let sysctls = pod_sysctls(config, wanted)?;
         let ns = namespaces::create(&dir.join("ns"), wanted, &hostname, &sysctls)
-            .map_err(|e| internal("creating the pod's namespaces", e))?;
+            .map_err(Error::io("creating the pod's namespaces"))?;
         let record = Self::update(entry, dir, |r| r.namespaces = ns.clone())?;
 
         // Network.
         let mut ips = Vec::new();
         if let Some(netns) = &record.namespaces.net {
-            let list = NetworkList::load(&self.inner.cni_conf_dir).map_err(|e| {
-                Status::new(
-                    e.grpc_code(),
-                    format!("failed to set up the network of sandbox {}: {e}", record.id),
-                )
-            })?;
+            let network_error = Error::network("set up", &record.id);
+            let list = NetworkList::load(&self.inner.cni_conf_dir).map_err(network_error)?;
             Self::update(entry, dir, |r| {
                 r.network = Some(Network { list: list.to_value(), result: None, attached: true });
             })?;
             let attachment = self.attachment(&record, netns);
             let result = cni::add(&list, &self.inner.cni_bin_dir, &attachment, cni::PLUGIN_TIMEOUT)
                 .await
-                .map_err(|e| {
-                    Status::new(
-                        e.grpc_code(),
-                        format!("failed to set up the network of sandbox {}: {e}", record.id),
-                    )
-                })?;
+                .map_err(network_error)?;
             ips = cni::pod_ips(&result, cni::IFNAME);
             let found = ips.clone();
             Self::update(entry, dir, |r| {
@@ -244,7 +219,7 @@ impl Sandboxes {
         } else {
             files::managed_hosts(&ips, &hostname)
         };
-        files::write(&file("hosts"), hosts.as_bytes()).map_err(|e| internal("writing the hosts file", e))?;
+        files::write(&file("hosts"), hosts.as_bytes()).map_err(Error::io("writing the hosts file"))?;
         let pod_files = PodFiles {
             hostname: Some(file("hostname")),
             hosts: Some(file("hosts")),
@@ -256,7 +231,7 @@ impl Sandboxes {
         // The pod's /dev/shm, as containerd mounts it for a pod with its own IPC namespace.
         if record.namespaces.ipc.is_some() {
             let shm = file("shm");
-            mount_shm(&shm).map_err(|e| internal("mounting the pod's /dev/shm", e))?;
+            mount_shm(&shm).map_err(Error::io("mounting the pod's /dev/shm"))?;
             Self::update(entry, dir, |r| r.shm = Some(shm))?;
         }
 
@@ -265,8 +240,8 @@ impl Sandboxes {
             let namespaces = record.namespaces.clone();
             let pause = tokio::task::spawn_blocking(move || pause::start(&namespaces))
                 .await
-                .map_err(|e| internal("starting the pause process", e))?
-                .map_err(|e| internal("starting the pause process", e))?;
+                .map_err(Error::task("starting the pause process"))?
+                .map_err(Error::io("starting the pause process"))?;
             Self::update(entry, dir, |r| {
                 r.pause = Some(pause);
                 r.namespaces.pid = Some(PathBuf::from(format!("/proc/{}/ns/pid", pause.pid)));

@@ -5,9 +5,8 @@ use std::sync::Arc;
 
 use k8s_cri::v1 as api;
 use serde_json::json;
-use tonic::Status;
 
-use super::{Entry, Sandboxes, namespace_options, pause, poisoned, to_sandbox};
+use super::{Entry, Error, Sandboxes, namespace_options, pause, poisoned, to_sandbox};
 
 impl Sandboxes {
     /// PodSandboxStatus; `verbose` adds the `info` map (key `info`: a JSON document).
@@ -15,9 +14,9 @@ impl Sandboxes {
         &self,
         id_or_prefix: &str,
         verbose: bool,
-    ) -> Result<(api::PodSandboxStatus, HashMap<String, String>), Status> {
+    ) -> Result<(api::PodSandboxStatus, HashMap<String, String>), Error> {
         let (_, entry) = self.found(id_or_prefix)?;
-        let record = entry.record.lock().map_err(|_| poisoned())?.clone();
+        let record = entry.record.lock().map_err(poisoned)?.clone();
         let sandbox = to_sandbox(&record);
         let options = namespace_options(&record.config);
         let network = sandbox.ips.split_first().map(|(ip, rest)| api::PodSandboxNetworkStatus {
@@ -61,7 +60,7 @@ impl Sandboxes {
     }
 
     /// ListPodSandbox with the filter's id (full or a unique prefix), state and label selector.
-    pub fn list(&self, filter: Option<&api::PodSandboxFilter>) -> Result<Vec<api::PodSandbox>, Status> {
+    pub fn list(&self, filter: Option<&api::PodSandboxFilter>) -> Result<Vec<api::PodSandbox>, Error> {
         let wanted_id = match filter.map(|f| f.id.as_str()).filter(|id| !id.is_empty()) {
             Some(id) => match self.entry(id) {
                 Ok(Some((full, _))) => Some(full),
@@ -71,10 +70,10 @@ impl Sandboxes {
             None => None,
         };
         let entries: Vec<Arc<Entry>> =
-            self.inner.entries.lock().map_err(|_| poisoned())?.values().cloned().collect();
+            self.inner.entries.lock().map_err(poisoned)?.values().cloned().collect();
         let mut items = Vec::new();
         for entry in entries {
-            let record = entry.record.lock().map_err(|_| poisoned())?.clone();
+            let record = entry.record.lock().map_err(poisoned)?.clone();
             if wanted_id.as_ref().is_some_and(|id| *id != record.id) {
                 continue;
             }

@@ -3,32 +3,29 @@
 
 use std::path::Path;
 
-use tonic::Status;
-
 use super::record::State;
 use super::run::unmount_shm;
-use super::{Entry, Sandboxes, internal, namespaces, pause, poisoned, sandbox_name};
+use super::{Entry, Error, Sandboxes, namespaces, pause, poisoned, sandbox_name};
 use crate::cni::{self, NetworkList};
 use crate::oci::spec::PodNamespaces;
 
 impl Sandboxes {
     /// Stops the pause process, runs CNI DEL, unmounts the namespaces and marks the sandbox NotReady;
     /// each step is skipped when already done, so it can be repeated after a failure.
-    pub(super) async fn tear_down(&self, entry: &Entry, dir: &Path) -> Result<(), Status> {
-        let record = entry.record.lock().map_err(|_| poisoned())?.clone();
+    pub(super) async fn tear_down(&self, entry: &Entry, dir: &Path) -> Result<(), Error> {
+        let record = entry.record.lock().map_err(poisoned)?.clone();
         if let Some(pause) = record.pause {
             tokio::task::spawn_blocking(move || pause::stop(&pause))
                 .await
-                .map_err(|e| internal("stopping the pause process", e))?
-                .map_err(|e| internal("stopping the pause process", e))?;
+                .map_err(Error::task("stopping the pause process"))?
+                .map_err(Error::io("stopping the pause process"))?;
             Self::update(entry, dir, |r| {
                 r.pause = None;
                 r.namespaces.pid = None;
             })?;
         }
         if let Some(network) = record.network.as_ref().filter(|n| n.attached) {
-            let list = NetworkList::from_value(&network.list)
-                .map_err(|e| internal("the sandbox's recorded network list", e))?;
+            let list = NetworkList::from_value(&network.list).map_err(Error::RecordedNetwork)?;
             // A namespace that is gone (after a reboot, the file is no longer a mount) is passed as an
             // empty CNI_NETNS: plugins then release what they hold outside it (the IPAM address).
             let netns =
@@ -42,12 +39,7 @@ impl Sandboxes {
                 cni::PLUGIN_TIMEOUT,
             )
             .await
-            .map_err(|e| {
-                Status::new(
-                    e.grpc_code(),
-                    format!("failed to tear down the network of sandbox {}: {e}", record.id),
-                )
-            })?;
+            .map_err(Error::network("tear down", &record.id))?;
             Self::update(entry, dir, |r| {
                 if let Some(network) = &mut r.network {
                     network.attached = false;
@@ -57,7 +49,7 @@ impl Sandboxes {
         }
         namespaces::remove(&dir.join("ns"));
         // Also when the record does not name it (a crash right after the mount).
-        unmount_shm(&dir.join("shm")).map_err(|e| internal("unmounting the pod's /dev/shm", e))?;
+        unmount_shm(&dir.join("shm")).map_err(Error::io("unmounting the pod's /dev/shm"))?;
         Self::update(entry, dir, |r| {
             r.shm = None;
             r.namespaces = PodNamespaces::default();
@@ -69,14 +61,14 @@ impl Sandboxes {
     /// StopPodSandbox: stops the pod's containers, then tears the pod down. Idempotent, and an unknown
     /// id succeeds: the CRI says the call "must not return an error if all relevant resources have
     /// already been reclaimed", and critest v1.34 checks it (containerd answers so since 1.6.35/1.7.21).
-    pub async fn stop(&self, id_or_prefix: &str) -> Result<(), Status> {
+    pub async fn stop(&self, id_or_prefix: &str) -> Result<(), Error> {
         let (this, id_or_prefix) = (self.clone(), id_or_prefix.to_owned());
         tokio::spawn(async move { this.stop_to_end(&id_or_prefix).await })
             .await
-            .map_err(|e| internal("StopPodSandbox", e))?
+            .map_err(Error::task("StopPodSandbox"))?
     }
 
-    async fn stop_to_end(&self, id_or_prefix: &str) -> Result<(), Status> {
+    async fn stop_to_end(&self, id_or_prefix: &str) -> Result<(), Error> {
         let Some((id, entry)) = self.entry(id_or_prefix)? else {
             return Ok(());
         };
@@ -87,19 +79,19 @@ impl Sandboxes {
 
     /// RemovePodSandbox: stops the pod (as containerd does for a Ready one), removes its containers
     /// and everything of the sandbox. An unknown id succeeds (the CRI asks for idempotence).
-    pub async fn remove(&self, id_or_prefix: &str) -> Result<(), Status> {
+    pub async fn remove(&self, id_or_prefix: &str) -> Result<(), Error> {
         let (this, id_or_prefix) = (self.clone(), id_or_prefix.to_owned());
         tokio::spawn(async move { this.remove_to_end(&id_or_prefix).await })
             .await
-            .map_err(|e| internal("RemovePodSandbox", e))?
+            .map_err(Error::task("RemovePodSandbox"))?
     }
 
-    async fn remove_to_end(&self, id_or_prefix: &str) -> Result<(), Status> {
+    async fn remove_to_end(&self, id_or_prefix: &str) -> Result<(), Error> {
         let Some((id, entry)) = self.entry(id_or_prefix)? else {
             return Ok(());
         };
         let _op = entry.op.lock().await;
-        if !self.inner.entries.lock().map_err(|_| poisoned())?.contains_key(&id) {
+        if !self.inner.entries.lock().map_err(poisoned)?.contains_key(&id) {
             // Removed while we waited for the operation lock.
             return Ok(());
         }
@@ -110,9 +102,9 @@ impl Sandboxes {
         match std::fs::remove_dir_all(&dir) {
             Ok(()) => {}
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-            Err(e) => return Err(internal("removing the sandbox directory", e)),
+            Err(e) => return Err(Error::Io { context: "removing the sandbox directory", source: e }),
         }
-        let name = entry.record.lock().map_err(|_| poisoned())?.config.metadata.as_ref().map(sandbox_name);
+        let name = entry.record.lock().map_err(poisoned)?.config.metadata.as_ref().map(sandbox_name);
         self.forget(&id, &name.unwrap_or_default());
         Ok(())
     }

@@ -4,6 +4,7 @@
 //! cross them (CreateContainer, the stats). CheckpointContainer, ListMetricDescriptors and
 //! ListPodSandboxMetrics answer `Unimplemented` (the kubelet treats that as "not supported").
 
+mod errors;
 mod pods;
 
 use std::collections::HashMap;

@@ -177,6 +177,7 @@ impl Parts {
                     stop_signal,
                 })
                 .await
+                .map_err(Status::from)
         }
         .await;
         match created {
@@ -325,11 +326,12 @@ impl Backend for StreamBackend {
         tty: bool,
         streams: Streams,
     ) -> Result<i32, BackendError> {
-        Ok(self.containers.exec(container_id, cmd, tty, streams).await?)
+        // As a Status: its text (code and message) is what the client reads on the error stream.
+        Ok(self.containers.exec(container_id, cmd, tty, streams).await.map_err(Status::from)?)
     }
 
     async fn attach(&self, container_id: &str, _tty: bool, streams: Streams) -> Result<(), BackendError> {
-        Ok(self.containers.attach(container_id, streams).await?)
+        Ok(self.containers.attach(container_id, streams).await.map_err(Status::from)?)
     }
 
     async fn port_forward(
@@ -338,7 +340,7 @@ impl Backend for StreamBackend {
         port: u16,
         stream: DuplexStream,
     ) -> Result<(), BackendError> {
-        let sandbox = self.sandboxes.get(pod_sandbox_id)?;
+        let sandbox = self.sandboxes.get(pod_sandbox_id).map_err(Status::from)?;
         if sandbox.state != api::PodSandboxState::SandboxReady {
             return Err(format!("pod sandbox {} is not ready", sandbox.id).into());
         }
