@@ -1,5 +1,5 @@
 //! The binary's flags, kube-proxy's names: `keel-proxy --kubeconfig F --hostname-override NODE
-//! --proxy-mode nftables --cluster-cidr CIDRS [--nodeport-addresses CIDRS]
+//! --proxy-mode nftables --cluster-cidr CIDRS [--nodeport-addresses primary|CIDRS]
 //! [--healthz-bind-address ADDR] [--metrics-bind-address ADDR] [--min-sync-period D]`.
 
 use std::path::PathBuf;
@@ -26,9 +26,10 @@ pub struct Flags {
     /// masqueraded.
     #[arg(long, value_delimiter = ',')]
     pub cluster_cidr: Vec<IpNet>,
-    /// Node ports answer only on these CIDRs (default: every local address).
-    #[arg(long, value_delimiter = ',')]
-    pub nodeport_addresses: Vec<IpNet>,
+    /// Node ports answer only on these CIDRs, or with `primary` (the default, as kube-proxy's
+    /// nftables mode) on this Node's primary IPs.
+    #[arg(long, value_delimiter = ',', default_value = "primary", value_parser = parse_nodeport_address)]
+    pub nodeport_addresses: Vec<NodePortAddress>,
     /// Where /healthz is served, e.g. `0.0.0.0:10256` (default: not served).
     #[arg(long)]
     pub healthz_bind_address: Option<String>,
@@ -49,24 +50,60 @@ pub enum FlagError {
     /// A mode keel-proxy does not have.
     #[error("--proxy-mode {0}: only nftables is supported")]
     ProxyMode(String),
+    /// `primary` beside CIDRs.
+    #[error("--nodeport-addresses: \"primary\" cannot be combined with CIDRs")]
+    PrimaryWithCidrs,
     /// No node name.
     #[error("--hostname-override is empty and the host name could not be read")]
     NoNodeName,
 }
 
+/// One value of `--nodeport-addresses`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum NodePortAddress {
+    /// This Node's primary IPs ([`crate::node_ips::primary_ips`]).
+    Primary,
+    Cidr(IpNet),
+}
+
+fn parse_nodeport_address(text: &str) -> Result<NodePortAddress, String> {
+    match text.trim() {
+        "primary" => Ok(NodePortAddress::Primary),
+        cidr => cidr
+            .parse()
+            .map(NodePortAddress::Cidr)
+            .map_err(|_| format!("{cidr:?} is neither a CIDR nor \"primary\"")),
+    }
+}
+
 impl Flags {
-    /// The render's configuration.
-    pub fn render_config(&self) -> RenderConfig {
-        RenderConfig {
-            cluster_cidrs: self.cluster_cidr.clone(),
-            nodeport_addresses: self.nodeport_addresses.clone(),
-        }
+    /// Whether node ports follow the Node's primary IPs (`--nodeport-addresses primary`).
+    pub fn nodeport_primary(&self) -> bool {
+        self.nodeport_addresses.contains(&NodePortAddress::Primary)
+    }
+
+    /// The CIDRs given to `--nodeport-addresses` (none with `primary`).
+    pub fn nodeport_cidrs(&self) -> Vec<IpNet> {
+        let cidr = |a: &NodePortAddress| match a {
+            NodePortAddress::Cidr(cidr) => Some(*cidr),
+            NodePortAddress::Primary => None,
+        };
+        self.nodeport_addresses.iter().filter_map(cidr).collect()
+    }
+
+    /// The render's configuration, node ports on `nodeport_addresses` (the given CIDRs, or the
+    /// primary IPs' host prefixes).
+    pub fn render_config(&self, nodeport_addresses: Vec<IpNet>) -> RenderConfig {
+        RenderConfig { cluster_cidrs: self.cluster_cidr.clone(), nodeport_addresses }
     }
 
     /// Checks what clap cannot, and resolves the node name.
     pub fn node_name(&self) -> Result<String, FlagError> {
         if self.proxy_mode != "nftables" {
             return Err(FlagError::ProxyMode(self.proxy_mode.clone()));
+        }
+        if self.nodeport_primary() && self.nodeport_addresses.len() > 1 {
+            return Err(FlagError::PrimaryWithCidrs);
         }
         let name = match &self.hostname_override {
             Some(name) => name.trim().to_owned(),
@@ -117,7 +154,15 @@ mod tests {
         ])
         .unwrap();
         assert_eq!(flags.node_name().unwrap(), "node-a");
-        assert_eq!(flags.render_config().cluster_cidrs.len(), 2);
+        assert_eq!(flags.render_config(flags.nodeport_cidrs()).cluster_cidrs.len(), 2);
+        assert!(!flags.nodeport_primary());
+        assert_eq!(flags.nodeport_cidrs(), ["198.18.0.0/16".parse::<IpNet>().unwrap()]);
+        let default = Flags::try_parse_from(["keel-proxy"]).unwrap();
+        assert!(default.nodeport_primary(), "kube-proxy's nftables default");
+        let mixed =
+            Flags::try_parse_from(["keel-proxy", "--nodeport-addresses", "primary,10.0.0.0/8"]).unwrap();
+        assert!(matches!(mixed.node_name(), Err(FlagError::PrimaryWithCidrs)));
+        assert!(Flags::try_parse_from(["keel-proxy", "--nodeport-addresses", "nope"]).is_err());
         assert_eq!(flags.min_sync_period, Duration::from_millis(250));
         let iptables = Flags::try_parse_from(["keel-proxy", "--proxy-mode", "iptables"]).unwrap();
         assert!(matches!(iptables.node_name(), Err(FlagError::ProxyMode(_))));

@@ -13,6 +13,7 @@ pub mod fixtures;
 pub mod healthcheck;
 pub mod model;
 pub mod nft;
+pub mod node_ips;
 pub mod runner;
 pub mod serve;
 pub mod tracker;

@@ -53,16 +53,21 @@ async fn main() -> Result<()> {
             tokio::spawn(serve::serve(listener, Arc::clone(&status)));
         }
     }
+    let client = client(&flags).await?;
+    let nodeport_addresses = if flags.nodeport_primary() {
+        primary_prefixes(&client, &node).await
+    } else {
+        flags.nodeport_cidrs()
+    };
     // The health-check node ports follow each successful sync (failed binds retried every 5 s).
     let (health_checks, desired_health_checks) = tokio::sync::watch::channel(HealthChecks::default());
-    let health_server = ServiceHealthServer::new(healthcheck::bind_addresses(&flags.nodeport_addresses));
+    let health_server = ServiceHealthServer::new(healthcheck::bind_addresses(&nodeport_addresses));
     tokio::spawn(healthcheck::run(health_server, desired_health_checks, Duration::from_secs(5)));
     // Their `serviceProxyHealthy` follows /healthz between syncs too (stalled syncs turn it false).
     tokio::spawn(follow_proxy_health(Arc::clone(&status), health_checks.clone()));
-    let client = client(&flags).await?;
     let tracker =
         ChangeTracker::new(TrackerConfig { node_name: node.clone(), proxy_name: flags.proxy_name.clone() });
-    let backend = NftBackend::new(&flags.render_config(), NftNetlink::new());
+    let backend = NftBackend::new(&flags.render_config(nodeport_addresses), NftNetlink::new());
     let shared = Arc::new(Mutex::new(Shared {
         feed: Feed::new(),
         proxier: Proxier::new(tracker, backend),
@@ -179,6 +184,38 @@ async fn follow_proxy_health(
 }
 
 /// The API client: from `--kubeconfig`, else in-cluster or ~/.kube/config.
+/// How long keel-proxy waits for its Node's addresses at start, as kube-proxy does.
+const NODE_IP_WAIT: Duration = Duration::from_secs(30);
+
+/// `--nodeport-addresses primary`: the host prefixes of the Node's primary IPs, read once at start
+/// (as kube-proxy), waiting up to [`NODE_IP_WAIT`] for a kubelet to report them; then loopback, with
+/// kube-proxy's warning.
+async fn primary_prefixes(client: &Client, node: &str) -> Vec<ipnet::IpNet> {
+    let nodes: Api<Node> = Api::all(client.clone());
+    let deadline = tokio::time::Instant::now() + NODE_IP_WAIT;
+    loop {
+        match nodes.get_opt(node).await {
+            Ok(Some(object)) => {
+                let ips = keel_proxy::node_ips::primary_ips(&object);
+                if !ips.is_empty() {
+                    tracing::info!(?ips, "node ports on the Node's primary IPs");
+                    return keel_proxy::node_ips::host_prefixes(&ips);
+                }
+            }
+            Ok(None) => {}
+            Err(err) => tracing::warn!("reading Node {node}: {err}"),
+        }
+        if tokio::time::Instant::now() >= deadline {
+            break;
+        }
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
+    tracing::warn!(
+        "can't determine this node's IP, assuming loopback; set --nodeport-addresses if this is wrong"
+    );
+    keel_proxy::node_ips::host_prefixes(&[std::net::Ipv4Addr::LOCALHOST.into()])
+}
+
 async fn client(flags: &Flags) -> Result<Client> {
     match &flags.kubeconfig {
         Some(path) => {

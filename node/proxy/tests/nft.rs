@@ -621,12 +621,8 @@ fn api_scenario(proxy: Proxy) -> Result<()> {
         std::thread::sleep(Duration::from_millis(100));
     }
     assert!(answer.starts_with("HTTP/1.1 200") && answer.contains("\"localEndpoints\": 1"), "{answer}");
-    // kube-proxy in nftables mode defaults --nodeport-addresses to `primary` (the Node's InternalIP,
-    // cmd/kube-proxy/app/server_linux.go): its health-check server listens there only. keel-proxy
-    // still defaults to every local address (the iptables mode's default), so this holds for
-    // kube-proxy alone until keel-proxy reads its Node's addresses.
-    if matches!(proxy, Proxy::Upstream) {
-        assert!(get(port, "/").is_err(), "kube-proxy's health check answered on 127.0.0.1");
-    }
+    // Both default --nodeport-addresses to `primary` (the Node's InternalIP; kube-proxy's nftables
+    // mode, cmd/kube-proxy/app/server_linux.go): the health-check server listens there only.
+    assert!(get(port, "/").is_err(), "{name}'s health check answered on 127.0.0.1");
     Ok(())
 }
