@@ -15,10 +15,10 @@ use std::collections::BTreeMap;
 use std::path::Path;
 
 use anyhow::{Context, Result, bail};
-use cri_suite::node::Shim;
-use keel_testbed::containerd::{Containerd, ContainerdOptions, PAUSE_REGISTRY, pause_registry_in};
+use cri_suite::node::{Shim, SuiteNode};
+use keel_testbed::Forwarder;
+use keel_testbed::containerd::{Containerd, ContainerdOptions, PAUSE_REGISTRY};
 use keel_testbed::e2e_images::{self, MIRRORED};
-use keel_testbed::{Fabric, Forwarder, Host};
 
 /// A case a runtime is known to fail here, and why.
 #[derive(Debug, Clone, Copy)]
@@ -152,47 +152,35 @@ fn regex_quote(text: &str) -> String {
         .collect()
 }
 
-/// A node for critest: a host on a fabric with a registry on its loopback ([`PAUSE_REGISTRY`]) holding
-/// the pause image and critest's images, a CNI conf dir with the reference bridge.
+/// A node for critest: [`SuiteNode`] (a fabric host, a registry on its loopback at [`PAUSE_REGISTRY`]
+/// with the pause image, the reference bridge's conflist) with critest's images pushed to its
+/// registry.
 struct CritestNode {
-    pause: String,
-    net_d: tempfile::TempDir,
-    scratch: tempfile::TempDir,
-    _registry: keel_testbed::registry::Registry,
-    node: Host,
-    _fabric: Fabric,
+    bed: SuiteNode,
 }
 
 impl CritestNode {
     fn new() -> Result<CritestNode> {
-        keel_testbed::require_root()?;
-        let fabric = Fabric::new()?;
-        let node = fabric.add_host("node")?;
-        let (registry, pause) = pause_registry_in(node.fd())?;
-        let forwarder = Forwarder::start(node.fd(), PAUSE_REGISTRY.parse()?)?;
+        let bed = SuiteNode::new()?;
+        let forwarder = Forwarder::start(bed.node.fd(), PAUSE_REGISTRY.parse()?)?;
         e2e_images::push(&forwarder.local_addr().to_string(), e2e_images::CRITEST)?;
-        let scratch = tempfile::Builder::new().prefix("keel-critest-").tempdir()?;
-        let net_d = tempfile::Builder::new().prefix("keel-critest-netd-").tempdir()?;
-        let ipam = scratch.path().join("ipam");
-        std::fs::create_dir(&ipam)?;
-        std::fs::write(net_d.path().join("10-critest.conflist"), conflist(&ipam))?;
-        Ok(CritestNode { pause, net_d, scratch, _registry: registry, node, _fabric: fabric })
+        Ok(CritestNode { bed })
     }
 
     /// Runs critest against the CRI at `socket` with `extra` flags and returns its cases.
     fn run(&self, runtime: &str, socket: &Path, extra: &[&str]) -> Result<BTreeMap<String, Outcome>> {
         let critest = keel_testbed::peers::path("critest")?;
-        let report = self.scratch.path().join("report.json");
+        let report = self.bed.scratch.path().join("critest-report.json");
         let endpoint = format!("unix://{}", socket.display());
-        let mut cmd = self.node.command(&critest);
+        let mut cmd = self.bed.node.command(&critest);
         cmd.args(["-runtime-endpoint", &endpoint, "-image-endpoint", &endpoint])
             .arg(format!("-ginkgo.json-report={}", report.display()))
             .args(["-ginkgo.no-color", "-ginkgo.skip", &skip_pattern()])
             .args(extra)
             .args(std::env::var("KEEL_CRITEST_FOCUS").map(|focus| format!("-ginkgo.focus={focus}")))
-            .current_dir(self.scratch.path());
+            .current_dir(self.bed.scratch.path());
         let output = cmd.output().context("running critest")?;
-        let log = self.scratch.path().join("critest.log");
+        let log = self.bed.scratch.path().join("critest.log");
         std::fs::write(&log, [&output.stdout[..], &output.stderr[..]].concat())?;
         let text = std::fs::read_to_string(&report).with_context(|| {
             format!(
@@ -209,20 +197,6 @@ impl CritestNode {
     }
 }
 
-const SUBNET: &str = "10.99.0.0/24";
-
-fn conflist(ipam: &Path) -> String {
-    serde_json::json!({
-        "cniVersion": "1.0.0", "name": "keel-critest",
-        "plugins": [
-            {"type": "bridge", "bridge": "critest0", "isGateway": true, "ipMasq": false, "hairpinMode": true,
-             "ipam": {"type": "host-local", "ranges": [[{"subnet": SUBNET}]], "dataDir": ipam}},
-            {"type": "portmap", "capabilities": {"portMappings": true}},
-        ]
-    })
-    .to_string()
-}
-
 /// keel-shim's `--registry-mirror` flags: every mirrored registry served by the node's registry.
 fn shim_mirrors() -> Vec<String> {
     MIRRORED
@@ -232,13 +206,14 @@ fn shim_mirrors() -> Vec<String> {
 }
 
 fn critest_against_keel_shim(runtime: &str, handler: &[&str]) -> Result<()> {
-    let bed = CritestNode::new()?;
+    let critest = CritestNode::new()?;
+    let bed = &critest.bed;
     let runtimes: Vec<&str> = if handler.is_empty() { vec![] } else { vec!["crun=/usr/bin/crun"] };
     let mut args = shim_mirrors();
     args.extend(["--insecure-registry".to_owned(), PAUSE_REGISTRY.to_owned()]);
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
     let shim = Shim::start_with_args(Some(&bed.node), bed.net_d.path(), &runtimes, &args)?;
-    let cases = bed.run(runtime, &shim.socket(), handler)?;
+    let cases = critest.run(runtime, &shim.socket(), handler)?;
     let summary = check(runtime, &cases, KEEL_SHIM_FAILS)
         .with_context(|| format!("keel-shim log:\n{}", shim.daemon.log_tail(40)))?;
     eprintln!("{summary}");
@@ -257,7 +232,8 @@ fn critest_against_keel_shim_on_crun() -> Result<()> {
 
 #[test]
 fn critest_against_containerd() -> Result<()> {
-    let bed = CritestNode::new()?;
+    let critest = CritestNode::new()?;
+    let bed = &critest.bed;
     let mirrors = MIRRORED.iter().map(|r| ((*r).to_owned(), format!("http://{PAUSE_REGISTRY}"))).collect();
     let opts = ContainerdOptions {
         cni_conf_dir: Some(bed.net_d.path().to_owned()),
@@ -271,7 +247,7 @@ fn critest_against_containerd() -> Result<()> {
     };
     let mut containerd = Containerd::start(&opts)?;
     containerd.check_cri()?;
-    let cases = bed.run("containerd", containerd.socket(), &[])?;
+    let cases = critest.run("containerd", containerd.socket(), &[])?;
     let summary = check("containerd", &cases, CONTAINERD_FAILS)
         .with_context(|| format!("containerd log:\n{}", containerd.daemon().log_tail(40)))?;
     eprintln!("{summary}");

@@ -299,17 +299,7 @@ impl<'a> Builder<'a> {
         let image = self.image(&Recipe::Busybox.tag());
         umoci(&["new", "--image", &image])?;
         self.layer(&Recipe::Busybox.tag(), &Recipe::Busybox.tag(), &root)?;
-        umoci(&[
-            "config",
-            "--image",
-            &image,
-            "--config.cmd",
-            "sh",
-            "--config.env",
-            "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
-            "--config.workingdir",
-            "/",
-        ])
+        crate::images::shell_config(&image)
     }
 
     /// The image of `recipe`, from the busybox.
@@ -343,42 +333,16 @@ impl<'a> Builder<'a> {
                 nginx_tree(extracted, &scratch, port)?;
                 self.layer(&busybox, &tag, &scratch)?;
                 let exposed = format!("{port}/tcp");
-                umoci(&[
-                    "config",
-                    "--image",
-                    &image,
-                    "--clear=config.cmd",
-                    "--config.cmd",
-                    "nginx",
-                    "--config.cmd",
-                    "-g",
-                    "--config.cmd",
-                    "daemon off;",
-                    "--config.exposedports",
-                    &exposed,
-                    "--config.stopsignal",
-                    "SIGQUIT",
-                ])?;
+                let extra = ["--config.exposedports", &exposed, "--config.stopsignal", "SIGQUIT"];
+                set_cmd(&image, &["nginx", "-g", "daemon off;"], &extra)?;
             }
             Recipe::Httpd => {
                 let htdocs = mkdir(&scratch.join("usr/local/apache2/htdocs"))?;
                 std::fs::write(htdocs.join("index.html"), "<html><body><h1>It works!</h1></body></html>\n")?;
                 self.layer(&busybox, &tag, &scratch)?;
-                umoci(&[
-                    "config",
-                    "--image",
-                    &image,
-                    "--clear=config.cmd",
-                    "--config.cmd",
-                    "sh",
-                    "--config.cmd",
-                    "-c",
-                    "--config.cmd",
-                    "echo 'httpd: busybox httpd serving /usr/local/apache2/htdocs on :80'; \
-                     exec httpd -f -p 80 -h /usr/local/apache2/htdocs",
-                    "--config.exposedports",
-                    "80/tcp",
-                ])?;
+                let serve = "echo 'httpd: busybox httpd serving /usr/local/apache2/htdocs on :80'; \
+                             exec httpd -f -p 80 -h /usr/local/apache2/htdocs";
+                set_cmd(&image, &["sh", "-c", serve], &["--config.exposedports", "80/tcp"])?;
             }
             Recipe::NoNewPrivs => {
                 let bin = mkdir(&scratch.join("usr/local/bin"))?;
@@ -479,6 +443,16 @@ fn copy(from: &Path, to: &Path) -> Result<()> {
     std::fs::copy(from, to)
         .with_context(|| format!("copying {} to {}", from.display(), to.display()))
         .map(drop)
+}
+
+/// Sets the image's cmd to `cmd` (replacing the busybox's), with further `umoci config` flags.
+fn set_cmd(image: &str, cmd: &[&str], extra: &[&str]) -> Result<()> {
+    let mut args = vec!["config", "--image", image, "--clear=config.cmd"];
+    for part in cmd {
+        args.extend(["--config.cmd", part]);
+    }
+    args.extend(extra);
+    umoci(&args)
 }
 
 fn umoci(args: &[&str]) -> Result<()> {

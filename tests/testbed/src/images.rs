@@ -190,19 +190,24 @@ pub fn build_busybox_layout(layout: &Path, tag: &str, bundle: &Path) -> Result<(
         .context("writing /etc/passwd in the rootfs")?;
     std::fs::write(rootfs.join("etc/group"), "root:x:0:\n").context("writing /etc/group in the rootfs")?;
     umoci(&["repack", "--image", &image, &bundle_arg])?;
+    shell_config(&image)?;
+    umoci(&["gc", "--layout", &layout.to_string_lossy()])?;
+    Ok(())
+}
+
+/// Gives the image `LAYOUT:TAG` a busybox image's config: cmd `sh`, the usual PATH, working dir `/`.
+pub(crate) fn shell_config(image: &str) -> Result<()> {
     umoci(&[
         "config",
         "--image",
-        &image,
+        image,
         "--config.cmd",
         "sh",
         "--config.env",
         "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
         "--config.workingdir",
         "/",
-    ])?;
-    umoci(&["gc", "--layout", &layout.to_string_lossy()])?;
-    Ok(())
+    ])
 }
 
 fn umoci(args: &[&str]) -> Result<()> {
