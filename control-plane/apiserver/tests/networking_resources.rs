@@ -4,21 +4,18 @@
 
 mod common;
 
-use std::path::PathBuf;
 use std::sync::Arc;
 
 use anyhow::{Context, Result, ensure};
-use common::{Server, kubectl_ok, kubectl_run};
+use common::{Admin, Server};
 use keel_store::Store;
 use keel_store::embedded::{EmbeddedStore, Options};
-use keel_testbed::kubectl::{self, Kubectl};
 use serde_json::{Value, json};
 
 struct Cluster {
     server: Server,
     store: Arc<dyn Store>,
-    kubectl: Kubectl,
-    kubeconfig: PathBuf,
+    admin: Admin,
 }
 
 impl Cluster {
@@ -28,35 +25,8 @@ impl Cluster {
         let store: Arc<dyn Store> = Arc::new(EmbeddedStore::open(Options::new(dir.path().join("data")))?);
         let server =
             Server::start_with(store.clone(), dir, |config| config.services = range("10.96.0.0/16")).await?;
-        let kubeconfig = server.dir.path().join("admin.kubeconfig");
-        std::fs::write(&kubeconfig, server.pki.admin_kubeconfig(&format!("https://{}", server.address)))?;
-        Ok(Cluster { server, store, kubectl: kubectl::minor(33)?, kubeconfig })
-    }
-
-    async fn ok(&self, args: &[&str]) -> Result<String> {
-        kubectl_ok(&self.kubectl, &self.kubeconfig, args).await
-    }
-
-    /// kubectl that must fail; its stderr.
-    async fn refused(&self, args: &[&str]) -> Result<String> {
-        let (success, out, err) = kubectl_run(&self.kubectl, &self.kubeconfig, args).await?;
-        ensure!(!success, "kubectl {args:?} succeeded: {out}");
-        Ok(err)
-    }
-
-    async fn json(&self, args: &[&str]) -> Result<Value> {
-        let mut all = args.to_vec();
-        all.extend(["-o", "json"]);
-        Ok(serde_json::from_str(&self.ok(&all).await?)?)
-    }
-
-    /// `kubectl create -f` of `object`, written to a file first.
-    async fn create(&self, object: &Value) -> Result<Value> {
-        let name = object.pointer("/metadata/name").and_then(Value::as_str).unwrap_or("object");
-        let path =
-            self.server.dir.path().join(format!("{}-{name}.json", object["kind"].as_str().unwrap_or("x")));
-        std::fs::write(&path, object.to_string())?;
-        self.json(&["create", "-f", path.to_str().context("path")?]).await
+        let admin = Admin::of(&server)?;
+        Ok(Cluster { server, store, admin })
     }
 
     /// A JSON request as the admin (a PATCH is a merge patch): status and body.
@@ -104,12 +74,12 @@ const CIDRS: &str = "/apis/networking.k8s.io/v1/servicecidrs";
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_default_service_cidr_is_made_ready_at_start() -> Result<()> {
     let c = Cluster::start().await?;
-    let table = rows(&c.ok(&["get", "servicecidr"]).await?);
+    let table = rows(&c.admin.ok(&["get", "servicecidr"]).await?);
     ensure!(
         table[0] == ["NAME", "CIDRS", "AGE"] && table[1][..2] == ["kubernetes", "10.96.0.0/16"],
         "{table:?}"
     );
-    let cidr = c.json(&["get", "servicecidr", "kubernetes"]).await?;
+    let cidr = c.admin.json(&["get", "servicecidr", "kubernetes"]).await?;
     let conditions = cidr["status"]["conditions"].as_array().cloned().unwrap_or_default();
     ensure!(conditions.len() == 1, "{cidr}");
     let ready = &conditions[0];
@@ -159,11 +129,11 @@ async fn the_default_service_cidr_is_made_ready_at_start() -> Result<()> {
         );
     }
     // Deleted, it is made again at the next start (upstream's controller makes it within 10 s).
-    c.ok(&["delete", "servicecidr", "kubernetes"]).await?;
+    c.admin.ok(&["delete", "servicecidr", "kubernetes"]).await?;
     let mut config = keel_apiserver::Config::new("127.0.0.1:0".parse()?);
     config.services = range("10.96.0.0/16");
     keel_apiserver::ApiServer::new(c.store.clone(), config).await?;
-    let again = c.json(&["get", "servicecidr", "kubernetes"]).await?;
+    let again = c.admin.json(&["get", "servicecidr", "kubernetes"]).await?;
     ensure!(again["status"]["conditions"][0]["status"] == "True", "{again}");
     Ok(())
 }
@@ -175,7 +145,7 @@ async fn service_cidrs_validation_status_and_immutability() -> Result<()> {
         json!({"apiVersion": "networking.k8s.io/v1", "kind": "ServiceCIDR", "metadata": {"name": name},
                "spec": {"cidrs": cidrs}})
     };
-    let created = c.create(&cidr("extra", &["10.100.0.0/16"])).await?;
+    let created = c.admin.create(&cidr("extra", &["10.100.0.0/16"])).await?;
     ensure!(created.get("status").is_none() && created["metadata"].get("generation").is_none(), "{created}");
 
     for (object, wanted) in [
@@ -206,6 +176,7 @@ async fn service_cidrs_validation_status_and_immutability() -> Result<()> {
         "{status} {answer}"
     );
     let refused = c
+        .admin
         .refused(&[
             "patch",
             "servicecidr",
@@ -222,14 +193,14 @@ async fn service_cidrs_validation_status_and_immutability() -> Result<()> {
     let (status, answer) =
         c.request("PATCH", &path, &json!({"spec": {"cidrs": ["10.100.0.0/16", "fd00:100::/108"]}})).await?;
     ensure!(status == 200 && answer["spec"]["cidrs"][1] == "fd00:100::/108", "{status} {answer}");
-    let table = rows(&c.ok(&["get", "servicecidr", "extra", "--no-headers"]).await?);
+    let table = rows(&c.admin.ok(&["get", "servicecidr", "extra", "--no-headers"]).await?);
     ensure!(table[0][..2] == ["extra", "10.100.0.0/16,fd00:100::/108"], "{table:?}");
 
     // Through /status only the status changes.
-    c.ok(&["patch", "servicecidr", "extra", "--subresource=status", "--type=merge", "-p",
+    c.admin.ok(&["patch", "servicecidr", "extra", "--subresource=status", "--type=merge", "-p",
            r#"{"status":{"conditions":[{"type":"Ready","status":"True","reason":"","message":"ok","lastTransitionTime":"2025-06-01T12:00:00Z"}]},"spec":{"cidrs":["10.9.0.0/16"]}}"#])
         .await?;
-    let extra = c.json(&["get", "servicecidr", "extra"]).await?;
+    let extra = c.admin.json(&["get", "servicecidr", "extra"]).await?;
     ensure!(
         extra["status"]["conditions"][0]["message"] == "ok" && extra["spec"]["cidrs"][0] == "10.100.0.0/16",
         "{extra}"
@@ -237,7 +208,7 @@ async fn service_cidrs_validation_status_and_immutability() -> Result<()> {
     // upstream's strategy keeps nothing on a main-resource update: a status sent there is written.
     let (status, answer) = c.request("PATCH", &path, &json!({"status": {"conditions": null}})).await?;
     ensure!(status == 200 && answer.get("status").is_none_or(|s| s.get("conditions").is_none()), "{answer}");
-    c.ok(&["delete", "servicecidr", "extra"]).await?;
+    c.admin.ok(&["delete", "servicecidr", "extra"]).await?;
     Ok(())
 }
 
@@ -249,13 +220,14 @@ async fn ip_addresses_names_parents_and_tables() -> Result<()> {
                "spec": {"parentRef": parent}})
     };
     let dns = json!({"group": "", "resource": "services", "namespace": "kube-system", "name": "kube-dns"});
-    c.create(&ip("10.96.0.10", dns.clone())).await?;
-    c.create(&ip(
-        "fd00:10:96::a",
-        json!({"group": "gateway.networking.k8s.io", "resource": "gateways", "name": "gw"}),
-    ))
-    .await?;
-    let table = rows(&c.ok(&["get", "ip"]).await?);
+    c.admin.create(&ip("10.96.0.10", dns.clone())).await?;
+    c.admin
+        .create(&ip(
+            "fd00:10:96::a",
+            json!({"group": "gateway.networking.k8s.io", "resource": "gateways", "name": "gw"}),
+        ))
+        .await?;
+    let table = rows(&c.admin.ok(&["get", "ip"]).await?);
     ensure!(
         table
             == [
@@ -317,7 +289,7 @@ async fn ip_addresses_names_parents_and_tables() -> Result<()> {
                 ],
         "{status} {answer}"
     );
-    c.ok(&["label", "ip", "10.96.0.10", "a=b"]).await?;
+    c.admin.ok(&["label", "ip", "10.96.0.10", "a=b"]).await?;
     Ok(())
 }
 
@@ -326,7 +298,10 @@ async fn ip_addresses_names_parents_and_tables() -> Result<()> {
 async fn discovery_of_networking() -> Result<()> {
     let c = Cluster::start().await?;
     let listed: Vec<Vec<String>> =
-        rows(&c.ok(&["api-resources", "--api-group=networking.k8s.io"]).await?).into_iter().skip(1).collect();
+        rows(&c.admin.ok(&["api-resources", "--api-group=networking.k8s.io"]).await?)
+            .into_iter()
+            .skip(1)
+            .collect();
     ensure!(
         listed
             == [
@@ -344,9 +319,9 @@ async fn discovery_of_networking() -> Result<()> {
     let resources: Vec<&str> =
         list["resources"].as_array().into_iter().flatten().filter_map(|r| r["name"].as_str()).collect();
     ensure!(status == 200 && resources == ["ipaddresses", "servicecidrs", "servicecidrs/status"], "{list}");
-    let explained = c.ok(&["explain", "servicecidr.spec.cidrs"]).await?;
+    let explained = c.admin.ok(&["explain", "servicecidr.spec.cidrs"]).await?;
     ensure!(explained.contains("CIDRs defines the IP blocks"), "{explained}");
-    let explained = c.ok(&["explain", "ipaddress.spec.parentRef"]).await?;
+    let explained = c.admin.ok(&["explain", "ipaddress.spec.parentRef"]).await?;
     ensure!(explained.contains("resource"), "{explained}");
     Ok(())
 }

@@ -7,56 +7,20 @@
 
 mod common;
 
-use std::path::PathBuf;
-
 use anyhow::{Context, Result, ensure};
-use common::{Server, kubectl_ok, kubectl_run};
-use keel_testbed::kubectl::{self, Kubectl};
+use common::{Admin, Server};
 use serde_json::{Value, json};
 
 struct Cluster {
     server: Server,
-    kubectl: Kubectl,
-    kubeconfig: PathBuf,
+    admin: Admin,
 }
 
 impl Cluster {
     async fn start() -> Result<Cluster> {
         let server = Server::start().await?;
-        let kubeconfig = server.dir.path().join("admin.kubeconfig");
-        std::fs::write(&kubeconfig, server.pki.admin_kubeconfig(&format!("https://{}", server.address)))?;
-        Ok(Cluster { server, kubectl: kubectl::minor(33)?, kubeconfig })
-    }
-
-    async fn ok(&self, args: &[&str]) -> Result<String> {
-        kubectl_ok(&self.kubectl, &self.kubeconfig, args).await
-    }
-
-    /// kubectl that must fail; its stderr.
-    async fn refused(&self, args: &[&str]) -> Result<String> {
-        let (success, out, err) = kubectl_run(&self.kubectl, &self.kubeconfig, args).await?;
-        ensure!(!success, "kubectl {args:?} succeeded: {out}");
-        Ok(err)
-    }
-
-    async fn json(&self, args: &[&str]) -> Result<Value> {
-        let mut all = args.to_vec();
-        all.extend(["-o", "json"]);
-        Ok(serde_json::from_str(&self.ok(&all).await?)?)
-    }
-
-    /// `kubectl create -f` of `object`, written to a file first.
-    async fn create(&self, object: &Value) -> Result<Value> {
-        let file = self.file(object)?;
-        self.json(&["create", "-f", file.to_str().context("path")?]).await
-    }
-
-    fn file(&self, object: &Value) -> Result<PathBuf> {
-        let name = object.pointer("/metadata/name").and_then(Value::as_str).unwrap_or("object");
-        let path =
-            self.server.dir.path().join(format!("{}-{name}.json", object["kind"].as_str().unwrap_or("x")));
-        std::fs::write(&path, object.to_string())?;
-        Ok(path)
+        let admin = Admin::of(&server)?;
+        Ok(Cluster { server, admin })
     }
 
     /// A JSON request as the admin (a PATCH is a merge patch): status and body.
@@ -88,7 +52,7 @@ async fn replication_controllers_scale_status_selectors_and_tables() -> Result<(
     let rc = json!({"apiVersion": "v1", "kind": "ReplicationController", "metadata": {"name": "web"},
         "spec": {"template": {"metadata": {"labels": {"app": "web"}},
                  "spec": {"containers": [{"name": "nginx", "image": "nginx:1.27"}]}}}});
-    let created = c.create(&rc).await?;
+    let created = c.admin.create(&rc).await?;
     // Defaulted as upstream: one replica, the template's labels as selector and labels; a
     // generation; no status.
     ensure!(
@@ -102,7 +66,7 @@ async fn replication_controllers_scale_status_selectors_and_tables() -> Result<(
     );
 
     // kubectl scale goes through replicationcontrollers/scale (autoscaling/v1 Scale).
-    c.ok(&["scale", "rc", "web", "--replicas=3"]).await?;
+    c.admin.ok(&["scale", "rc", "web", "--replicas=3"]).await?;
     let path = "/api/v1/namespaces/default/replicationcontrollers/web";
     let (status, scale) = c.request("GET", &format!("{path}/scale"), &Value::Null).await?;
     ensure!(
@@ -125,7 +89,7 @@ async fn replication_controllers_scale_status_selectors_and_tables() -> Result<(
                 == "Scale.autoscaling \"web\" is invalid: spec.replicas: Invalid value: -1: must be greater than or equal to 0",
         "a negative scale: {status} {answer}"
     );
-    let rc = c.json(&["get", "rc", "web"]).await?;
+    let rc = c.admin.json(&["get", "rc", "web"]).await?;
     ensure!(rc["spec"]["replicas"] == 2 && rc["metadata"]["generation"] == 3, "{rc}");
 
     // Through /status only the status changes, and the generation stays.
@@ -135,7 +99,7 @@ async fn replication_controllers_scale_status_selectors_and_tables() -> Result<(
     body["spec"]["replicas"] = json!(9);
     let (status, answer) = c.request("PUT", &format!("{path}/status"), &body).await?;
     ensure!(status == 200, "{status} {answer}");
-    let rc = c.json(&["get", "rc", "web"]).await?;
+    let rc = c.admin.json(&["get", "rc", "web"]).await?;
     ensure!(
         rc["spec"]["replicas"] == 2
             && rc["status"]["readyReplicas"] == 1
@@ -150,27 +114,27 @@ async fn replication_controllers_scale_status_selectors_and_tables() -> Result<(
     ensure!(status == 200 && answer["status"]["readyReplicas"] == 1, "{status} {answer}");
 
     // Upstream's printer, its wide columns, the short name and the `all` category.
-    let table = rows(&c.ok(&["get", "rc"]).await?);
+    let table = rows(&c.admin.ok(&["get", "rc"]).await?);
     ensure!(table[0] == ["NAME", "DESIRED", "CURRENT", "READY", "AGE"], "{table:?}");
     ensure!(table[1][..4] == ["web", "2", "2", "1"], "{table:?}");
-    let wide = rows(&c.ok(&["get", "replicationcontrollers", "-o", "wide"]).await?);
+    let wide = rows(&c.admin.ok(&["get", "replicationcontrollers", "-o", "wide"]).await?);
     ensure!(wide[0][5..] == ["CONTAINERS", "IMAGES", "SELECTOR"], "{wide:?}");
     ensure!(wide[1][5..] == ["nginx", "nginx:1.27", "app=web"], "{wide:?}");
-    let all = c.ok(&["get", "all", "-o", "name"]).await?;
+    let all = c.admin.ok(&["get", "all", "-o", "name"]).await?;
     ensure!(all.lines().any(|l| l == "replicationcontroller/web"), "{all}");
 
     // status.replicas is a field label, as upstream's conversion has it; others are refused.
-    ensure!(names(&c.json(&["get", "rc", "--field-selector", "status.replicas=2"]).await?) == ["web"]);
-    ensure!(names(&c.json(&["get", "rc", "--field-selector", "status.replicas!=2"]).await?).is_empty());
-    let err = c.refused(&["get", "rc", "--field-selector", "spec.replicas=2"]).await?;
+    ensure!(names(&c.admin.json(&["get", "rc", "--field-selector", "status.replicas=2"]).await?) == ["web"]);
+    ensure!(names(&c.admin.json(&["get", "rc", "--field-selector", "status.replicas!=2"]).await?).is_empty());
+    let err = c.admin.refused(&["get", "rc", "--field-selector", "spec.replicas=2"]).await?;
     ensure!(err.contains("field label not supported: spec.replicas"), "{err}");
 
     // Validation: a template its selector does not match.
     let bad = json!({"apiVersion": "v1", "kind": "ReplicationController", "metadata": {"name": "bad"},
         "spec": {"selector": {"app": "other"}, "template": {"metadata": {"labels": {"app": "web"}},
                  "spec": {"containers": [{"name": "c", "image": "i"}]}}}});
-    let file = c.file(&bad)?;
-    let err = c.refused(&["create", "-f", file.to_str().context("path")?]).await?;
+    let file = c.admin.file(&bad)?;
+    let err = c.admin.refused(&["create", "-f", file.to_str().context("path")?]).await?;
     ensure!(err.contains("`selector` does not match template `labels`"), "{err}");
     Ok(())
 }
@@ -185,7 +149,7 @@ fn attachment(name: &str, pv: &str, node: &str) -> Value {
 async fn csi_objects_status_validation_and_tables() -> Result<()> {
     let c = Cluster::start().await?;
     let driver = c
-        .create(&json!({"apiVersion": "storage.k8s.io/v1", "kind": "CSIDriver", "metadata": {"name": "csi.example.com"},
+        .admin.create(&json!({"apiVersion": "storage.k8s.io/v1", "kind": "CSIDriver", "metadata": {"name": "csi.example.com"},
                         "spec": {"podInfoOnMount": true, "tokenRequests": [{"audience": "vault"}]}}))
         .await?;
     ensure!(
@@ -197,17 +161,21 @@ async fn csi_objects_status_validation_and_tables() -> Result<()> {
     );
     // attachRequired is immutable; a spec change starts the generation at 1.
     let err = c
+        .admin
         .refused(&["patch", "csidriver", "csi.example.com", "-p", r#"{"spec":{"attachRequired":false}}"#])
         .await?;
     ensure!(err.contains("spec.attachedRequired: Invalid value: false: field is immutable"), "{err}");
-    c.ok(&["patch", "csidriver", "csi.example.com", "-p", r#"{"spec":{"storageCapacity":true}}"#]).await?;
-    ensure!(c.json(&["get", "csidriver", "csi.example.com"]).await?["metadata"]["generation"] == 1);
+    c.admin
+        .ok(&["patch", "csidriver", "csi.example.com", "-p", r#"{"spec":{"storageCapacity":true}}"#])
+        .await?;
+    ensure!(c.admin.json(&["get", "csidriver", "csi.example.com"]).await?["metadata"]["generation"] == 1);
 
-    c.create(&json!({"apiVersion": "storage.k8s.io/v1", "kind": "CSINode", "metadata": {"name": "node-1"},
+    c.admin.create(&json!({"apiVersion": "storage.k8s.io/v1", "kind": "CSINode", "metadata": {"name": "node-1"},
         "spec": {"drivers": [{"name": "csi.example.com", "nodeID": "node-1", "topologyKeys": ["topology.example.com/zone"],
                               "allocatable": {"count": 16}}]}}))
         .await?;
     let err = c
+        .admin
         .refused(&[
             "patch",
             "csinode",
@@ -218,42 +186,45 @@ async fn csi_objects_status_validation_and_tables() -> Result<()> {
         ])
         .await?;
     ensure!(err.contains("spec.drivers: Invalid value") && err.contains("field is immutable"), "{err}");
-    c.create(&json!({"apiVersion": "storage.k8s.io/v1", "kind": "CSIStorageCapacity",
+    c.admin.create(&json!({"apiVersion": "storage.k8s.io/v1", "kind": "CSIStorageCapacity",
         "metadata": {"name": "zone-a", "namespace": "kube-system"}, "storageClassName": "fast", "capacity": "2048Mi",
         "nodeTopology": {"matchLabels": {"topology.example.com/zone": "a"}}}))
         .await?;
 
     // A VolumeAttachment starts without status; the attacher reports through /status.
-    let created = c.create(&attachment("va-1", "pv-1", "node-1")).await?;
+    let created = c.admin.create(&attachment("va-1", "pv-1", "node-1")).await?;
     ensure!(created.get("status").is_none() && created["metadata"].get("generation").is_none(), "{created}");
-    c.ok(&["patch", "volumeattachment", "va-1", "--subresource=status", "--type=merge", "-p",
+    c.admin.ok(&["patch", "volumeattachment", "va-1", "--subresource=status", "--type=merge", "-p",
            r#"{"status":{"attached":true,"attachmentMetadata":{"devicePath":"/dev/xvdb"}},"spec":{"nodeName":"node-2"}}"#])
         .await?;
-    let va = c.json(&["get", "volumeattachment", "va-1"]).await?;
+    let va = c.admin.json(&["get", "volumeattachment", "va-1"]).await?;
     ensure!(va["status"]["attached"] == true && va["spec"]["nodeName"] == "node-1", "{va}");
-    c.ok(&[
-        "patch",
-        "volumeattachment",
-        "va-1",
-        "--type=merge",
-        "-p",
-        r#"{"status":{"attached":false},"metadata":{"labels":{"a":"b"}}}"#,
-    ])
-    .await?;
-    let va = c.json(&["get", "volumeattachment", "va-1"]).await?;
+    c.admin
+        .ok(&[
+            "patch",
+            "volumeattachment",
+            "va-1",
+            "--type=merge",
+            "-p",
+            r#"{"status":{"attached":false},"metadata":{"labels":{"a":"b"}}}"#,
+        ])
+        .await?;
+    let va = c.admin.json(&["get", "volumeattachment", "va-1"]).await?;
     ensure!(va["status"]["attached"] == true && va["metadata"]["labels"]["a"] == "b", "{va}");
     // The spec is read-only, and exactly one source is needed.
-    let err =
-        c.refused(&["patch", "volumeattachment", "va-1", "-p", r#"{"spec":{"nodeName":"node-2"}}"#]).await?;
+    let err = c
+        .admin
+        .refused(&["patch", "volumeattachment", "va-1", "-p", r#"{"spec":{"nodeName":"node-2"}}"#])
+        .await?;
     ensure!(err.contains("spec: Invalid value") && err.contains("field is immutable"), "{err}");
     let mut sourceless = attachment("va-2", "pv-2", "node-1");
     sourceless["spec"]["source"] = json!({});
-    let file = c.file(&sourceless)?;
-    let err = c.refused(&["create", "-f", file.to_str().context("path")?]).await?;
+    let file = c.admin.file(&sourceless)?;
+    let err = c.admin.refused(&["create", "-f", file.to_str().context("path")?]).await?;
     ensure!(err.contains("spec.source: Required value: must specify exactly one of inlineVolumeSpec and persistentVolumeName"), "{err}");
 
     // Upstream's printers.
-    let table = rows(&c.ok(&["get", "csidrivers"]).await?);
+    let table = rows(&c.admin.ok(&["get", "csidrivers"]).await?);
     ensure!(
         table[0]
             == [
@@ -272,14 +243,14 @@ async fn csi_objects_status_validation_and_tables() -> Result<()> {
         table[1][..7] == ["csi.example.com", "true", "true", "true", "vault", "false", "Persistent"],
         "{table:?}"
     );
-    let table = rows(&c.ok(&["get", "csinodes"]).await?);
+    let table = rows(&c.admin.ok(&["get", "csinodes"]).await?);
     ensure!(table[0] == ["NAME", "DRIVERS", "AGE"] && table[1][..2] == ["node-1", "1"], "{table:?}");
-    let table = rows(&c.ok(&["get", "csistoragecapacities", "-n", "kube-system"]).await?);
+    let table = rows(&c.admin.ok(&["get", "csistoragecapacities", "-n", "kube-system"]).await?);
     ensure!(
         table == [vec!["NAME", "STORAGECLASSNAME", "CAPACITY"], vec!["zone-a", "fast", "2Gi"]],
         "{table:?}"
     );
-    let table = rows(&c.ok(&["get", "volumeattachments"]).await?);
+    let table = rows(&c.admin.ok(&["get", "volumeattachments"]).await?);
     ensure!(table[0] == ["NAME", "ATTACHER", "PV", "NODE", "ATTACHED", "AGE"], "{table:?}");
     ensure!(table[1][..5] == ["va-1", "csi.example.com", "pv-1", "node-1", "true"], "{table:?}");
     Ok(())
@@ -289,30 +260,33 @@ async fn csi_objects_status_validation_and_tables() -> Result<()> {
 async fn dra_objects_status_field_selectors_and_tables() -> Result<()> {
     let c = Cluster::start().await?;
     let class = c
-        .create(&json!({"apiVersion": "resource.k8s.io/v1", "kind": "DeviceClass", "metadata": {"name": "gpu.example.com"},
+        .admin.create(&json!({"apiVersion": "resource.k8s.io/v1", "kind": "DeviceClass", "metadata": {"name": "gpu.example.com"},
                         "spec": {"selectors": [{"cel": {"expression": "device.driver == 'gpu.example.com'"}}]}}))
         .await?;
     ensure!(class["metadata"]["generation"] == 1, "{class}");
     for node in ["node-1", "node-2"] {
         let slice = c
-            .create(&json!({"apiVersion": "resource.k8s.io/v1", "kind": "ResourceSlice", "metadata": {"name": format!("{node}-gpu")},
+            .admin.create(&json!({"apiVersion": "resource.k8s.io/v1", "kind": "ResourceSlice", "metadata": {"name": format!("{node}-gpu")},
                 "spec": {"driver": "gpu.example.com", "nodeName": node, "pool": {"name": node, "generation": 1, "resourceSliceCount": 1},
                          "devices": [{"name": "gpu-0", "attributes": {"model": {"string": "t4"}}}]}}))
             .await?;
         ensure!(slice["metadata"]["generation"] == 1, "{slice}");
     }
-    c.create(&json!({"apiVersion": "resource.k8s.io/v1", "kind": "ResourceSlice", "metadata": {"name": "shared"},
+    c.admin.create(&json!({"apiVersion": "resource.k8s.io/v1", "kind": "ResourceSlice", "metadata": {"name": "shared"},
         "spec": {"driver": "net.example.com", "allNodes": true, "pool": {"name": "fabric", "resourceSliceCount": 1}}}))
         .await?;
     // The kubelet's and the scheduler's field selectors.
-    let on_node_1 = c.json(&["get", "resourceslices", "--field-selector", "spec.nodeName=node-1"]).await?;
+    let on_node_1 =
+        c.admin.json(&["get", "resourceslices", "--field-selector", "spec.nodeName=node-1"]).await?;
     ensure!(names(&on_node_1) == ["node-1-gpu"], "{on_node_1}");
-    let gpus = c.json(&["get", "resourceslices", "--field-selector", "spec.driver=gpu.example.com"]).await?;
+    let gpus =
+        c.admin.json(&["get", "resourceslices", "--field-selector", "spec.driver=gpu.example.com"]).await?;
     ensure!(names(&gpus) == ["node-1-gpu", "node-2-gpu"], "{gpus}");
-    let unset = c.json(&["get", "resourceslices", "--field-selector", "spec.nodeName="]).await?;
+    let unset = c.admin.json(&["get", "resourceslices", "--field-selector", "spec.nodeName="]).await?;
     ensure!(names(&unset) == ["shared"], "{unset}");
     // The pool name is immutable.
     let err = c
+        .admin
         .refused(&[
             "patch",
             "resourceslice",
@@ -325,7 +299,7 @@ async fn dra_objects_status_field_selectors_and_tables() -> Result<()> {
     ensure!(err.contains("spec.pool.name: Invalid value: \"other\": field is immutable"), "{err}");
 
     let claim = c
-        .create(&json!({"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim", "metadata": {"name": "gpu"},
+        .admin.create(&json!({"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim", "metadata": {"name": "gpu"},
             "spec": {"devices": {"requests": [{"name": "g", "exactly": {"deviceClassName": "gpu.example.com"}}]}},
             "status": {"reservedFor": [{"resource": "pods", "name": "p", "uid": "u"}]}}))
         .await?;
@@ -336,31 +310,35 @@ async fn dra_objects_status_field_selectors_and_tables() -> Result<()> {
             && claim["metadata"].get("generation").is_none(),
         "{claim}"
     );
-    let table = rows(&c.ok(&["get", "resourceclaims"]).await?);
+    let table = rows(&c.admin.ok(&["get", "resourceclaims"]).await?);
     ensure!(table[0] == ["NAME", "STATE", "AGE"] && table[1][..2] == ["gpu", "pending"], "{table:?}");
     // The scheduler allocates and reserves through /status.
     let status = r#"{"status": {"allocation": {"devices": {"results": [{"request": "g", "driver": "gpu.example.com", "pool": "node-1", "device": "gpu-0"}]},
         "nodeSelector": {"nodeSelectorTerms": [{"matchFields": [{"key": "metadata.name", "operator": "In", "values": ["node-1"]}]}]}},
         "reservedFor": [{"resource": "pods", "name": "p", "uid": "u-1"}]}}"#;
-    c.ok(&["patch", "resourceclaim", "gpu", "--subresource=status", "--type=merge", "-p", status]).await?;
-    let table = rows(&c.ok(&["get", "resourceclaim", "gpu"]).await?);
+    c.admin
+        .ok(&["patch", "resourceclaim", "gpu", "--subresource=status", "--type=merge", "-p", status])
+        .await?;
+    let table = rows(&c.admin.ok(&["get", "resourceclaim", "gpu"]).await?);
     ensure!(table[1][..2] == ["gpu", "allocated,reserved"], "{table:?}");
     // The main resource keeps the status; the spec is immutable.
-    c.ok(&[
-        "patch",
-        "resourceclaim",
-        "gpu",
-        "--type=merge",
-        "-p",
-        r#"{"status":null,"metadata":{"labels":{"a":"b"}}}"#,
-    ])
-    .await?;
-    let claim = c.json(&["get", "resourceclaim", "gpu"]).await?;
+    c.admin
+        .ok(&[
+            "patch",
+            "resourceclaim",
+            "gpu",
+            "--type=merge",
+            "-p",
+            r#"{"status":null,"metadata":{"labels":{"a":"b"}}}"#,
+        ])
+        .await?;
+    let claim = c.admin.json(&["get", "resourceclaim", "gpu"]).await?;
     ensure!(
         claim["status"]["reservedFor"][0]["uid"] == "u-1" && claim["metadata"]["labels"]["a"] == "b",
         "{claim}"
     );
     let err = c
+        .admin
         .refused(&[
             "patch",
             "resourceclaim",
@@ -372,9 +350,9 @@ async fn dra_objects_status_field_selectors_and_tables() -> Result<()> {
         .await?;
     ensure!(err.contains("spec: Invalid value") && err.contains("field is immutable"), "{err}");
 
-    let table = rows(&c.ok(&["get", "deviceclasses"]).await?);
+    let table = rows(&c.admin.ok(&["get", "deviceclasses"]).await?);
     ensure!(table[0] == ["NAME", "AGE"] && table[1][0] == "gpu.example.com", "{table:?}");
-    let table = rows(&c.ok(&["get", "resourceslices"]).await?);
+    let table = rows(&c.admin.ok(&["get", "resourceslices"]).await?);
     ensure!(table[0] == ["NAME", "NODE", "DRIVER", "POOL", "AGE"], "{table:?}");
     ensure!(table[1][..4] == ["node-1-gpu", "node-1", "gpu.example.com", "node-1"], "{table:?}");
     ensure!(table[3][..3] == ["shared", "net.example.com", "fabric"], "no node: an empty cell: {table:?}");
@@ -386,7 +364,7 @@ async fn dra_objects_status_field_selectors_and_tables() -> Result<()> {
 async fn discovery_of_the_scheduler_resources() -> Result<()> {
     let c = Cluster::start().await?;
     let listed = |text: &str| -> Vec<Vec<String>> { rows(text).into_iter().skip(1).collect() };
-    let dra = listed(&c.ok(&["api-resources", "--api-group=resource.k8s.io"]).await?);
+    let dra = listed(&c.admin.ok(&["api-resources", "--api-group=resource.k8s.io"]).await?);
     ensure!(
         dra == [
             vec!["deviceclasses", "resource.k8s.io/v1", "false", "DeviceClass"],
@@ -395,13 +373,13 @@ async fn discovery_of_the_scheduler_resources() -> Result<()> {
         ],
         "{dra:?}"
     );
-    let storage = listed(&c.ok(&["api-resources", "--api-group=storage.k8s.io"]).await?);
+    let storage = listed(&c.admin.ok(&["api-resources", "--api-group=storage.k8s.io"]).await?);
     let storage: Vec<&str> = storage.iter().map(|r| r[0].as_str()).collect();
     ensure!(
         storage == ["csidrivers", "csinodes", "csistoragecapacities", "storageclasses", "volumeattachments"],
         "{storage:?}"
     );
-    let core = c.ok(&["api-resources", "--categories=all"]).await?;
+    let core = c.admin.ok(&["api-resources", "--categories=all"]).await?;
     ensure!(
         core.lines().any(|l| l.split_whitespace().eq([
             "replicationcontrollers",
@@ -436,9 +414,10 @@ async fn discovery_of_the_scheduler_resources() -> Result<()> {
         "{core}"
     );
     // The OpenAPI document of the new group, which kubectl explain reads.
-    let explained = c.ok(&["explain", "resourceclaims.spec.devices.requests.exactly.allocationMode"]).await?;
+    let explained =
+        c.admin.ok(&["explain", "resourceclaims.spec.devices.requests.exactly.allocationMode"]).await?;
     ensure!(explained.contains("ExactCount"), "{explained}");
-    let explained = c.ok(&["explain", "rc.spec.selector"]).await?;
+    let explained = c.admin.ok(&["explain", "rc.spec.selector"]).await?;
     ensure!(explained.contains("map[string]string"), "{explained}");
     Ok(())
 }

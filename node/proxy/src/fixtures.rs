@@ -267,3 +267,36 @@ pub fn http_answer(response: &str) -> HttpAnswer {
         .collect();
     (status.unwrap_or(0), headers, body.to_owned())
 }
+
+/// The flags the root tests and the benchmarks run a proxy with, beside `--kubeconfig`: node `node`,
+/// pods in 10.244.0.0/16, /healthz and /metrics on loopback, no minimum sync period. kube-proxy v1.34
+/// (`kube_proxy`) in nftables mode takes that period from the iptables flag (cmd/kube-proxy/app/
+/// options.go applies it to every mode but ipvs), and leaves every conntrack sysctl alone: the table
+/// size is the machine's, not the namespace's.
+pub fn proxy_flags(kube_proxy: bool, node: &str) -> Vec<String> {
+    let mut flags = vec![
+        "--hostname-override",
+        node,
+        "--cluster-cidr",
+        "10.244.0.0/16",
+        "--healthz-bind-address",
+        "127.0.0.1:10256",
+        "--metrics-bind-address",
+        "127.0.0.1:10249",
+    ];
+    if kube_proxy {
+        flags.extend(["--proxy-mode", "nftables", "--iptables-min-sync-period", "0s"]);
+        for flag in [
+            "--conntrack-max-per-core",
+            "--conntrack-tcp-timeout-established",
+            "--conntrack-tcp-timeout-close-wait",
+            "--conntrack-udp-timeout",
+            "--conntrack-udp-timeout-stream",
+        ] {
+            flags.extend([flag, "0"]);
+        }
+    } else {
+        flags.extend(["--min-sync-period", "0s"]);
+    }
+    flags.into_iter().map(str::to_owned).collect()
+}

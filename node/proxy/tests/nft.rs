@@ -430,28 +430,7 @@ fn kube_proxy_v1_34_against_keel_apiserver_changes_the_data_path() -> Result<()>
 /// conntrack table size is global, not the test namespace's).
 fn kube_proxy_command(kubeconfig: &std::path::Path) -> Result<std::process::Command> {
     let mut command = std::process::Command::new(keel_testbed::peers::path("kube-proxy")?);
-    command.arg("--kubeconfig").arg(kubeconfig).args([
-        "--proxy-mode",
-        "nftables",
-        "--hostname-override",
-        NODE,
-        "--cluster-cidr",
-        "10.244.0.0/16",
-        "--healthz-bind-address",
-        "127.0.0.1:10256",
-        "--metrics-bind-address",
-        "127.0.0.1:10249",
-        "--conntrack-max-per-core",
-        "0",
-        "--conntrack-tcp-timeout-established",
-        "0",
-        "--conntrack-tcp-timeout-close-wait",
-        "0",
-        "--conntrack-udp-timeout",
-        "0",
-        "--conntrack-udp-timeout-stream",
-        "0",
-    ]);
+    command.arg("--kubeconfig").arg(kubeconfig).args(fixtures::proxy_flags(true, NODE));
     Ok(command)
 }
 
@@ -483,18 +462,7 @@ fn api_scenario(proxy: Proxy) -> Result<()> {
     let command = match proxy {
         Proxy::Keel => {
             let mut command = std::process::Command::new(env!("CARGO_BIN_EXE_keel-proxy"));
-            command.arg("--kubeconfig").arg(&kubeconfig).args([
-                "--hostname-override",
-                NODE,
-                "--cluster-cidr",
-                "10.244.0.0/16",
-                "--min-sync-period",
-                "0s",
-                "--healthz-bind-address",
-                "127.0.0.1:10256",
-                "--metrics-bind-address",
-                "127.0.0.1:10249",
-            ]);
+            command.arg("--kubeconfig").arg(&kubeconfig).args(fixtures::proxy_flags(false, NODE));
             command
         }
         Proxy::Upstream => kube_proxy_command(&kubeconfig)?,

@@ -183,3 +183,53 @@ pub async fn kubectl_ok(
     anyhow::ensure!(success, "kubectl 1.{} {args:?} failed: {err}", kubectl.minor);
     Ok(out)
 }
+
+/// kubectl 1.33 as the admin of a [`Server`] (its kubeconfig written beside the server's data), with
+/// the JSON and file helpers the resource tests share.
+pub struct Admin {
+    pub kubectl: keel_testbed::kubectl::Kubectl,
+    pub kubeconfig: std::path::PathBuf,
+    dir: std::path::PathBuf,
+}
+
+impl Admin {
+    pub fn of(server: &Server) -> Result<Admin> {
+        let kubeconfig = server.dir.path().join("admin.kubeconfig");
+        std::fs::write(&kubeconfig, server.pki.admin_kubeconfig(&format!("https://{}", server.address)))?;
+        let kubectl = keel_testbed::kubectl::minor(33)?;
+        Ok(Admin { kubectl, kubeconfig, dir: server.dir.path().to_owned() })
+    }
+
+    /// kubectl that must succeed; its stdout.
+    pub async fn ok(&self, args: &[&str]) -> Result<String> {
+        kubectl_ok(&self.kubectl, &self.kubeconfig, args).await
+    }
+
+    /// kubectl that must fail; its stderr.
+    pub async fn refused(&self, args: &[&str]) -> Result<String> {
+        let (success, out, err) = kubectl_run(&self.kubectl, &self.kubeconfig, args).await?;
+        anyhow::ensure!(!success, "kubectl {args:?} succeeded: {out}");
+        Ok(err)
+    }
+
+    /// kubectl with `-o json`, parsed.
+    pub async fn json(&self, args: &[&str]) -> Result<serde_json::Value> {
+        let mut all = args.to_vec();
+        all.extend(["-o", "json"]);
+        Ok(serde_json::from_str(&self.ok(&all).await?)?)
+    }
+
+    /// `kubectl create -f` of `object`, written to a file first.
+    pub async fn create(&self, object: &serde_json::Value) -> Result<serde_json::Value> {
+        let file = self.file(object)?;
+        self.json(&["create", "-f", file.to_str().context("path")?]).await
+    }
+
+    /// `object` written to a file of its kind and name; its path.
+    pub fn file(&self, object: &serde_json::Value) -> Result<std::path::PathBuf> {
+        let name = object.pointer("/metadata/name").and_then(serde_json::Value::as_str).unwrap_or("object");
+        let path = self.dir.join(format!("{}-{name}.json", object["kind"].as_str().unwrap_or("x")));
+        std::fs::write(&path, object.to_string())?;
+        Ok(path)
+    }
+}

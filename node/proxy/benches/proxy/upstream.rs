@@ -216,33 +216,8 @@ fn run(proxy: Proxy, binary: &Path, apiserver: &Path, services: usize, changes: 
 
 fn start_proxy(host: &Host, proxy: Proxy, binary: &Path, kubeconfig: &Path) -> Daemon {
     let mut command = Command::new(binary);
-    command.arg("--kubeconfig").arg(kubeconfig).args([
-        "--hostname-override",
-        NODE,
-        "--cluster-cidr",
-        "10.244.0.0/16",
-        "--healthz-bind-address",
-        "127.0.0.1:10256",
-        "--metrics-bind-address",
-        "127.0.0.1:10249",
-    ]);
-    if proxy == Proxy::Keel {
-        command.args(["--min-sync-period", "0s"]);
-    } else {
-        // kube-proxy's nftables mode takes its minimum sync period from the iptables flag
-        // (cmd/kube-proxy/app/options.go applies it to every mode but ipvs).
-        command.args(["--proxy-mode", "nftables", "--iptables-min-sync-period", "0s"]);
-        // The conntrack table size is the machine's, not the namespace's: leave every sysctl alone.
-        for flag in [
-            "--conntrack-max-per-core",
-            "--conntrack-tcp-timeout-established",
-            "--conntrack-tcp-timeout-close-wait",
-            "--conntrack-udp-timeout",
-            "--conntrack-udp-timeout-stream",
-        ] {
-            command.args([flag, "0"]);
-        }
-    }
+    command.arg("--kubeconfig").arg(kubeconfig);
+    command.args(keel_proxy::fixtures::proxy_flags(proxy == Proxy::Upstream, NODE));
     host.start_daemon(proxy.name(), command, Readiness::None, Duration::from_secs(10)).expect("the proxy")
 }
 
