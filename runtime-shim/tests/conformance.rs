@@ -32,16 +32,6 @@ const CONTAINERD_SUITE_DIFFERENCES: &[KnownDifference] = &[
                  first, and answers NotFound (\"failed to resolve image ...: not found\")",
     },
     KnownDifference {
-        case: "stopping an unknown container",
-        reason: "containerd 1.6.20 answers NotFound; critest v1.34 asks for success, as the CRI's idempotence \
-                 says",
-    },
-    KnownDifference {
-        case: "stopping an unknown pod",
-        reason: "containerd 1.6.20 answers NotFound; containerd made it succeed in 1.6.35 and 1.7.21 \
-                 (containerd#10520), as critest v1.34 checks",
-    },
-    KnownDifference {
         case: "listing images",
         reason: "containerd 1.6's ListImages ignores the filter and lists every image (a TODO in its CRI \
                  plugin: kubelet never sends one)",

@@ -1,6 +1,7 @@
 //! The "bad input" group: invalid image references are InvalidArgument, missing images and unknown ids
 //! NotFound, and nothing is left behind by a refused request. A mount of a missing host path is answered
-//! as containerd answers it (the reference): the directory is created.
+//! as containerd answers it (the reference): the directory is created. critest has no case for any of
+//! these (its error cases are of security options, readonly mounts and a pull's deadline).
 
 use super::image::pull;
 use super::support::{

@@ -1,6 +1,9 @@
-//! The "container" group (critest's "Container"): CreateContainer, StartContainer, StopContainer (grace,
-//! then SIGKILL), RemoveContainer, ContainerStatus (state, times, exit code, reason, log path) and
-//! ListContainers with its filters.
+//! The "container" group (beside critest's "Container"): CreateContainer, StartContainer, StopContainer
+//! (grace, then SIGKILL), RemoveContainer, ContainerStatus (state, times, exit code, reason, log path)
+//! and ListContainers with its filters. critest checks only the state after each step and that
+//! ListContainers by id finds a created container and not a removed one (created, running or stopped);
+//! the cases here add the status's fields and times, exit codes and reasons, NotFound for the status of
+//! a removed container, and filters by state, pod and labels.
 
 use std::collections::HashMap;
 use std::path::Path;

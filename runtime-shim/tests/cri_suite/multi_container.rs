@@ -1,5 +1,8 @@
 //! The "multi-container" group: containers of one pod share its network namespace (one listens on
 //! localhost, the other connects), its PID namespace when the pod asks for one, and its hostname.
+//! critest's "Multiple Containers" checks none of these: each container's own log and exec, and the pod
+//! IP from the node; its "runtime should support PodPID" looks at one container only (PID 1 is not its
+//! own process).
 
 use super::support::{exec_until_ok, http_server, new_pod, run_container};
 use super::{CaseResult, CriClient, Env, case, ensure};

@@ -1,6 +1,9 @@
-//! The "networking" group (critest's "Networking"): the pod IP the CNI result gave, the DNS config in
-//! the container's resolv.conf, the pod's hostname, the pod answering on its IP from the node, and a
-//! port mapping reachable through the node's hostPort.
+//! The "networking" group (beside critest's "Networking"): the pod IP the CNI result gave is in the
+//! network's subnet, the DNS config in the container's resolv.conf line by line (two search domains on
+//! one line, in order), the pod's own HTTP server answering on its IP from the node, and a port mapping
+//! reachable through the node's address on the CNI bridge (not loopback), each checked by the body it
+//! serves. critest covers the pod's hostname ("runtime should support set hostname") and checks only the
+//! status code of its port mapping cases (on 127.0.0.1 for the host port).
 
 use std::net::{IpAddr, SocketAddr};
 
@@ -11,7 +14,6 @@ use super::support::{
 use super::{CaseResult, CriClient, Env, api, case, ensure};
 
 const GROUP: &str = "networking";
-const HOSTNAME: &str = "suite-host";
 const CONTAINER_PORT: u16 = 8080;
 const HOST_PORT: u16 = 30080;
 const BODY: &str = "hello-from-the-pod";
@@ -27,7 +29,6 @@ pub async fn run(client: &mut CriClient, env: &Env) -> Vec<CaseResult> {
     vec![
         case(GROUP, "runtime should support pod IP from the CNI result", ip_case),
         case(GROUP, "runtime should support DNS config", dns(client, &container_id).await),
-        case(GROUP, "runtime should support set hostname", hostname(client, &container_id).await),
         case(
             GROUP,
             "the pod answers on its IP from the node",
@@ -46,7 +47,6 @@ pub async fn run(client: &mut CriClient, env: &Env) -> Vec<CaseResult> {
 
 async fn setup(client: &mut CriClient, env: &Env) -> Result<(String, String), String> {
     let mut pod = pod_config(env, "net")?;
-    pod.hostname = HOSTNAME.to_owned();
     pod.dns_config = Some(api::DnsConfig {
         servers: vec!["10.99.0.53".to_owned()],
         searches: vec!["suite.svc.cluster.local".to_owned(), "svc.cluster.local".to_owned()],
@@ -87,11 +87,6 @@ async fn dns(client: &mut CriClient, id: &str) -> Result<(), String> {
         ensure(lines.contains(&expected), || format!("resolv.conf lacks {expected:?}: {text:?}"))?;
     }
     Ok(())
-}
-
-async fn hostname(client: &mut CriClient, id: &str) -> Result<(), String> {
-    let name = exec_until_ok(client, id, &["hostname"]).await?;
-    ensure(name.trim() == HOSTNAME, || format!("hostname {name:?}, expected {HOSTNAME}"))
 }
 
 async fn answers(env: &Env, addr: SocketAddr) -> Result<(), String> {

@@ -1,5 +1,8 @@
 //! The "runtime info" group (critest's "Runtime info", extended): Version, Status conditions and
-//! verbose info, RuntimeConfig, UpdateRuntimeConfig.
+//! verbose info, RuntimeConfig, UpdateRuntimeConfig. critest asks Version for fields it never checks (a
+//! string is never nil) and Status for RuntimeReady and NetworkReady true, with a valid network only;
+//! the cases here check Version's values, the conditions without a network or with a broken first
+//! config too (NetworkReady false with its reason), and the RPCs critest does not call.
 
 use super::{CaseResult, CriClient, api, ensure};
 

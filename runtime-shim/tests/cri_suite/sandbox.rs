@@ -1,5 +1,8 @@
-//! The "sandbox" group (critest's "PodSandbox"): RunPodSandbox, StopPodSandbox, RemovePodSandbox,
-//! PodSandboxStatus and ListPodSandbox with its filters.
+//! The "sandbox" group (beside critest's "PodSandbox"): RunPodSandbox, StopPodSandbox, RemovePodSandbox,
+//! PodSandboxStatus and ListPodSandbox with its filters. critest checks only the state (READY after
+//! running, NOTREADY after stopping) and that ListPodSandbox by id finds a running pod and not a removed
+//! one; the cases here add what it leaves out: the status echoing the config, a stopped pod still
+//! listed, NotFound for the status of a removed pod, and filters by state and labels.
 
 use std::collections::HashMap;
 

@@ -4,6 +4,11 @@
 //! URLs with the Python `kubernetes` client (websocket, `v4.channel.k8s.io`, which containerd 1.6's
 //! streaming server speaks too): exec with its output and exit code, attach to a container's output,
 //! and port-forward of an HTTP server in the pod.
+//!
+//! critest's "Streaming" cases run exec, attach and port-forward over SPDY (its default transport) and
+//! check only output: exec of `echo` without and with a tty, attach echoing stdin, port-forward of nginx
+//! (also in the host network). The cases here add the websocket transport (`v4.channel.k8s.io`), exec's
+//! exit codes and stderr, single-use URLs and NotFound for an unknown container.
 
 use std::net::{SocketAddr, ToSocketAddrs};
 
