@@ -66,7 +66,8 @@ async fn setup(client: &mut CriClient, env: &Env) -> Result<(String, String), St
     Ok((pod_id, id))
 }
 
-/// The pod's IP is in the CNI network's subnet.
+/// The pod's IP is in the CNI network's subnet and, where the suite reads host-local's allocations,
+/// the one allocated to its sandbox id.
 async fn pod_ip(client: &mut CriClient, env: &Env, pod_id: &str) -> Result<IpAddr, String> {
     let status = pod_status(client, pod_id).await.map_err(|s| rpc("PodSandboxStatus", &s))?;
     let network = status.network.ok_or("PodSandboxStatus has no network")?;
@@ -74,6 +75,12 @@ async fn pod_ip(client: &mut CriClient, env: &Env, pod_id: &str) -> Result<IpAdd
     ensure(env.pod_subnet.contains(&ip), || {
         format!("pod IP {ip} is not in the CNI subnet {}", env.pod_subnet)
     })?;
+    if let Some(dir) = &env.ipam_dir {
+        let held = super::support::allocations(dir);
+        ensure(held.iter().any(|(address, owner)| *address == ip && owner == pod_id), || {
+            format!("pod IP {ip} is not the one host-local allocated to sandbox {pod_id}: {held:?}")
+        })?;
+    }
     Ok(ip)
 }
 
