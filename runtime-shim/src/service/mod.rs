@@ -22,6 +22,7 @@ use crate::config::{Config, DEFAULT_HANDLER};
 use crate::container::Containers;
 use crate::image::ImageStore;
 use crate::network;
+use crate::oci::features;
 use crate::sandbox::Sandboxes;
 use crate::streaming;
 use pods::{Parts, StreamBackend};
@@ -86,7 +87,8 @@ impl Shim {
         let streaming = streaming::Server::start(config.stream_address, backend)
             .await
             .map_err(|e| StartError::Io("starting the streaming server", e))?;
-        let parts = Parts { root, images, sandboxes, containers, cgroups };
+        let handlers = features::probe_handlers(&config.runtimes).await;
+        let parts = Parts { root, images, sandboxes, containers, cgroups, handlers };
         Ok(Shim { inner: Arc::new(Inner { config, parts, streaming, pod_cidr: Mutex::new(String::new()) }) })
     }
 
@@ -211,6 +213,7 @@ impl RuntimeService for Shim {
         Ok(Response::new(api::StatusResponse {
             status: Some(api::RuntimeStatus { conditions }),
             info,
+            runtime_handlers: features::runtime_handlers(&self.inner.parts.handlers),
             ..Default::default()
         }))
     }
