@@ -214,7 +214,9 @@ impl RuntimeService for Shim {
             status: Some(api::RuntimeStatus { conditions }),
             info,
             runtime_handlers: features::runtime_handlers(&self.inner.parts.handlers),
-            ..Default::default()
+            // SupplementalGroupsPolicy (Merge and Strict) is applied, and ContainerStatus.user says
+            // which identity the container's first process got.
+            features: Some(api::RuntimeFeatures { supplemental_groups_policy: true }),
         }))
     }
 
