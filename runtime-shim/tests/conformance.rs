@@ -13,11 +13,19 @@ use keel_testbed::containerd::{Containerd, ContainerdOptions, PAUSE_REGISTRY};
 use keel_testbed::{NetNs, unique_prefix};
 
 /// Where containerd 1.6 answers otherwise than the suite asserts, and why.
-const CONTAINERD_DIFFERENCES: &[KnownDifference] = &[KnownDifference {
-    case: "runtime config: cgroup driver",
-    reason: "containerd 1.6 predates the RuntimeConfig RPC (CRI v1 of Kubernetes 1.28): it answers \
-             Unimplemented, and kubelet falls back to its own --cgroup-driver",
-}];
+const CONTAINERD_DIFFERENCES: &[KnownDifference] = &[
+    KnownDifference {
+        case: "runtime config: cgroup driver",
+        reason: "containerd 1.6 predates the RuntimeConfig RPC (CRI v1 of Kubernetes 1.28): it answers \
+                 Unimplemented, and kubelet falls back to its own --cgroup-driver",
+    },
+    KnownDifference {
+        case: "status: runtime handlers and features",
+        reason: "containerd 1.6 predates StatusResponse.runtime_handlers and features (CRI v1 of \
+                 Kubernetes 1.30 and 1.31): it lists no handler and advertises no feature, so the \
+                 kubelet and critest use neither recursive read-only mounts nor SupplementalGroupsPolicy",
+    },
+];
 
 /// Where containerd 1.6 answers otherwise than [`cri_suite::run_all`] asserts, and why.
 const CONTAINERD_SUITE_DIFFERENCES: &[KnownDifference] = &[

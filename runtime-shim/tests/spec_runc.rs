@@ -1,9 +1,11 @@
 //! A spec from `oci::spec::build` run by the real runc and crun (root; crun in a private mount
 //! namespace without the cgroup2 mount, as MACHINE.md says it needs): the runtime accepts it, the
 //! process gets the user, groups and capabilities the CRI asked for, the CRI mount and the pod's hosts
-//! file are there, it runs in the pod's network namespace (joined by path) with the pod's sysctl set,
-//! and the cgroup the runtime makes at the spec's cgroupsPath carries the memory limit and CPU shares,
-//! read back through `cgroup::stats` and removed with `cgroup::remove`.
+//! file are there, a recursive read-only mount is read-only down to the tmpfs under it (where
+//! keel-shim's probe finds that the kernel and runtime support it), it runs in the pod's network
+//! namespace (joined by path) with the pod's sysctl set, and the cgroup the runtime makes at the
+//! spec's cgroupsPath carries the memory limit and CPU shares, read back through `cgroup::stats` and
+//! removed with `cgroup::remove`.
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -11,6 +13,7 @@ use std::time::{Duration, Instant};
 
 use k8s_cri::v1 as api;
 use keel_shim::cgroup::{self, Layout};
+use keel_shim::oci::features::{self, HandlerFeatures};
 use keel_shim::oci::spec::{self, PodFiles, PodNamespaces, SpecInput};
 use oci_spec::image::ImageConfiguration;
 
@@ -35,6 +38,38 @@ impl Runtime {
         };
         command.arg("--root").arg(root);
         command
+    }
+}
+
+impl Runtime {
+    /// Whether keel-shim's probe finds recursive read-only mounts on this kernel with this runtime
+    /// (Debian bookworm's runc 1.1.5 and crun 1.8.1 on Linux ≥ 5.12: yes).
+    fn recursive_read_only(self) -> bool {
+        let binary = Path::new(match self {
+            Runtime::Runc => "runc",
+            Runtime::Crun => "crun",
+        });
+        let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+        let probed = rt.block_on(features::probe(binary));
+        HandlerFeatures::of(&features::kernel_release(), &probed).recursive_read_only_mounts
+    }
+}
+
+/// A tmpfs mounted at a directory (created); unmounted on drop.
+struct Tmpfs(PathBuf);
+
+impl Tmpfs {
+    fn mount(path: &Path) -> Tmpfs {
+        use nix::mount::{MsFlags, mount};
+        std::fs::create_dir_all(path).unwrap();
+        mount(Some("none"), path, Some("tmpfs"), MsFlags::empty(), None::<&str>).unwrap();
+        Tmpfs(path.to_owned())
+    }
+}
+
+impl Drop for Tmpfs {
+    fn drop(&mut self) {
+        let _ = nix::mount::umount2(&self.0, nix::mount::MntFlags::MNT_DETACH);
     }
 }
 
@@ -92,6 +127,14 @@ fn run_a_built_spec(runtime: Runtime) {
     std::fs::write(data.join("hello"), "hello from the host\n").unwrap();
     let hosts = scratch.path().join("hosts");
     std::fs::write(&hosts, "127.0.0.1 localhost pod-host\n").unwrap();
+    // A recursive read-only mount's source, with a tmpfs under it (as critest makes it): the tmpfs is
+    // read-only in the container too.
+    let rro_source = scratch.path().join("rro");
+    let _tmpfs = Tmpfs::mount(&rro_source.join("tmpfs"));
+    // Writable by uid 1000 but for the mount (a tmpfs's root is 1777 already).
+    std::fs::set_permissions(&rro_source, std::os::unix::fs::PermissionsExt::from_mode(0o777)).unwrap();
+    let rro = runtime.recursive_read_only();
+    eprintln!("{runtime:?}: recursive read-only mounts supported: {rro}");
 
     let id = keel_testbed::unique_prefix();
     let layout = Layout::host().unwrap();
@@ -111,13 +154,23 @@ fn run_a_built_spec(runtime: Runtime) {
             "id > /data/id; grep CapBnd /proc/self/status > /data/caps; cat /data/hello /etc/hosts > /data/seen; \
              /bin/busybox readlink /proc/self/ns/net > /data/netns; \
              cat /proc/sys/net/ipv4/ping_group_range > /data/sysctl; \
+             for f in /rro/top /rro/tmpfs/below; do /bin/busybox touch $f 2>/dev/null; echo $? >> /data/rro; done; \
              echo done > /data/ready; exec /bin/busybox sleep 600",
         ]),
-        mounts: vec![api::Mount {
-            container_path: "/data".into(),
-            host_path: data.to_string_lossy().into_owned(),
-            ..Default::default()
-        }],
+        mounts: vec![
+            api::Mount {
+                container_path: "/data".into(),
+                host_path: data.to_string_lossy().into_owned(),
+                ..Default::default()
+            },
+            api::Mount {
+                container_path: "/rro".into(),
+                host_path: rro_source.to_string_lossy().into_owned(),
+                readonly: true,
+                recursive_read_only: rro,
+                ..Default::default()
+            },
+        ],
         linux: Some(api::LinuxContainerConfig {
             resources: Some(api::LinuxContainerResources {
                 memory_limit_in_bytes: 64 << 20,
@@ -159,6 +212,7 @@ fn run_a_built_spec(runtime: Runtime) {
         files: &files,
         cgroups_path: &cgroups_path,
         privileged_allowed: false,
+        recursive_read_only_supported: rro,
     };
     let built = spec::build(&input).unwrap();
     built.save(bundle.join("config.json")).unwrap();
@@ -196,6 +250,10 @@ fn run_a_built_spec(runtime: Runtime) {
     let inode = std::os::unix::fs::MetadataExt::ino(&std::fs::metadata(netns.path()).unwrap());
     let joined = std::fs::read_to_string(data.join("netns")).unwrap();
     assert_eq!(joined.trim(), format!("net:[{inode}]"), "the pod's network namespace");
+    // Both writes refused with rro (busybox's touch exits 1); plain ro leaves the tmpfs writable.
+    let writes = std::fs::read_to_string(data.join("rro")).unwrap();
+    let want = if rro { "1\n1\n" } else { "1\n0\n" };
+    assert_eq!(writes, want, "touch's exit codes under /rro (recursive read-only: {rro})");
     let sysctl = std::fs::read_to_string(data.join("sysctl")).unwrap();
     assert_eq!(sysctl.split_whitespace().collect::<Vec<_>>(), ["0", "2147483647"], "the pod's sysctl");
 

@@ -10,8 +10,8 @@ use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::sync::watch;
 
 use super::{
-    Containers, CreateRequest, Entry, Error, MountRecord, Record, State, Watch, save, shares_pid_namespace,
-    status_of,
+    Containers, CreateRequest, Entry, Error, MountRecord, Record, State, UserRecord, Watch, save,
+    shares_pid_namespace, status_of,
 };
 use crate::monitor;
 use crate::oci::runtime::Runtime;
@@ -62,6 +62,7 @@ impl Containers {
         }
         let mut spec = request.spec;
         let shared_pid = shares_pid_namespace(&spec);
+        let user = UserRecord::of(&spec);
         let mut root = spec.root().clone().unwrap_or_default();
         root.set_path(request.rootfs_mounted_at.clone());
         spec.set_root(Some(root));
@@ -154,10 +155,12 @@ impl Containers {
                     container_path: m.container_path.clone(),
                     host_path: m.host_path.clone(),
                     readonly: m.readonly,
+                    recursive_read_only: m.recursive_read_only,
                     selinux_relabel: m.selinux_relabel,
                     propagation: m.propagation,
                 })
                 .collect(),
+            user,
             stop_signal: request.stop_signal,
             state: State::Created,
             created_at,

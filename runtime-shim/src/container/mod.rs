@@ -100,8 +100,42 @@ struct MountRecord {
     container_path: String,
     host_path: String,
     readonly: bool,
+    /// False for records written before the field existed (when no mount could be one).
+    #[serde(default)]
+    recursive_read_only: bool,
     selinux_relabel: bool,
     propagation: i32,
+}
+
+/// The identity the container's process starts with: the spec's `process.user` (after the
+/// security context, the image's user, /etc/group and the supplemental-groups policy were applied),
+/// which ContainerStatus reports as `user`, as containerd does.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+struct UserRecord {
+    uid: u32,
+    gid: u32,
+    supplemental_groups: Vec<u32>,
+}
+
+impl UserRecord {
+    fn of(spec: &oci_spec::runtime::Spec) -> Option<UserRecord> {
+        let user = spec.process().as_ref()?.user();
+        Some(UserRecord {
+            uid: user.uid(),
+            gid: user.gid(),
+            supplemental_groups: user.additional_gids().clone().unwrap_or_default(),
+        })
+    }
+
+    fn cri(&self) -> api::ContainerUser {
+        api::ContainerUser {
+            linux: Some(api::LinuxContainerUser {
+                uid: i64::from(self.uid),
+                gid: i64::from(self.gid),
+                supplemental_groups: self.supplemental_groups.iter().map(|&g| i64::from(g)).collect(),
+            }),
+        }
+    }
 }
 
 /// The small monitor-only binary (`src/bin/keel-shim-monitor.rs`) keel-shim runs when it is installed
@@ -129,6 +163,9 @@ struct Record {
     stdin_once: bool,
     rootfs: PathBuf,
     mounts: Vec<MountRecord>,
+    /// None for records written before the field existed (ContainerStatus then reports no user).
+    #[serde(default)]
+    user: Option<UserRecord>,
     stop_signal: Option<String>,
     state: State,
     created_at: i64,
@@ -569,6 +606,7 @@ fn status_of(record: &Record) -> api::ContainerStatus {
                 container_path: m.container_path.clone(),
                 host_path: m.host_path.clone(),
                 readonly: m.readonly,
+                recursive_read_only: m.recursive_read_only,
                 selinux_relabel: m.selinux_relabel,
                 propagation: m.propagation,
                 ..Default::default()
@@ -576,6 +614,7 @@ fn status_of(record: &Record) -> api::ContainerStatus {
             .collect(),
         log_path: record.log_path.as_ref().map(|p| p.display().to_string()).unwrap_or_default(),
         image_id: record.image_id.clone(),
+        user: record.user.as_ref().map(UserRecord::cri),
         ..Default::default()
     }
 }

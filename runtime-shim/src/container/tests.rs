@@ -517,3 +517,51 @@ async fn open_readopts_running_containers_and_cleans_up_interrupted_creates() {
     tokio::time::timeout(Duration::from_secs(30), exited.wait_for(|done| *done)).await.unwrap().unwrap();
     assert_eq!(reopened.status(&id).unwrap().exit_code, 3);
 }
+
+#[tokio::test]
+async fn status_reports_the_process_user_and_the_mounts_as_created() {
+    let fixture = Fixture::new();
+    let mut request = fixture.request("user");
+    let mut user = oci_spec::runtime::User::default();
+    user.set_uid(1000);
+    user.set_gid(1000);
+    user.set_additional_gids(Some(vec![1000, 1234, 50000]));
+    let mut process = oci_spec::runtime::Process::default();
+    process.set_user(user);
+    request.spec.set_process(Some(process));
+    request.mounts = vec![api::Mount {
+        container_path: "/mnt".into(),
+        host_path: "/srv".into(),
+        readonly: true,
+        recursive_read_only: true,
+        ..Default::default()
+    }];
+    fixture.containers.create(request).await.unwrap();
+
+    let want = api::ContainerUser {
+        linux: Some(api::LinuxContainerUser {
+            uid: 1000,
+            gid: 1000,
+            supplemental_groups: vec![1000, 1234, 50000],
+        }),
+    };
+    let status = fixture.containers.status("user").unwrap();
+    assert_eq!(status.user.as_ref(), Some(&want));
+    assert!(status.mounts[0].readonly && status.mounts[0].recursive_read_only, "{:?}", status.mounts);
+    // Kept in the record: the same after a restart.
+    let reopened = Fixture::open(fixture.dir.path(), &fixture.fake);
+    assert_eq!(reopened.status("user").unwrap().user, Some(want));
+
+    // A spec without a process (none is built so) and a record from before the field: no user.
+    let mut no_process = fixture.request("no-process");
+    no_process.spec.set_process(None);
+    fixture.containers.create(no_process).await.unwrap();
+    assert_eq!(fixture.containers.status("no-process").unwrap().user, None);
+    let path = fixture.container_dir("user").join("container.json");
+    let mut old: serde_json::Value = serde_json::from_slice(&std::fs::read(&path).unwrap()).unwrap();
+    old.as_object_mut().unwrap().remove("user");
+    old["mounts"][0].as_object_mut().unwrap().remove("recursive_read_only");
+    let record: Record = serde_json::from_value(old).unwrap();
+    assert_eq!(record.user, None);
+    assert!(!record.mounts[0].recursive_read_only);
+}

@@ -121,6 +121,9 @@ pub struct SpecInput<'a> {
     pub cgroups_path: &'a str,
     /// Whether the runtime allows privileged containers at all.
     pub privileged_allowed: bool,
+    /// Whether the handler's kernel and OCI runtime make recursive read-only mounts (see
+    /// [`crate::oci::features`]); a CRI mount asking for one is refused otherwise.
+    pub recursive_read_only_supported: bool,
 }
 
 /// Why a spec cannot be built. [`SpecError::code`] is the gRPC code CreateContainer answers.
@@ -169,6 +172,15 @@ pub enum SpecError {
         /// The error.
         source: io::Error,
     },
+    /// A recursive read-only CRI mount on a handler whose kernel or OCI runtime cannot make one.
+    #[error(
+        "invalid mount {path:?}: recursive read-only mounts need Linux 5.12 and an OCI runtime with the \
+         rro mount option, which this runtime handler lacks"
+    )]
+    RecursiveReadOnlyUnsupported {
+        /// The mount's container path.
+        path: String,
+    },
     /// A CRI device that cannot be given as asked.
     #[error("invalid device {path:?}: {reason}")]
     InvalidDevice {
@@ -214,10 +226,13 @@ pub enum SpecError {
 
 impl SpecError {
     /// The gRPC code: InvalidArgument for what the request asks, FailedPrecondition for host paths
-    /// that cannot be used, Internal for failures reading the rootfs or /dev.
+    /// that cannot be used and for recursive read-only mounts the handler cannot make, Internal for
+    /// failures reading the rootfs or /dev.
     pub fn code(&self) -> tonic::Code {
         match self {
-            SpecError::MountSource { .. } | SpecError::Device { .. } => tonic::Code::FailedPrecondition,
+            SpecError::MountSource { .. }
+            | SpecError::Device { .. }
+            | SpecError::RecursiveReadOnlyUnsupported { .. } => tonic::Code::FailedPrecondition,
             SpecError::Rootfs { .. } | SpecError::HostDevices(_) => tonic::Code::Internal,
             _ => tonic::Code::InvalidArgument,
         }
@@ -477,8 +492,16 @@ fn build_on(input: &SpecInput<'_>, host: &Host) -> Result<Spec, SpecError> {
 
     // Mounts and devices.
     let readonly_rootfs = sc.is_some_and(|sc| sc.readonly_rootfs);
-    let (spec_mounts, rootfs_propagation) =
-        mounts::mounts(container, input.files, readonly_rootfs, input.namespaces.ipc.is_none(), privileged)?;
+    let (spec_mounts, rootfs_propagation) = mounts::mounts(
+        container,
+        input.files,
+        mounts::MountOptions {
+            readonly_rootfs,
+            host_ipc: input.namespaces.ipc.is_none(),
+            privileged,
+            recursive_read_only_supported: input.recursive_read_only_supported,
+        },
+    )?;
     let (mut devices, device_rules) = mounts::cri_devices(container)?;
     let mut resources = resources_config.map(crate::cgroup::resources).unwrap_or_default();
     let mut rules = Vec::new();

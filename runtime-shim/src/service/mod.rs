@@ -22,6 +22,7 @@ use crate::config::{Config, DEFAULT_HANDLER};
 use crate::container::Containers;
 use crate::image::ImageStore;
 use crate::network;
+use crate::oci::features;
 use crate::sandbox::Sandboxes;
 use crate::streaming;
 use pods::{Parts, StreamBackend};
@@ -86,7 +87,8 @@ impl Shim {
         let streaming = streaming::Server::start(config.stream_address, backend)
             .await
             .map_err(|e| StartError::Io("starting the streaming server", e))?;
-        let parts = Parts { root, images, sandboxes, containers, cgroups };
+        let handlers = features::probe_handlers(&config.runtimes).await;
+        let parts = Parts { root, images, sandboxes, containers, cgroups, handlers };
         Ok(Shim { inner: Arc::new(Inner { config, parts, streaming, pod_cidr: Mutex::new(String::new()) }) })
     }
 
@@ -211,7 +213,10 @@ impl RuntimeService for Shim {
         Ok(Response::new(api::StatusResponse {
             status: Some(api::RuntimeStatus { conditions }),
             info,
-            ..Default::default()
+            runtime_handlers: features::runtime_handlers(&self.inner.parts.handlers),
+            // SupplementalGroupsPolicy (Merge and Strict) is applied, and ContainerStatus.user says
+            // which identity the container's first process got.
+            features: Some(api::RuntimeFeatures { supplemental_groups_policy: true }),
         }))
     }
 

@@ -3,6 +3,7 @@
 //! (cgroups and the writable layer), and the streaming server's [`Backend`] over containers and pods.
 //! The hooks that let sandboxes stop and remove their containers are set here too.
 
+use std::collections::BTreeMap;
 use std::io;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -13,9 +14,11 @@ use tokio::io::{AsyncWriteExt, DuplexStream};
 use tonic::Status;
 
 use crate::cgroup::{self, Layout};
+use crate::config::DEFAULT_HANDLER;
 use crate::container::{Containers, CreateRequest};
 use crate::image::reference::Reference;
 use crate::image::{ImageStore, rootfs};
+use crate::oci::features::HandlerFeatures;
 use crate::oci::spec::{self, SpecInput};
 use crate::sandbox::Sandboxes;
 use crate::streaming::{Backend, BackendError, Streams};
@@ -89,9 +92,17 @@ pub(super) struct Parts {
     pub sandboxes: Sandboxes,
     pub containers: Containers,
     pub cgroups: Option<Layout>,
+    /// What each configured runtime handler supports (probed once at startup).
+    pub handlers: BTreeMap<String, HandlerFeatures>,
 }
 
 impl Parts {
+    /// The features of a pod's runtime handler (empty: the default); an unknown one has none.
+    pub fn handler_features(&self, handler: &str) -> HandlerFeatures {
+        let handler = if handler.is_empty() { DEFAULT_HANDLER } else { handler };
+        self.handlers.get(handler).copied().unwrap_or_default()
+    }
+
     /// CreateContainer: checks the request, mounts the image's snapshots, builds the spec and creates
     /// the container; on any error nothing is left (no mount, no directory).
     pub async fn create_container(&self, request: api::CreateContainerRequest) -> Result<String, Status> {
@@ -150,6 +161,9 @@ impl Parts {
                 files: &files,
                 cgroups_path: &cgroups_path,
                 privileged_allowed: true,
+                recursive_read_only_supported: self
+                    .handler_features(&sandbox.runtime_handler)
+                    .recursive_read_only_mounts,
             })?;
             spec::annotate(&mut oci, &sandbox.id, &image_spec.image);
             let log_path = (!config.log_path.is_empty() && !sandbox_config.log_directory.is_empty())

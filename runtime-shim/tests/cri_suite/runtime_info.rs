@@ -1,8 +1,9 @@
 //! The "runtime info" group (critest's "Runtime info", extended): Version, Status conditions and
-//! verbose info, RuntimeConfig, UpdateRuntimeConfig. critest asks Version for fields it never checks (a
-//! string is never nil) and Status for RuntimeReady and NetworkReady true, with a valid network only;
-//! the cases here check Version's values, the conditions without a network or with a broken first
-//! config too (NetworkReady false with its reason), and the RPCs critest does not call.
+//! verbose info, runtime handlers and features, RuntimeConfig, UpdateRuntimeConfig. critest asks
+//! Version for fields it never checks (a string is never nil) and Status for RuntimeReady and
+//! NetworkReady true, with a valid network only; the cases here check Version's values, the
+//! conditions without a network or with a broken first config too (NetworkReady false with its
+//! reason), the handlers and features Status lists, and the RPCs critest does not call.
 
 use super::{CaseResult, CriClient, api, ensure};
 
@@ -28,6 +29,7 @@ pub async fn run(client: &mut CriClient, env: Env) -> Vec<CaseResult> {
     add("status: RuntimeReady", runtime_ready(client).await);
     add("status: NetworkReady", network_ready(client, env).await);
     add("status: verbose info", status_verbose(client).await);
+    add("status: runtime handlers and features", status_handlers(client).await);
     add("runtime config: cgroup driver", runtime_config(client).await);
     add("update runtime config: pod CIDR", update_runtime_config(client).await);
     results
@@ -118,6 +120,25 @@ async fn status_verbose(client: &mut CriClient) -> Result<(), String> {
     let value: serde_json::Value =
         serde_json::from_str(config).map_err(|e| format!("info[\"config\"] is not JSON ({e}): {config}"))?;
     ensure(value.is_object(), || format!("info[\"config\"] is not an object: {config}"))
+}
+
+/// Status lists the runtime handlers, the default one ("") among them, each once and with its
+/// features (what the kubelet and critest read before asking for a recursive read-only mount), and
+/// says the runtime applies SupplementalGroupsPolicy (and reports ContainerStatus.user).
+async fn status_handlers(client: &mut CriClient) -> Result<(), String> {
+    let status = get_status(client, false).await?;
+    let names: Vec<&str> = status.runtime_handlers.iter().map(|h| h.name.as_str()).collect();
+    ensure(names.contains(&""), || format!("no default handler (\"\") in runtime_handlers {names:?}"))?;
+    let mut unique = names.clone();
+    unique.sort_unstable();
+    unique.dedup();
+    ensure(unique.len() == names.len(), || format!("a handler listed twice: {names:?}"))?;
+    ensure(status.runtime_handlers.iter().all(|h| h.features.is_some()), || {
+        format!("a handler without features: {:?}", status.runtime_handlers)
+    })?;
+    ensure(status.features.is_some_and(|f| f.supplemental_groups_policy), || {
+        format!("features.supplemental_groups_policy is not true: {:?}", status.features)
+    })
 }
 
 /// RuntimeConfig names the cgroup driver kubelet must use.

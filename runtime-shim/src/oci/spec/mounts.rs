@@ -5,7 +5,9 @@
 //! /sys/fs/cgroup read-only), minus those a CRI or pod mount replaces (and everything under /dev when
 //! /dev itself is mounted); then the CRI mounts and the pod's /etc/hostname, /etc/hosts and
 //! /etc/resolv.conf (each only if no CRI mount has that destination), sorted by depth so a parent
-//! never hides a child.
+//! never hides a child. A CRI mount's `recursive_read_only` becomes the OCI option `rro` (read-only
+//! with every mount under it too, through mount_setattr), as CRI-O and containerd 2 make it: only for
+//! a read-only mount with private propagation, on a handler that supports it.
 //!
 //! /dev/shm: the pod's ([`PodFiles::shm`](super::PodFiles::shm), a tmpfs its sandbox mounted, as
 //! containerd bind-mounts one per pod) when it has one, so POSIX shared memory is shared in the pod;
@@ -72,20 +74,55 @@ struct Bind {
     destination: String,
     source: PathBuf,
     readonly: bool,
+    /// Read-only all the way down (the OCI `rro` option): the mounts under the source too.
+    recursive_read_only: bool,
     propagation: api::MountPropagation,
     /// A CRI mount's host path (created when missing, symlinks resolved); the runtime's own files are
     /// used as they are.
     from_cri: bool,
 }
 
+/// A recursive read-only CRI mount as the kubelet, containerd and CRI-O accept it: read-only, with
+/// private propagation (a mount event from the host or to it would bring a writable mount under it),
+/// on a handler whose kernel and runtime support it (see [`crate::oci::features`]).
+fn check_recursive_read_only(
+    m: &api::Mount,
+    propagation: api::MountPropagation,
+    supported: bool,
+) -> Result<(), SpecError> {
+    let invalid = |reason| SpecError::InvalidMount { path: m.container_path.clone(), reason };
+    if !m.readonly {
+        return Err(invalid("recursive_read_only needs readonly: true"));
+    }
+    if propagation != api::MountPropagation::PropagationPrivate {
+        return Err(invalid("recursive_read_only needs propagation PROPAGATION_PRIVATE"));
+    }
+    if !supported {
+        return Err(SpecError::RecursiveReadOnlyUnsupported { path: m.container_path.clone() });
+    }
+    Ok(())
+}
+
+/// What a container's mounts depend on besides its config and its pod's files.
+#[derive(Debug, Clone, Copy, Default)]
+pub(super) struct MountOptions {
+    /// The rootfs is read-only: so are the pod's /etc files.
+    pub readonly_rootfs: bool,
+    /// The pod is in the host's IPC namespace: the host's /dev/shm.
+    pub host_ipc: bool,
+    /// A privileged container: /sys and /sys/fs/cgroup writable.
+    pub privileged: bool,
+    /// The handler's kernel and runtime make `rro` mounts.
+    pub recursive_read_only_supported: bool,
+}
+
 /// The spec's mounts and the rootfs propagation (`rslave`/`rshared` when a mount asks for it).
 pub(super) fn mounts(
     config: &api::ContainerConfig,
     files: &PodFiles,
-    readonly_rootfs: bool,
-    host_ipc: bool,
-    privileged: bool,
+    options: MountOptions,
 ) -> Result<(Vec<Mount>, Option<String>), SpecError> {
+    let MountOptions { readonly_rootfs, host_ipc, privileged, recursive_read_only_supported } = options;
     let mut binds = Vec::new();
     for m in &config.mounts {
         if !m.container_path.starts_with('/') {
@@ -109,18 +146,17 @@ pub(super) fn mounts(
                 reason: "id-mapped mounts are not supported",
             });
         }
+        let propagation = api::MountPropagation::try_from(m.propagation)
+            .unwrap_or(api::MountPropagation::PropagationPrivate);
         if m.recursive_read_only {
-            return Err(SpecError::InvalidMount {
-                path: m.container_path.clone(),
-                reason: "recursive read-only mounts are not supported",
-            });
+            check_recursive_read_only(m, propagation, recursive_read_only_supported)?;
         }
         binds.push(Bind {
             destination: m.container_path.clone(),
             source: PathBuf::from(&m.host_path),
             readonly: m.readonly,
-            propagation: api::MountPropagation::try_from(m.propagation)
-                .unwrap_or(api::MountPropagation::PropagationPrivate),
+            recursive_read_only: m.recursive_read_only,
+            propagation,
             from_cri: true,
         });
     }
@@ -138,6 +174,7 @@ pub(super) fn mounts(
                 destination: destination.to_owned(),
                 source: source.clone(),
                 readonly: readonly_rootfs,
+                recursive_read_only: false,
                 propagation: api::MountPropagation::PropagationPrivate,
                 from_cri: false,
             });
@@ -151,6 +188,7 @@ pub(super) fn mounts(
             destination: "/dev/shm".to_owned(),
             source: shm,
             readonly: false,
+            recursive_read_only: false,
             propagation: api::MountPropagation::PropagationPrivate,
             from_cri: false,
         });
@@ -183,7 +221,11 @@ pub(super) fn mounts(
                 "rshared"
             }
         };
-        let rw = if bind.readonly { "ro" } else { "rw" };
+        let rw = match (bind.recursive_read_only, bind.readonly) {
+            (true, _) => "rro",
+            (false, true) => "ro",
+            (false, false) => "rw",
+        };
         let mut m = Mount::default();
         m.set_destination(PathBuf::from(&bind.destination));
         m.set_typ(Some("bind".to_owned()));
@@ -365,7 +407,7 @@ mod tests {
     #[test]
     fn defaults_only_when_nothing_is_mounted() {
         let (built, propagation) =
-            mounts(&api::ContainerConfig::default(), &PodFiles::default(), false, false, false).unwrap();
+            mounts(&api::ContainerConfig::default(), &PodFiles::default(), MountOptions::default()).unwrap();
         assert_eq!(
             destinations(&built),
             ["/proc", "/dev", "/dev/pts", "/dev/shm", "/dev/mqueue", "/sys", "/sys/fs/cgroup"]
@@ -379,7 +421,7 @@ mod tests {
     }
 
     fn mounts_of(config: &api::ContainerConfig, privileged: bool) -> (Vec<Mount>, Option<String>) {
-        mounts(config, &PodFiles::default(), false, false, privileged).unwrap()
+        mounts(config, &PodFiles::default(), MountOptions { privileged, ..MountOptions::default() }).unwrap()
     }
 
     #[test]
@@ -451,7 +493,9 @@ mod tests {
             )],
             ..Default::default()
         };
-        let (built, _) = mounts(&config, &files, true, false, false).unwrap();
+        let (built, _) =
+            mounts(&config, &files, MountOptions { readonly_rootfs: true, ..MountOptions::default() })
+                .unwrap();
         let names = destinations(&built);
         assert_eq!(&names[7..], ["/etc/hosts", "/etc/hostname", "/etc/resolv.conf"]);
         assert_eq!(
@@ -462,15 +506,23 @@ mod tests {
         let hosts = built.iter().find(|m| m.destination() == Path::new("/etc/hosts")).unwrap();
         assert_eq!(hosts.source().as_deref(), Some(std::fs::canonicalize(dir.path()).unwrap().as_path()));
         // No files: nothing added.
-        let (built, _) =
-            mounts(&api::ContainerConfig::default(), &PodFiles::default(), true, false, false).unwrap();
+        let (built, _) = mounts(
+            &api::ContainerConfig::default(),
+            &PodFiles::default(),
+            MountOptions { readonly_rootfs: true, ..MountOptions::default() },
+        )
+        .unwrap();
         assert_eq!(built.len(), 7);
     }
 
     #[test]
     fn host_ipc_binds_the_hosts_dev_shm() {
-        let (built, _) =
-            mounts(&api::ContainerConfig::default(), &PodFiles::default(), false, true, false).unwrap();
+        let (built, _) = mounts(
+            &api::ContainerConfig::default(),
+            &PodFiles::default(),
+            MountOptions { host_ipc: true, ..MountOptions::default() },
+        )
+        .unwrap();
         let shm: Vec<&Mount> = built.iter().filter(|m| m.destination() == Path::new("/dev/shm")).collect();
         assert_eq!(shm.len(), 1);
         assert_eq!(shm[0].typ().as_deref(), Some("bind"));
@@ -494,7 +546,7 @@ mod tests {
             mounts: vec![cri_mount("/m", &file.join("x"), false, api::MountPropagation::PropagationPrivate)],
             ..Default::default()
         };
-        let err = mounts(&under_file, &PodFiles::default(), false, false, false).unwrap_err();
+        let err = mounts(&under_file, &PodFiles::default(), MountOptions::default()).unwrap_err();
         assert!(matches!(err, SpecError::MountSource { .. }), "{err}");
 
         let bad: &[(api::Mount, &str)] = &[
@@ -510,15 +562,6 @@ mod tests {
                 api::Mount {
                     container_path: "/x".into(),
                     host_path: "/x".into(),
-                    recursive_read_only: true,
-                    ..Default::default()
-                },
-                "recursive",
-            ),
-            (
-                api::Mount {
-                    container_path: "/x".into(),
-                    host_path: "/x".into(),
                     uid_mappings: vec![api::IdMapping::default()],
                     ..Default::default()
                 },
@@ -527,12 +570,55 @@ mod tests {
         ];
         for (m, want) in bad {
             let config = api::ContainerConfig { mounts: vec![m.clone()], ..Default::default() };
-            let err = mounts(&config, &PodFiles::default(), false, false, false).unwrap_err();
+            let err = mounts(&config, &PodFiles::default(), MountOptions::default()).unwrap_err();
             assert!(
                 matches!(&err, SpecError::InvalidMount { .. }) && err.to_string().contains(want),
                 "{err}"
             );
         }
+    }
+
+    #[test]
+    fn recursive_read_only_mounts_are_rro_when_read_only_private_and_supported() {
+        let dir = tempfile::tempdir().unwrap();
+        let rro = |readonly: bool, propagation: api::MountPropagation| api::ContainerConfig {
+            mounts: vec![api::Mount {
+                recursive_read_only: true,
+                ..cri_mount("/rro", dir.path(), readonly, propagation)
+            }],
+            ..Default::default()
+        };
+        let supported = MountOptions { recursive_read_only_supported: true, ..MountOptions::default() };
+        let build = |config: &api::ContainerConfig, options| mounts(config, &PodFiles::default(), options);
+
+        let (built, propagation) =
+            build(&rro(true, api::MountPropagation::PropagationPrivate), supported).unwrap();
+        assert_eq!(options(&built, "/rro"), ["rbind", "rprivate", "rro"]);
+        assert_eq!(propagation, None);
+
+        // What the kubelet and critest refuse: read-write, or propagation other than private; refused
+        // before the host path is created.
+        for (readonly, propagation, want) in [
+            (false, api::MountPropagation::PropagationPrivate, "needs readonly: true"),
+            (true, api::MountPropagation::PropagationHostToContainer, "PROPAGATION_PRIVATE"),
+            (true, api::MountPropagation::PropagationBidirectional, "PROPAGATION_PRIVATE"),
+        ] {
+            let mut config = rro(readonly, propagation);
+            config.mounts[0].host_path = dir.path().join("not-created").to_string_lossy().into_owned();
+            let err = build(&config, supported).unwrap_err();
+            assert!(
+                matches!(&err, SpecError::InvalidMount { .. }) && err.to_string().contains(want),
+                "{err}"
+            );
+            assert_eq!(err.code(), tonic::Code::InvalidArgument);
+            assert!(!dir.path().join("not-created").exists());
+        }
+
+        // A handler without rro (an old kernel or runtime): FailedPrecondition.
+        let err = build(&rro(true, api::MountPropagation::PropagationPrivate), MountOptions::default())
+            .unwrap_err();
+        assert!(matches!(err, SpecError::RecursiveReadOnlyUnsupported { .. }), "{err}");
+        assert_eq!(err.code(), tonic::Code::FailedPrecondition);
     }
 
     #[test]

@@ -106,6 +106,7 @@ impl Case {
             files: &self.files,
             cgroups_path: &self.cgroups_path,
             privileged_allowed: self.privileged_allowed,
+            recursive_read_only_supported: false,
         };
         build_on(&input, &test_host())
     }
@@ -434,6 +435,7 @@ fn unified_hosts_give_unprivileged_containers_a_cgroup_namespace() {
             files: &case.files,
             cgroups_path: &case.cgroups_path,
             privileged_allowed: true,
+            recursive_read_only_supported: false,
         };
         build_on(&input, &host).unwrap()
     };
