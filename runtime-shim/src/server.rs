@@ -3,6 +3,7 @@
 //! passes through [`authority::AuthorityFix`], so clients on grpc's C core are served as grpc-go's are.
 
 pub mod authority;
+pub mod deadline;
 
 use std::future::Future;
 use std::os::unix::fs::{FileTypeExt, MetadataExt, PermissionsExt};
@@ -77,6 +78,7 @@ impl Listener {
                 tracing::debug!(rpc = %method, "request");
                 tracing::debug_span!("rpc", method)
             })
+            .layer(deadline::DeadlineLayer)
             .add_service(RuntimeServiceServer::new(shim.clone()))
             .add_service(ImageServiceServer::new(shim))
             .serve_with_incoming_shutdown(incoming, graceful);

@@ -206,6 +206,60 @@ async fn keel_shim_specifics_and_unimplemented_rpcs() -> Result<()> {
 /// the percent-encoded socket path as `:authority`, which h2 alone resets with PROTOCOL_ERROR. Version
 /// (unary), ListImages (a response with no items) and a NotFound status all reach the client as they
 /// would from containerd.
+/// A client's deadline (`grpc-timeout`) is answered DEADLINE_EXCEEDED with grpc-go's message, as
+/// containerd answers it, not tonic's CANCELLED. The request is sent as raw HTTP/2 with the header and
+/// no deadline of the client's own (tonic's and grpc's clients enforce theirs locally, so the answer
+/// they report would not be the server's).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_deadline_is_deadline_exceeded() -> Result<()> {
+    use anyhow::Context as _;
+    use http_body_util::BodyExt;
+    use prost::Message;
+
+    let dir = tempfile::tempdir()?;
+    std::fs::create_dir(dir.path().join("net.d"))?;
+    let socket = dir.path().join("cri.sock");
+    let _shim = start(dir.path(), &socket)?;
+    // A registry that accepts connections and never answers: the pull would wait forever.
+    let silent = std::net::TcpListener::bind("127.0.0.1:0")?;
+    let pull = api::PullImageRequest {
+        image: Some(api::ImageSpec {
+            image: format!("{}/keel/silent:v1", silent.local_addr()?),
+            ..Default::default()
+        }),
+        ..Default::default()
+    };
+    let message = pull.encode_to_vec();
+    let mut body = vec![0_u8];
+    body.extend(u32::try_from(message.len())?.to_be_bytes());
+    body.extend(message);
+
+    let stream = tokio::net::UnixStream::connect(&socket).await?;
+    let io = hyper_util::rt::TokioIo::new(stream);
+    let (mut sender, connection) =
+        hyper::client::conn::http2::handshake(hyper_util::rt::TokioExecutor::new(), io).await?;
+    tokio::spawn(connection);
+    let request = http::Request::post("http://localhost/runtime.v1.ImageService/PullImage")
+        .header("content-type", "application/grpc")
+        .header("te", "trailers")
+        .header("grpc-timeout", "200m")
+        .body(http_body_util::Full::new(bytes::Bytes::from(body)))?;
+    // Bounded, so a server that enforces no deadline fails the test instead of hanging it.
+    let answer = tokio::time::timeout(std::time::Duration::from_secs(30), sender.send_request(request));
+    let response = answer.await.context("no answer 30 s after a 200 ms deadline")??;
+    let (parts, body) = response.into_parts();
+    let trailers = body.collect().await?.trailers().cloned();
+    // A trailers-only answer carries the status in its headers.
+    let status = tonic::Status::from_header_map(&parts.headers)
+        .or_else(|| trailers.as_ref().and_then(tonic::Status::from_header_map))
+        .context("no grpc-status in the answer")?;
+    ensure!(
+        status.code() == Code::DeadlineExceeded && status.message() == "context deadline exceeded",
+        "{status:?}"
+    );
+    Ok(())
+}
+
 #[test]
 fn a_client_on_grpc_c_core_is_served() -> Result<()> {
     let dir = tempfile::tempdir()?;

@@ -9,6 +9,9 @@
 //! valid URI authority is replaced by `localhost`, and the block is encoded again as literals without
 //! indexing, so h2's own HPACK table stays empty and can never disagree with the client's.
 //!
+//! The same pass renames `grpc-timeout` to [`super::deadline::HEADER`], which keel-shim's own deadline
+//! layer enforces (see there why tonic's cannot be used).
+//!
 //! The framing follows RFC 9113 §4.1 and §6.2 and HPACK's literal representation RFC 7541 §6.2.2; h2
 //! checks everything else about the frames itself.
 
@@ -231,6 +234,11 @@ impl Transcoder {
     fn emit(&mut self, block: &Block, out: &mut Vec<u8>) -> Result<(), Error> {
         let mut encoded = Vec::with_capacity(block.fragments.len() * 2);
         let decoded = self.decoder.decode_with_cb(&block.fragments, |name, value| {
+            let name = if *name == *b"grpc-timeout" {
+                Cow::Borrowed(super::deadline::HEADER.as_bytes())
+            } else {
+                name
+            };
             let value = if *name == *b":authority" && !valid_authority(&value) {
                 Cow::Borrowed(REPLACEMENT.as_bytes())
             } else {
@@ -518,6 +526,21 @@ mod tests {
         let view = &h2_view(&out[PREFACE.len()..])[0];
         assert!(view.contains(&(b":authority".to_vec(), b"localhost".to_vec())));
         assert!(view.contains(&(b"x-big".to_vec(), big.clone())));
+    }
+
+    #[test]
+    fn grpc_timeout_is_handed_to_keel_shims_deadline_layer() {
+        let mut client = loona_hpack::Encoder::new();
+        let mut input = PREFACE.to_vec();
+        let mut headers = grpc_headers(b"localhost");
+        headers.push((b"grpc-timeout", b"999u"));
+        input.extend(headers_frame(1, END_HEADERS, &encode(&headers, &mut client)));
+        let mut out = Vec::new();
+        Transcoder::default().feed(&input, &mut out).unwrap();
+        let view = &h2_view(&out[PREFACE.len()..])[0];
+        assert!(view.iter().all(|(name, _)| name.as_slice() != b"grpc-timeout"), "{view:?}");
+        assert!(view.contains(&(super::super::deadline::HEADER.as_bytes().to_vec(), b"999u".to_vec())));
+        assert!(view.contains(&(b":path".to_vec(), b"/runtime.v1.RuntimeService/Version".to_vec())));
     }
 
     #[test]
