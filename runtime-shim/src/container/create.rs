@@ -148,18 +148,7 @@ impl Containers {
             stdin: request.stdin,
             stdin_once: request.stdin_once,
             rootfs: request.rootfs_mounted_at,
-            mounts: request
-                .mounts
-                .iter()
-                .map(|m| MountRecord {
-                    container_path: m.container_path.clone(),
-                    host_path: m.host_path.clone(),
-                    readonly: m.readonly,
-                    recursive_read_only: m.recursive_read_only,
-                    selinux_relabel: m.selinux_relabel,
-                    propagation: m.propagation,
-                })
-                .collect(),
+            mounts: request.mounts.iter().map(MountRecord::from).collect(),
             user,
             stop_signal: request.stop_signal,
             state: State::Created,

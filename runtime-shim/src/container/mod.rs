@@ -107,6 +107,33 @@ struct MountRecord {
     propagation: i32,
 }
 
+impl From<&api::Mount> for MountRecord {
+    fn from(m: &api::Mount) -> MountRecord {
+        MountRecord {
+            container_path: m.container_path.clone(),
+            host_path: m.host_path.clone(),
+            readonly: m.readonly,
+            recursive_read_only: m.recursive_read_only,
+            selinux_relabel: m.selinux_relabel,
+            propagation: m.propagation,
+        }
+    }
+}
+
+impl From<&MountRecord> for api::Mount {
+    fn from(m: &MountRecord) -> api::Mount {
+        api::Mount {
+            container_path: m.container_path.clone(),
+            host_path: m.host_path.clone(),
+            readonly: m.readonly,
+            recursive_read_only: m.recursive_read_only,
+            selinux_relabel: m.selinux_relabel,
+            propagation: m.propagation,
+            ..Default::default()
+        }
+    }
+}
+
 /// The identity the container's process starts with: the spec's `process.user` (after the
 /// security context, the image's user, /etc/group and the supplemental-groups policy were applied),
 /// which ContainerStatus reports as `user`, as containerd does.
@@ -599,19 +626,7 @@ fn status_of(record: &Record) -> api::ContainerStatus {
         message: record.message.clone(),
         labels: record.labels.clone(),
         annotations: record.annotations.clone(),
-        mounts: record
-            .mounts
-            .iter()
-            .map(|m| api::Mount {
-                container_path: m.container_path.clone(),
-                host_path: m.host_path.clone(),
-                readonly: m.readonly,
-                recursive_read_only: m.recursive_read_only,
-                selinux_relabel: m.selinux_relabel,
-                propagation: m.propagation,
-                ..Default::default()
-            })
-            .collect(),
+        mounts: record.mounts.iter().map(api::Mount::from).collect(),
         log_path: record.log_path.as_ref().map(|p| p.display().to_string()).unwrap_or_default(),
         image_id: record.image_id.clone(),
         user: record.user.as_ref().map(UserRecord::cri),
