@@ -68,6 +68,7 @@ fn containerd_runs_pod_sandboxes_on_keel_cni() -> Result<()> {
         netns: Some(node.fd().clone()),
         sandbox_image: Some(pause),
         plain_http_registries: vec![PAUSE_REGISTRY.to_owned()],
+        ..ContainerdOptions::default()
     };
     let containerd = Containerd::start(&opts)?;
     let logs = dir.path().join("logs");
