@@ -186,12 +186,20 @@ fn image_debs(check_only: bool) -> Result<()> {
     std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
     // apt drops to its _apt user for downloads, which cannot write a root-owned directory; it then
     // downloads as root and says so: the -o keeps that warning out of the log.
-    util::run(
-        Command::new("apt-get")
-            .current_dir(&dir)
-            .args(["-q", "-o", "APT::Sandbox::User=root", "download"])
-            .args(&missing),
-    )?;
+    let download = || {
+        util::run(
+            Command::new("apt-get")
+                .current_dir(&dir)
+                .args(["-q", "-o", "APT::Sandbox::User=root", "download"])
+                .args(&missing),
+        )
+    };
+    if download().is_err() {
+        // Package lists older than the mirror name versions it no longer has (404): refresh, retry.
+        eprintln!("deps: apt-get download failed; updating the package lists and retrying");
+        util::run(Command::new("apt-get").args(["update", "-q"]))?;
+        download()?;
+    }
     for name in &missing {
         deb(name)?;
     }
