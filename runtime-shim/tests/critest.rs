@@ -26,6 +26,8 @@ struct Known {
     /// The case's full name (its Describe and It texts joined with spaces), as critest reports it.
     case: &'static str,
     reason: &'static str,
+    /// Fails only now and then (a race of the runtime's own): passing is no staleness then.
+    intermittent: bool,
 }
 
 /// Cases skipped on every runtime (critest's `-ginkgo.skip`), and why.
@@ -33,6 +35,7 @@ const SKIPPED: &[Known] = &[Known {
     case: "[k8s.io] Image Manager public image with digest should be pulled and removed [Conformance]",
     reason: "pulls gcr.io/k8s-staging-cri-tools/test-image-digest by a digest fixed by the upstream build, \
              which an image built here cannot have",
+    intermittent: false,
 }];
 
 const EXEC_SYNC_TIMEOUT: Known = Known {
@@ -40,22 +43,33 @@ const EXEC_SYNC_TIMEOUT: Known = Known {
            execSync with timeout [Conformance]",
     reason: "containerd 1.6 answers DeadlineExceeded but leaves the exec'd process running (critest then finds \
              it with pgrep); containerd 1.7 kills it",
+    intermittent: false,
 };
 const STOP_UNKNOWN_CONTAINER: Known = Known {
     case: "[k8s.io] Idempotence StopContainer should not return an error if not found",
     reason: "containerd 1.6.20 answers NotFound; the CRI's idempotence asks for success",
+    intermittent: false,
 };
 const STOP_UNKNOWN_POD: Known = Known {
     case: "[k8s.io] Idempotence StopPodSandbox should not return an error if not found",
     reason: "containerd 1.6.20 answers NotFound; containerd made it succeed in 1.6.35 and 1.7.21 \
              (containerd#10520)",
+    intermittent: false,
 };
 
 /// Where containerd 1.6.20 (Debian's, on runc) fails critest v1.34 here, and why. containerd is the
 /// reference on runc only: its runc shim cannot start crun 1.8 on this machine's hybrid cgroup layout
 /// ("cgroups in hybrid mode not supported", with or without its cgroups), where keel-shim hides the
 /// cgroup2 mount from crun.
-const CONTAINERD_FAILS: &[Known] = &[EXEC_SYNC_TIMEOUT, STOP_UNKNOWN_CONTAINER, STOP_UNKNOWN_POD];
+const OOM_KILLED: Known = Known {
+    case: "[k8s.io] Container OOM runtime should output OOMKilled reason should terminate with exitCode 137 \
+           and reason OOMKilled",
+    reason: "containerd 1.6 sets the reason OOMKilled only when its cgroup v1 OOM event reaches it before the \
+             task's exit, so now and then the killed container reports Error (seen once in four CI runs here)",
+    intermittent: true,
+};
+
+const CONTAINERD_FAILS: &[Known] = &[EXEC_SYNC_TIMEOUT, STOP_UNKNOWN_CONTAINER, STOP_UNKNOWN_POD, OOM_KILLED];
 
 /// Where keel-shim fails critest v1.34 here, on runc and on crun, and why: only cases containerd
 /// fails too (none today).
@@ -120,6 +134,9 @@ fn check(runtime: &str, cases: &BTreeMap<String, Outcome>, known: &[Known]) -> R
         let listed = known.iter().find(|k| k.case == case);
         match (outcome.state.as_str(), listed) {
             ("passed" | "skipped", None) => {}
+            ("passed", Some(known)) if known.intermittent => {
+                notes.push(format!("passed this time (fails intermittently): {case}"));
+            }
             ("passed", Some(_)) => problems.push(format!("passes but is listed as failing: {case}")),
             ("skipped", Some(_)) => problems.push(format!("skipped but is listed as failing: {case}")),
             (state, Some(known)) => notes.push(format!("{state} as known: {case} ({})", known.reason)),
@@ -283,11 +300,14 @@ fn outcomes_are_read_from_ginkgo_json_reports() {
     assert_eq!(cases["[k8s.io] Image Manager should pull"].state, "passed");
     let failed = &cases["[k8s.io] Container runtime should support exec"];
     assert_eq!(failed.failure, "container.go:42: Expected\n<int>: 1");
-    let known = [Known { case: "[k8s.io] Container runtime should support exec", reason: "r" }];
+    let known =
+        [Known { case: "[k8s.io] Container runtime should support exec", reason: "r", intermittent: false }];
     assert!(check("x", &cases, &known).is_ok());
     assert!(check("x", &cases, &[]).is_err(), "an unlisted failure fails");
-    let stale = [Known { case: "[k8s.io] Image Manager should pull", reason: "r" }, known[0]];
-    assert!(check("x", &cases, &stale).is_err(), "a listed case that passes fails");
+    let pull = Known { case: "[k8s.io] Image Manager should pull", reason: "r", intermittent: false };
+    assert!(check("x", &cases, &[pull, known[0]]).is_err(), "a listed case that passes fails");
+    let flaky = Known { intermittent: true, ..pull };
+    assert!(check("x", &cases, &[flaky, known[0]]).is_ok(), "an intermittent one may pass");
     assert!(check("x", &BTreeMap::new(), &[]).is_err(), "an empty report fails");
 }
 
