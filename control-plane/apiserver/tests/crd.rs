@@ -14,7 +14,7 @@ mod common;
 use std::path::Path;
 
 use anyhow::{Context, Result, ensure};
-use common::{kubectl_ok as ok, kubectl_run};
+use common::{causes, kubectl_ok as ok, kubectl_run};
 use keel_testbed::kubectl::{self, Kubectl};
 use serde_json::{Value, json};
 
@@ -175,21 +175,6 @@ async fn eventually(
 
 const WIDGETS: &str = "/apis/test.keel.dev/v1/namespaces/default/widgets";
 const CRD_PATH: &str = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions";
-
-fn causes(status: &Value) -> Vec<String> {
-    status["details"]["causes"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .map(|c| {
-            format!(
-                "{}: {}",
-                c["field"].as_str().unwrap_or_default(),
-                c["message"].as_str().unwrap_or_default()
-            )
-        })
-        .collect()
-}
 
 async fn scenario(server: common::Server, minor: u32) -> Result<()> {
     let kubectl = kubectl::minor(minor)?;

@@ -7,7 +7,7 @@ mod common;
 use std::sync::Arc;
 
 use anyhow::{Context, Result, ensure};
-use common::{Admin, Server};
+use common::{Admin, Server, causes};
 use keel_store::Store;
 use keel_store::embedded::{EmbeddedStore, Options};
 use serde_json::{Value, json};
@@ -31,12 +31,7 @@ impl Cluster {
 
     /// A JSON request as the admin (a PATCH is a merge patch): status and body.
     async fn request(&self, method: &str, path: &str, body: &Value) -> Result<(u16, Value)> {
-        let content_type =
-            if method == "PATCH" { "application/merge-patch+json" } else { "application/json" };
-        let headers = [("Content-Type", content_type), ("Accept", "application/json")];
-        let bytes = if body.is_null() { Vec::new() } else { body.to_string().into_bytes() };
-        let (status, _, answer) = self.server.request(method, path, &headers, &bytes).await?;
-        Ok((status, serde_json::from_str(&answer).with_context(|| format!("{status} {answer}"))?))
+        self.server.json_request(method, path, body).await
     }
 }
 
@@ -49,21 +44,6 @@ fn rows(table: &str) -> Vec<Vec<String>> {
     table
         .lines()
         .map(|line| line.split("  ").map(str::trim).filter(|c| !c.is_empty()).map(str::to_owned).collect())
-        .collect()
-}
-
-fn causes(answer: &Value) -> Vec<String> {
-    answer["details"]["causes"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .map(|c| {
-            format!(
-                "{}: {}",
-                c["field"].as_str().unwrap_or_default(),
-                c["message"].as_str().unwrap_or_default()
-            )
-        })
         .collect()
 }
 

@@ -25,12 +25,7 @@ impl Cluster {
 
     /// A JSON request as the admin (a PATCH is a merge patch): status and body.
     async fn request(&self, method: &str, path: &str, body: &Value) -> Result<(u16, Value)> {
-        let content_type =
-            if method == "PATCH" { "application/merge-patch+json" } else { "application/json" };
-        let headers = [("Content-Type", content_type), ("Accept", "application/json")];
-        let bytes = if body.is_null() { Vec::new() } else { body.to_string().into_bytes() };
-        let (status, _, answer) = self.server.request(method, path, &headers, &bytes).await?;
-        Ok((status, serde_json::from_str(&answer).with_context(|| format!("{status} {answer}"))?))
+        self.server.json_request(method, path, body).await
     }
 }
 

@@ -233,3 +233,36 @@ impl Admin {
         Ok(path)
     }
 }
+
+impl Server {
+    /// A JSON request as the admin (a PATCH is a merge patch): status and parsed body.
+    pub async fn json_request(
+        &self,
+        method: &str,
+        path: &str,
+        body: &serde_json::Value,
+    ) -> Result<(u16, serde_json::Value)> {
+        let content_type =
+            if method == "PATCH" { "application/merge-patch+json" } else { "application/json" };
+        let headers = [("Content-Type", content_type), ("Accept", "application/json")];
+        let bytes = if body.is_null() { Vec::new() } else { body.to_string().into_bytes() };
+        let (status, _, answer) = self.request(method, path, &headers, &bytes).await?;
+        Ok((status, serde_json::from_str(&answer).with_context(|| format!("{status} {answer}"))?))
+    }
+}
+
+/// A Status's `details.causes` as `field: message` lines.
+pub fn causes(status: &serde_json::Value) -> Vec<String> {
+    status["details"]["causes"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|c| {
+            format!(
+                "{}: {}",
+                c["field"].as_str().unwrap_or_default(),
+                c["message"].as_str().unwrap_or_default()
+            )
+        })
+        .collect()
+}
