@@ -12,6 +12,8 @@
 //! - [`images`]: small OCI images built from busybox-static (OCI layout, archive, pushed to a registry).
 //! - [`e2e_images`]: the images critest pulls, built from Debian packages and served from a local
 //!   registry under their original names.
+//! - [`kube_apiserver`]: the upstream kube-apiserver peer on its own etcd, with a test PKI that mints
+//!   client certificates for any user.
 //! - [`kubectl`]: every installed kubectl version, for version-matrix tests.
 //! - [`peers`]: the upstream components (Kubernetes v1.34, cri-tools, etcd 3.6, kwok) `cargo xtask
 //!   peers` builds, and where they are.
@@ -42,6 +44,7 @@ pub mod fabric;
 pub mod forward;
 pub mod host_state;
 pub mod images;
+pub mod kube_apiserver;
 pub mod kubectl;
 pub mod loopback;
 pub mod netlink;
