@@ -22,6 +22,7 @@ pub mod objects;
 pub mod openapi;
 pub mod pki;
 pub mod protobuf;
+pub mod rbac;
 pub mod request;
 pub mod services;
 pub mod validation;
