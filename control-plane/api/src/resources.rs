@@ -195,6 +195,12 @@ const fn all(mut r: Resource) -> Resource {
     r
 }
 
+/// A review: only created, answered in the response.
+const fn review(mut r: Resource) -> Resource {
+    r.verbs = CREATE;
+    r
+}
+
 const fn sub(mut r: Resource, subresources: &'static [Subresource]) -> Resource {
     r.subresources = subresources;
     r
@@ -274,6 +280,39 @@ pub const RESOURCES: &[Resource] = &[
     ),
     // events.k8s.io/v1
     short(resource("events.k8s.io", "Event", "events", "event"), &["ev"]),
+    // authentication.k8s.io/v1 and authorization.k8s.io/v1: reviews, created and answered, never
+    // stored.
+    review(cluster(resource(
+        "authentication.k8s.io",
+        "SelfSubjectReview",
+        "selfsubjectreviews",
+        "selfsubjectreview",
+    ))),
+    review(cluster(resource("authentication.k8s.io", "TokenReview", "tokenreviews", "tokenreview"))),
+    review(resource(
+        "authorization.k8s.io",
+        "LocalSubjectAccessReview",
+        "localsubjectaccessreviews",
+        "localsubjectaccessreview",
+    )),
+    review(cluster(resource(
+        "authorization.k8s.io",
+        "SelfSubjectAccessReview",
+        "selfsubjectaccessreviews",
+        "selfsubjectaccessreview",
+    ))),
+    review(cluster(resource(
+        "authorization.k8s.io",
+        "SelfSubjectRulesReview",
+        "selfsubjectrulesreviews",
+        "selfsubjectrulesreview",
+    ))),
+    review(cluster(resource(
+        "authorization.k8s.io",
+        "SubjectAccessReview",
+        "subjectaccessreviews",
+        "subjectaccessreview",
+    ))),
     // batch/v1
     sub(all(short(resource("batch", "CronJob", "cronjobs", "cronjob"), &["cj"])), &[status("CronJob")]),
     sub(all(resource("batch", "Job", "jobs", "job")), &[status("Job")]),
@@ -359,6 +398,14 @@ pub fn groups() -> Vec<&'static str> {
     groups
 }
 
+impl Resource {
+    /// Whether this is one of the review APIs (TokenReview, SubjectAccessReview, ...): created to
+    /// get an answer, never stored.
+    pub fn is_review(&self) -> bool {
+        matches!(self.group, "authentication.k8s.io" | "authorization.k8s.io")
+    }
+}
+
 /// The resource served at `/api(s)/<group>/<version>/.../<plural>`.
 pub fn find(group: &str, version: &str, plural: &str) -> Option<&'static Resource> {
     RESOURCES
@@ -427,6 +474,8 @@ mod tests {
             [
                 "apps",
                 "events.k8s.io",
+                "authentication.k8s.io",
+                "authorization.k8s.io",
                 "batch",
                 "networking.k8s.io",
                 "policy",

@@ -170,7 +170,9 @@ pub enum ApiError {
     MethodNotAllowed,
     #[error("Unauthorized")]
     Unauthorized,
-    #[error("{resource} {name:?} is forbidden: {detail}")]
+    /// upstream's NewForbidden: `pods "web" is forbidden: ...`, `pods is forbidden: ...` without a
+    /// name, `forbidden: ...` without a resource (a non-resource path).
+    #[error("{}", forbidden_text(resource, name, detail))]
     Forbidden { resource: GroupResource, name: String, detail: String },
     #[error("Internal error occurred: {0}")]
     Internal(String),
@@ -186,6 +188,14 @@ pub enum ApiError {
     /// DisruptionBudget cause of a refused eviction.
     #[error("{message}")]
     TooManyRequests { message: String, retry_after_seconds: i32, causes: Vec<(String, String)> },
+}
+
+fn forbidden_text(resource: &GroupResource, name: &str, detail: &str) -> String {
+    match (resource.resource.is_empty(), name.is_empty()) {
+        (true, _) => format!("forbidden: {detail}"),
+        (false, true) => format!("{resource} is forbidden: {detail}"),
+        (false, false) => format!("{resource} {name:?} is forbidden: {detail}"),
+    }
 }
 
 /// Upstream's aggregate: one error as is, several as `[a, b]`.
@@ -276,10 +286,12 @@ impl ApiError {
 
     /// The `Status` object to send.
     pub fn to_status(&self) -> Status {
+        // Empty fields are left out, as upstream's JSON (omitempty) has them.
+        let some = |text: &str| (!text.is_empty()).then(|| text.to_owned());
         let named = |resource: &GroupResource, name: &str| StatusDetails {
-            group: Some(resource.group.clone()),
-            kind: Some(resource.resource.clone()),
-            name: Some(name.to_owned()),
+            group: some(&resource.group),
+            kind: some(&resource.resource),
+            name: some(name),
             ..StatusDetails::default()
         };
         let details = match self {

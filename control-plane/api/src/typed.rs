@@ -6,8 +6,8 @@
 use std::collections::BTreeSet;
 
 use k8s_openapi::api::{
-    apps, batch, coordination, core, discovery, events, networking, node, policy, rbac, resource, scheduling,
-    storage,
+    apps, authentication, authorization, batch, coordination, core, discovery, events, networking, node,
+    policy, rbac, resource, scheduling, storage,
 };
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
@@ -79,6 +79,12 @@ typed_resources! {
     "apps" "replicasets" => apps::v1::ReplicaSet,
     "apps" "statefulsets" => apps::v1::StatefulSet,
     "events.k8s.io" "events" => events::v1::Event,
+    "authentication.k8s.io" "selfsubjectreviews" => authentication::v1::SelfSubjectReview,
+    "authentication.k8s.io" "tokenreviews" => authentication::v1::TokenReview,
+    "authorization.k8s.io" "localsubjectaccessreviews" => authorization::v1::LocalSubjectAccessReview,
+    "authorization.k8s.io" "selfsubjectaccessreviews" => authorization::v1::SelfSubjectAccessReview,
+    "authorization.k8s.io" "selfsubjectrulesreviews" => authorization::v1::SelfSubjectRulesReview,
+    "authorization.k8s.io" "subjectaccessreviews" => authorization::v1::SubjectAccessReview,
     "batch" "cronjobs" => batch::v1::CronJob,
     "batch" "jobs" => batch::v1::Job,
     "networking.k8s.io" "ipaddresses" => networking::v1::IPAddress,

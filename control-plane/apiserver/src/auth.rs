@@ -1,8 +1,8 @@
 //! Authentication: who a request is. A client certificate signed by the cluster CA (CN the user,
-//! O the groups) or a bearer token from `--token-auth-file`; anything else is anonymous and refused
-//! (401) except for the public health and version paths. Authorization arrives with RBAC later.
+//! O the groups) or a bearer token from `--token-auth-file`; a request with neither is
+//! system:anonymous (when `--anonymous-auth` allows it), authorized like any other user.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::path::Path;
 use std::sync::Arc;
 
@@ -14,11 +14,52 @@ use rustls::{RootCertStore, ServerConfig};
 use crate::pki::Pki;
 
 /// An authenticated user (`user.Info`).
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct User {
     pub name: String,
     pub uid: String,
     pub groups: Vec<String>,
+    /// What an authenticator adds (a service account token's pod and node, an impersonator's
+    /// `Impersonate-Extra-*`).
+    pub extra: BTreeMap<String, Vec<String>>,
+}
+
+/// upstream's user and group names (`k8s.io/apiserver/pkg/authentication/user`).
+pub const ANONYMOUS: &str = "system:anonymous";
+pub const ALL_UNAUTHENTICATED: &str = "system:unauthenticated";
+pub const ALL_AUTHENTICATED: &str = "system:authenticated";
+pub const SYSTEM_PRIVILEGED_GROUP: &str = "system:masters";
+pub const APISERVER_USER: &str = "system:apiserver";
+
+impl User {
+    /// A user of `name` in `groups`, no uid or extra.
+    pub fn named(name: &str, groups: &[&str]) -> User {
+        User {
+            name: name.to_owned(),
+            groups: groups.iter().map(|g| (*g).to_owned()).collect(),
+            ..User::default()
+        }
+    }
+
+    /// Who a request with no credentials is, when anonymous requests are allowed.
+    pub fn anonymous() -> User {
+        User::named(ANONYMOUS, &[ALL_UNAUTHENTICATED])
+    }
+
+    /// The server itself (upstream's loopback client).
+    pub fn apiserver() -> User {
+        User::named(APISERVER_USER, &[SYSTEM_PRIVILEGED_GROUP, ALL_AUTHENTICATED])
+    }
+
+    /// As upstream's authentication filter leaves every authenticated user: in
+    /// `system:authenticated` (once), anonymous excepted.
+    pub fn authenticated(mut self) -> User {
+        let anonymous = self.name == ANONYMOUS || self.groups.iter().any(|g| g == ALL_UNAUTHENTICATED);
+        if !anonymous && !self.groups.iter().any(|g| g == ALL_AUTHENTICATED) {
+            self.groups.push(ALL_AUTHENTICATED.to_owned());
+        }
+        self
+    }
 }
 
 /// A failure to set authentication up.
@@ -64,21 +105,31 @@ impl Tokens {
                     g.trim_matches('"').split(',').filter(|g| !g.is_empty()).map(str::to_owned).collect()
                 })
                 .unwrap_or_default();
-            users.insert(token.to_owned(), User { name: name.to_owned(), uid: uid.to_owned(), groups });
+            users.insert(
+                token.to_owned(),
+                User { name: name.to_owned(), uid: uid.to_owned(), groups, extra: BTreeMap::new() },
+            );
         }
         Ok(Tokens { users })
     }
 
     /// The user of an `Authorization: Bearer <token>` header.
     pub fn authenticate(&self, authorization: Option<&str>) -> Option<User> {
-        // The scheme is case-insensitive (RFC 7235), as upstream reads it.
-        let (scheme, token) = authorization?.trim().split_once(' ')?;
-        if !scheme.eq_ignore_ascii_case("bearer") {
-            return None;
-        }
-        let token = token.trim();
+        self.authenticate_token(bearer_token(authorization?)?)
+    }
+
+    /// The user of a bearer token.
+    pub fn authenticate_token(&self, token: &str) -> Option<User> {
         self.users.get(token).cloned()
     }
+}
+
+/// The token of an `Authorization: Bearer <token>` header; the scheme is case-insensitive (RFC
+/// 7235), as upstream reads it. An empty token is none.
+pub fn bearer_token(authorization: &str) -> Option<&str> {
+    let (scheme, token) = authorization.trim().split_once(' ')?;
+    let token = token.trim();
+    (scheme.eq_ignore_ascii_case("bearer") && !token.is_empty()).then_some(token)
 }
 
 /// The user a verified client certificate names: CN the user, each O a group.
@@ -87,7 +138,7 @@ pub fn certificate_user(certificate: &CertificateDer<'_>) -> Option<User> {
     let subject = parsed.subject();
     let name = subject.iter_common_name().next()?.as_str().ok()?.to_owned();
     let groups = subject.iter_organization().filter_map(|o| o.as_str().ok().map(str::to_owned)).collect();
-    Some(User { name, uid: String::new(), groups })
+    Some(User { name, groups, ..User::default() })
 }
 
 /// TLS for serving: the serving certificate, client certificates verified against the cluster CA
@@ -112,11 +163,6 @@ pub fn server_config(pki: &Pki) -> Result<Arc<ServerConfig>, AuthError> {
         .map_err(|e| AuthError::Tls(e.to_string()))?;
     config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
     Ok(Arc::new(config))
-}
-
-/// Paths anyone may read (kube-apiserver's system:public-info-viewer).
-pub fn is_public(path: &str) -> bool {
-    matches!(path, "/healthz" | "/livez" | "/readyz" | "/version")
 }
 
 #[cfg(test)]

@@ -251,6 +251,11 @@ impl Cache {
         Cache { prefix, fields, state: RwLock::new(state), reached: watch::Sender::new(0) }
     }
 
+    /// The key prefix this cache holds.
+    pub fn prefix(&self) -> &str {
+        &self.prefix
+    }
+
     /// The selectable fields of the objects held here.
     pub fn fields(&self) -> &Arc<[&'static str]> {
         &self.fields

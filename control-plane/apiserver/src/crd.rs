@@ -33,6 +33,7 @@ use crate::writes::DeleteOptions;
 #[derive(Debug)]
 pub struct CrdControllers {
     task: tokio::task::JoinHandle<()>,
+    served: Served,
 }
 
 impl CrdControllers {
@@ -45,7 +46,8 @@ impl CrdControllers {
             tracing::warn!(%error, "CustomResourceDefinition controllers: the first pass failed");
         }
         documents.refresh().await;
-        CrdControllers { task: tokio::spawn(run(handlers, documents)) }
+        let served = handlers.crds_served.clone();
+        CrdControllers { task: tokio::spawn(run(handlers, documents)), served }
     }
 }
 
@@ -55,7 +57,7 @@ impl Drop for CrdControllers {
     /// its own controllers find).
     fn drop(&mut self) {
         self.task.abort();
-        for served in custom::served_definitions() {
+        for served in std::mem::take(&mut *lock(&self.served)) {
             custom::stop(&served);
         }
     }
@@ -147,7 +149,8 @@ async fn list(handlers: &Handlers) -> Result<Vec<Value>, ApiError> {
 async fn reconcile_all(handlers: &Handlers) -> Result<bool, ApiError> {
     let all = list(handlers).await?;
     let names: Vec<String> = all.iter().map(|c| objects::name(c).to_owned()).collect();
-    for served in custom::served_definitions() {
+    let served: Vec<String> = lock(&handlers.crds_served).iter().cloned().collect();
+    for served in served {
         if !names.contains(&served) {
             stop_serving(handlers, &served);
         }
@@ -226,6 +229,7 @@ async fn establish(handlers: &Handlers, crd: &Value, decided: &[Value]) -> Resul
     };
     if established {
         custom::serve(&name, crd::definitions(&current));
+        lock(&handlers.crds_served).insert(name.clone());
         if let Some(resource) = custom::resource_of(&name) {
             handlers.cache.start_custom(resource);
         }
@@ -239,6 +243,15 @@ fn stop_serving(handlers: &Handlers, name: &str) {
         handlers.cache.stop_custom(&resource.key_prefix());
     }
     custom::stop(name);
+    lock(&handlers.crds_served).remove(name);
+}
+
+/// The names of the CRDs one server serves: the registry is process-wide, and a server (a test's,
+/// among several in one process) stops serving only what it served itself.
+pub type Served = std::sync::Arc<std::sync::Mutex<std::collections::BTreeSet<String>>>;
+
+fn lock(served: &Served) -> std::sync::MutexGuard<'_, std::collections::BTreeSet<String>> {
+    served.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
 /// Writes `wanted`'s status through the status subresource.
@@ -276,6 +289,7 @@ async fn finalize(handlers: &Handlers, crd: &Value) -> Result<bool, ApiError> {
     // through it and their own finalizers are waited for.
     if crd::condition_true(crd, "Established") && custom::resource_of(&name).is_none() {
         custom::serve(&name, crd::definitions(crd));
+        lock(&handlers.crds_served).insert(name.clone());
         if let Some(resource) = custom::resource_of(&name) {
             handlers.cache.start_custom(resource);
         }

@@ -11,6 +11,7 @@ use keel_api::status::{ApiError, FieldError, FieldErrorKind};
 use keel_api::strategy;
 use serde_json::{Value, json};
 
+use crate::context::Context as RequestContext;
 use crate::handlers::{Handlers, RETRIES, Reply, store_error};
 use crate::objects;
 use crate::request::ResourceRequest;
@@ -21,39 +22,6 @@ pub const APPLY_PATCH: &str = "application/apply-patch+yaml";
 /// Whether a request's Content-Type is an apply patch.
 pub fn is_apply(content_type: Option<&str>) -> bool {
     content_type.is_some_and(|c| c.split(';').next().unwrap_or(c).trim().eq_ignore_ascii_case(APPLY_PATCH))
-}
-
-/// Who is writing: what a request says about its manager.
-#[derive(Debug, Clone, Default)]
-pub struct Writer {
-    pub user_agent: String,
-    /// The `fieldManager` query parameter.
-    pub field_manager: Option<String>,
-}
-
-tokio::task_local! {
-    /// The writer of the request being served (set for every request by the server).
-    pub static WRITER: Writer;
-}
-
-/// Runs `future` as a request of `user_agent` with this query.
-pub async fn scope<F: Future>(user_agent: Option<&str>, query: Option<&str>, future: F) -> F::Output {
-    let writer = Writer {
-        user_agent: user_agent.unwrap_or_default().to_owned(),
-        field_manager: crate::query_param(query, "fieldManager"),
-    };
-    WRITER.scope(writer, future).await
-}
-
-/// upstream's managerOrUserAgent: the fieldManager, else the user agent's part before the first `/`;
-/// outside a request (objects the server makes at start), `kube-apiserver`.
-fn manager() -> String {
-    WRITER
-        .try_with(|writer| match &writer.field_manager {
-            Some(manager) if !manager.is_empty() => manager.clone(),
-            _ => writer.user_agent.split('/').next().unwrap_or_default().to_owned(),
-        })
-        .unwrap_or_else(|_| "kube-apiserver".to_owned())
 }
 
 fn now() -> String {
@@ -78,10 +46,10 @@ fn context<'v>(
 }
 
 /// Records a create (`live` `None`), update, patch or subresource write in `new`'s managedFields.
-pub(crate) fn track(request: &ResourceRequest, live: Option<&Value>, new: &mut Value) {
+pub(crate) fn track(ctx: &RequestContext, request: &ResourceRequest, live: Option<&Value>, new: &mut Value) {
     let custom = keel_api::custom::version_of(request.resource);
-    let ctx = context(request.resource, custom.as_deref(), request.subresource.as_deref());
-    managed_fields::update(&ctx, live, new, &manager());
+    let write = context(request.resource, custom.as_deref(), request.subresource.as_deref());
+    managed_fields::update(&write, live, new, ctx.manager());
 }
 
 /// upstream's ValidatePatchOptions: an apply needs a fieldManager, `force` is for applies only,
@@ -171,6 +139,7 @@ impl Handlers {
     /// PATCH with an apply patch: merged into the live object by `fieldManager`, or creating it.
     pub async fn apply(
         &self,
+        ctx: &RequestContext,
         request: &ResourceRequest,
         name: &str,
         body: &[u8],
@@ -203,20 +172,20 @@ impl Handlers {
         let custom = keel_api::custom::version_of(resource);
         for _attempt in 0..RETRIES {
             if self.store.get(&key).await.map_err(store_error)?.is_none() && subresource.is_none() {
-                let ctx = context(resource, custom.as_deref(), subresource);
-                let object = managed_fields::apply(&ctx, &json!({}), &applied, &manager, force)
+                let write = context(resource, custom.as_deref(), subresource);
+                let object = managed_fields::apply(&write, &json!({}), &applied, &manager, force)
                     .map_err(apply_error)?;
                 check_declared(resource, &object, &applied)?;
                 check_name(&object, name)?;
-                match self.create_with(request, object, dry_run, false).await {
+                match self.create_with(ctx, request, object, dry_run, false).await {
                     Err(ApiError::AlreadyExists { .. }) => continue,
                     other => return other,
                 }
             }
             let updated = self
                 .guarded_update(request, name, dry_run, |existing| {
-                    let ctx = context(resource, custom.as_deref(), subresource);
-                    let mut object = managed_fields::apply(&ctx, existing, &applied, &manager, force)
+                    let write = context(resource, custom.as_deref(), subresource);
+                    let mut object = managed_fields::apply(&write, existing, &applied, &manager, force)
                         .map_err(apply_error)?;
                     check_declared(resource, &object, &applied)?;
                     check_name(&object, name)?;
@@ -240,6 +209,7 @@ impl Handlers {
                             Some(rv) if !rv.is_empty() => Some(crate::handlers::parse_revision(rv)?),
                             _ => None,
                         };
+                    self.check_escalation(ctx, request, &object)?;
                     Ok((object, precondition))
                 })
                 .await;

@@ -17,6 +17,7 @@ use keel_store::{Compare, OpResult, Outcome, RangeRequest, Store, StoreError, Tx
 use serde_json::{Value, json};
 
 use crate::cache::{self, Cache, Change, Entry, WatchCache};
+use crate::context::Context;
 use crate::filter::Filter;
 use crate::objects;
 use crate::request::ResourceRequest;
@@ -184,6 +185,10 @@ pub struct Handlers {
     pub store: Arc<dyn Store>,
     pub cache: Arc<WatchCache>,
     pub services: crate::services::ServiceRanges,
+    /// The server's authorizer, for the checks writes make of their writer (RBAC escalation).
+    pub authorizer: Arc<crate::authorization::Authorizer>,
+    /// The CRDs this server's controllers serve ([`crate::crd::Served`]).
+    pub crds_served: crate::crd::Served,
 }
 
 /// How current a read must be, by kube-apiserver's resourceVersion rules.
@@ -469,16 +474,18 @@ impl Handlers {
 
     pub async fn create(
         &self,
+        ctx: &Context,
         request: &ResourceRequest,
         object: Value,
         dry_run: bool,
     ) -> Result<Reply, ApiError> {
-        self.create_with(request, object, dry_run, true).await
+        self.create_with(ctx, request, object, dry_run, true).await
     }
 
     /// A create; `track` records it in managedFields (an apply that creates has recorded itself).
     pub(crate) async fn create_with(
         &self,
+        ctx: &Context,
         request: &ResourceRequest,
         mut object: Value,
         dry_run: bool,
@@ -497,7 +504,7 @@ impl Handlers {
         // Upstream's order: defaulting, mutating admission, then the strategy's PrepareForCreate.
         keel_api::defaults::apply(resource, &mut object);
         if track {
-            crate::field_manager::track(request, None, &mut object);
+            crate::field_manager::track(ctx, request, None, &mut object);
         }
         self.admit_create(resource, namespace, &mut object).await?;
         strategy::prepare_for_create(resource, &mut object);
@@ -506,6 +513,7 @@ impl Handlers {
         if !causes.is_empty() {
             return Err(ApiError::invalid(resource.group, resource.kind, &name, causes));
         }
+        self.check_escalation(ctx, request, &object)?;
         let key = objects::key(resource, namespace, &name);
         // A dry run answers what the create would: AlreadyExists too.
         if dry_run && self.store.get(&key).await.map_err(store_error)?.is_some() {
@@ -697,8 +705,8 @@ impl Handlers {
             verb: crate::request::Verb::Create,
         };
         // Upstream's serviceaccount controller makes it: its manager, not the namespace's creator.
-        let create = self.create(&request, json!({"metadata": {"name": "default"}}), false);
-        match Box::pin(crate::field_manager::scope(Some("kube-controller-manager"), None, create)).await {
+        let ctx = Context::internal("kube-controller-manager");
+        match Box::pin(self.create(&ctx, &request, json!({"metadata": {"name": "default"}}), false)).await {
             Ok(_) | Err(ApiError::AlreadyExists { .. }) => Ok(()),
             Err(error) => Err(error),
         }
@@ -736,7 +744,10 @@ impl Handlers {
         let service = crate::services::kubernetes_service(&self.services, address.port());
         let endpoints = crate::services::kubernetes_endpoints(&address.ip().to_string(), address.port());
         for (plural, object) in [("services", service), ("endpoints", endpoints.clone())] {
-            match self.create(&request(lookup(plural)?), object, false).await {
+            match self
+                .create(&Context::internal("kube-apiserver"), &request(lookup(plural)?), object, false)
+                .await
+            {
                 Ok(_) | Err(ApiError::AlreadyExists { .. }) => {}
                 // The address was taken meanwhile (the Service deleted, another created at its
                 // address): upstream's reconciler reports it and keeps serving; so does this.
@@ -780,7 +791,15 @@ impl Handlers {
         };
         let cidrs = json!([self.services.cidr()]);
         let cidr = json!({"metadata": {"name": NAME}, "spec": {"cidrs": cidrs}});
-        match self.create(&request(crate::request::Verb::Create, None), cidr, false).await {
+        match self
+            .create(
+                &Context::internal("kube-apiserver"),
+                &request(crate::request::Verb::Create, None),
+                cidr,
+                false,
+            )
+            .await
+        {
             Ok(_) | Err(ApiError::AlreadyExists { .. }) => {}
             Err(error) => return Err(error),
         }
@@ -816,7 +835,9 @@ impl Handlers {
                 let body = serde_json::to_vec(&status).map_err(|e| ApiError::Internal(e.to_string()))?;
                 let query = Some("fieldManager=kubernetes-service-cidr-controller&force=true");
                 let request = request(crate::request::Verb::Patch, Some("status"));
-                self.apply(&request, NAME, &body, query, false).await.map(|_| ())
+                self.apply(&Context::internal("kube-apiserver"), &request, NAME, &body, query, false)
+                    .await
+                    .map(|_| ())
             }
         }
     }
@@ -833,7 +854,15 @@ impl Handlers {
                 subresource: None,
                 verb: crate::request::Verb::Create,
             };
-            match self.create(&request, json!({"metadata": {"name": name}}), false).await {
+            match self
+                .create(
+                    &Context::internal("kube-apiserver"),
+                    &request,
+                    json!({"metadata": {"name": name}}),
+                    false,
+                )
+                .await
+            {
                 Ok(_) => {}
                 // Made before a restart: its service account may still be missing (a crash between the two).
                 Err(ApiError::AlreadyExists { .. }) => self.ensure_default_service_account(name).await?,
@@ -851,7 +880,7 @@ impl Handlers {
                 verb: crate::request::Verb::Create,
             };
             let class = json!({"metadata": {"name": name}, "value": value, "description": description, "preemptionPolicy": "PreemptLowerPriority"});
-            match self.create(&request, class, false).await {
+            match self.create(&Context::internal("kube-apiserver"), &request, class, false).await {
                 Ok(_) | Err(ApiError::AlreadyExists { .. }) => {}
                 Err(error) => return Err(error),
             }

@@ -10,8 +10,11 @@
 
 pub mod admission;
 pub mod auth;
+pub mod authorization;
 pub mod binding;
 pub mod cache;
+pub mod chain;
+pub mod context;
 pub mod crd;
 pub mod eviction;
 pub mod field_manager;
@@ -24,6 +27,7 @@ pub mod pki;
 pub mod protobuf;
 pub mod rbac;
 pub mod request;
+pub mod reviews;
 pub mod services;
 pub mod validation;
 pub mod watch;
@@ -46,6 +50,7 @@ use serde_json::{Value, json};
 use tokio::net::TcpListener;
 
 use crate::auth::{Tokens, User};
+use crate::context::Context;
 use crate::handlers::{Handlers, Query, Reply};
 use crate::negotiate::Format;
 use crate::request::{Target, Verb};
@@ -63,16 +68,23 @@ pub struct Config {
     /// `kubernetes` Service's endpoint).
     pub address: std::net::SocketAddr,
     pub tokens: Tokens,
+    /// `--anonymous-auth`: a request without credentials is system:anonymous (else a 401).
+    pub anonymous: bool,
+    /// `--authorization-mode`, in order.
+    pub authorization: Vec<authorization::Mode>,
     pub services: services::ServiceRanges,
     pub limits: Limits,
 }
 
 impl Config {
-    /// Defaults for a server at `address`: no tokens, kube-apiserver's Service ranges and limits.
+    /// Defaults for a server at `address`: no tokens, anonymous requests, RBAC, kube-apiserver's
+    /// Service ranges and limits.
     pub fn new(address: std::net::SocketAddr) -> Config {
         Config {
             address,
             tokens: Tokens::default(),
+            anonymous: true,
+            authorization: vec![authorization::Mode::Rbac],
             services: services::ServiceRanges::default(),
             limits: Limits::default(),
         }
@@ -106,11 +118,6 @@ impl Default for Limits {
 const HANDSHAKE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
 const HEADER_READ_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(32);
 
-/// An in-flight limit: `None` is no limit.
-fn inflight(limit: usize) -> Option<Arc<tokio::sync::Semaphore>> {
-    (limit > 0).then(|| Arc::new(tokio::sync::Semaphore::new(limit)))
-}
-
 /// A running API server's shared state.
 #[derive(Debug)]
 pub struct ApiServer {
@@ -118,36 +125,52 @@ pub struct ApiServer {
     /// `host:port` clients reach this server at (discovery's serverAddressByClientCIDRs).
     address: String,
     tokens: Tokens,
-    reads: Option<Arc<tokio::sync::Semaphore>>,
-    writes: Option<Arc<tokio::sync::Semaphore>>,
+    anonymous: bool,
+    inflight: chain::InFlight,
+    authorizer: Arc<authorization::Authorizer>,
     request_timeout: std::time::Duration,
     /// The /openapi documents (rebuilt when served resources change: the CRD controllers do).
     openapi: Arc<openapi::OpenApi>,
     /// The CustomResourceDefinition controllers ([`crd`]).
     _crds: crd::CrdControllers,
+    /// What keeps the RBAC policy current.
+    _rbac: rbac::Follower,
 }
 
 impl ApiServer {
     /// Prepares a server on `store`, creating the system namespaces.
     pub async fn new(store: Arc<dyn Store>, config: Config) -> Result<Arc<ApiServer>, ApiError> {
         let cache = Arc::new(cache::WatchCache::start(&store));
-        let handlers = Handlers { store, cache, services: config.services };
+        let rbac = Arc::new(rbac::Rbac::default());
+        let authorizer = Arc::new(authorization::Authorizer::new(config.authorization.clone(), rbac.clone()));
+        let handlers = Handlers {
+            store,
+            cache,
+            services: config.services,
+            authorizer: authorizer.clone(),
+            crds_served: crd::Served::default(),
+        };
         let openapi = Arc::new(
             openapi::OpenApi::build(keel_api::resources::RESOURCES, keel_api::openapi::Schemas::builtin())
                 .map_err(|e| ApiError::Internal(format!("building the OpenAPI documents: {e}")))?,
         );
         let crds = crd::CrdControllers::start(handlers.clone(), openapi.clone()).await;
+        handlers.ensure_system_namespaces().await?;
+        handlers.ensure_bootstrap_policy().await?;
+        let written = handlers.store.current_revision().await.map_err(handlers::store_error)?;
+        let rbac = rbac::Follower::start(handlers.clone(), rbac, written).await;
         let server = Arc::new(ApiServer {
             handlers,
             address: config.address.to_string(),
             tokens: config.tokens,
-            reads: inflight(config.limits.max_requests_inflight),
-            writes: inflight(config.limits.max_mutating_requests_inflight),
+            anonymous: config.anonymous,
+            inflight: chain::InFlight::new(&config.limits),
+            authorizer,
             request_timeout: config.limits.request_timeout,
             openapi,
             _crds: crds,
+            _rbac: rbac,
         });
-        server.handlers.ensure_system_namespaces().await?;
         server.handlers.ensure_default_service_accounts().await?;
         server.handlers.ensure_kubernetes_service(config.address).await?;
         server.handlers.ensure_default_service_cidr().await?;
@@ -209,105 +232,92 @@ impl ApiServer {
         }
     }
 
+    /// The handler chain ([`chain`]): authentication, impersonation, the in-flight limits, authorization, then
+    /// the request served within its timeout.
     async fn handle(&self, request: Request<Incoming>, certificate_user: Option<User>) -> Response<Body> {
         let (parts, body) = request.into_parts();
-        let path = parts.uri.path().to_owned();
-        let authorization = parts.headers.get(header::AUTHORIZATION).and_then(|v| v.to_str().ok());
-        let user = certificate_user.or_else(|| self.tokens.authenticate(authorization));
-        if user.is_none() && !auth::is_public(&path) {
-            return json_response(401, &ApiError::Unauthorized.to_json());
+        let info = request::info(&parts.method, parts.uri.path(), parts.uri.query());
+        let user = match chain::authenticate(&parts.headers, certificate_user, &self.tokens, self.anonymous) {
+            Ok(user) => user,
+            Err(error) => return error_response(&error),
+        };
+        let user = match chain::impersonate(&parts.headers, user, &self.authorizer) {
+            Ok(user) => user,
+            Err(error) => return error_response(&error),
+        };
+        let _permit = match self.inflight.admit(&info) {
+            Ok(permit) => permit,
+            Err(error) => return error_response(&error),
+        };
+        if let Err(error) = chain::authorize(&self.authorizer, &user, &info) {
+            return error_response(&error);
         }
-        let query = parts.uri.query().map(str::to_owned);
-        // Upstream's max-in-flight filter: long-running requests (watches) are not counted.
-        let long_running = matches!(
-            request::parse(&parts.method, &path, query.as_deref()),
-            Ok(Target::Resource(ref r)) if r.verb == Verb::Watch
-        );
-        let limit = if matches!(parts.method, http::Method::GET | http::Method::HEAD | http::Method::OPTIONS)
-        {
-            &self.reads
-        } else {
-            &self.writes
-        };
-        let _permit = match limit.as_ref().filter(|_| !long_running).map(|s| s.clone().try_acquire_owned()) {
-            Some(Err(_)) => return too_many_requests(),
-            Some(Ok(permit)) => Some(permit),
-            None => None,
-        };
-        if let Some(response) = self.openapi.serve(&parts.method, &path, query.as_deref(), &parts.headers) {
+        self.respond(&parts, &info, user, body).await
+    }
+
+    /// An authorized request: negotiated, routed, and its reply shaped into the form asked for.
+    async fn respond(
+        &self,
+        parts: &http::request::Parts,
+        info: &request::RequestInfo,
+        user: User,
+        body: Incoming,
+    ) -> Response<Body> {
+        let (path, query) = (parts.uri.path(), parts.uri.query());
+        if let Some(response) = self.openapi.serve(&parts.method, path, query, &parts.headers) {
             return response.map(|body| BodyExt::boxed_unsync(Full::new(body)));
         }
-        let content_type =
-            parts.headers.get(header::CONTENT_TYPE).and_then(|v| v.to_str().ok()).map(str::to_owned);
-        let accept = parts.headers.get(header::ACCEPT).and_then(|v| v.to_str().ok()).map(str::to_owned);
+        let target = request::parse(&parts.method, path, query);
+        let header = |name| parts.headers.get(name).and_then(|v: &http::HeaderValue| v.to_str().ok());
         let root = path.trim_end_matches('/');
         let aggregated = parts.method == http::Method::GET && (root == "/api" || root == "/apis");
+        let resource = match &target {
+            Ok(Target::Resource(r)) => Some(r),
+            _ => None,
+        };
         // Custom resources have no protobuf form (keel_api::custom::supports_protobuf).
-        let resource_request = matches!(
-            request::parse(&parts.method, &path, query.as_deref()),
-            Ok(Target::Resource(r)) if keel_api::custom::supports_protobuf(r.resource)
-        );
-        let offer = negotiate::Offer { table: true, aggregated, protobuf: resource_request };
-        let format = match negotiate::response_format(accept.as_deref(), offer) {
+        let protobuf = resource.is_some_and(|r| keel_api::custom::supports_protobuf(r.resource));
+        let offer = negotiate::Offer { table: true, aggregated, protobuf };
+        let format = match negotiate::response_format(header(header::ACCEPT), offer) {
             Ok(format) => format,
-            Err(error) => return json_response(error.code(), &error.to_json()),
+            Err(error) => return error_response(&error),
         };
         if let Format::AggregatedDiscovery(version) = format {
             return aggregated_discovery(root == "/api", version);
         }
-        // Tables are served for reads of resources (not discovery, subresources or writes).
-        let table = match format {
-            Format::Table(version) => match request::parse(&parts.method, &path, query.as_deref()) {
-                Ok(Target::Resource(r))
-                    if r.subresource.is_none() && matches!(r.verb, Verb::Get | Verb::List | Verb::Watch) =>
-                {
-                    let include = table::IncludeObject::from_query(
-                        query_param(query.as_deref(), "includeObject").as_deref(),
-                    );
-                    match include {
-                        Ok(include) => {
-                            Some((r.resource, table::TableOptions { include, version, no_headers: false }))
-                        }
-                        Err(error) => return json_response(error.code(), &error.to_json()),
+        // Tables and metadata only (PartialObjectMetadata) are served for reads of resources (not
+        // discovery, subresources or writes).
+        let read = resource
+            .filter(|r| r.subresource.is_none() && matches!(r.verb, Verb::Get | Verb::List | Verb::Watch));
+        let table = match (format, read) {
+            (Format::Table(version), Some(r)) => {
+                let include =
+                    table::IncludeObject::from_query(query_param(query, "includeObject").as_deref());
+                match include {
+                    Ok(include) => {
+                        Some((r.resource, table::TableOptions { include, version, no_headers: false }))
                     }
+                    Err(error) => return error_response(&error),
                 }
-                _ => None,
-            },
+            }
             _ => None,
         };
-        // So is metadata only (PartialObjectMetadata), for the same reads.
-        let metadata_only = match format.json_form() {
-            Format::Metadata(version) => match request::parse(&parts.method, &path, query.as_deref()) {
-                Ok(Target::Resource(r))
-                    if r.subresource.is_none() && matches!(r.verb, Verb::Get | Verb::List | Verb::Watch) =>
-                {
-                    Some(version)
-                }
-                _ => None,
-            },
+        let metadata_only = match (format.json_form(), read) {
+            (Format::Metadata(version), Some(_)) => Some(version),
             _ => None,
         };
-        let (result, warnings) = validation::WARNINGS
-            .scope(std::cell::RefCell::new(Vec::new()), async {
-                let user_agent = parts.headers.get(header::USER_AGENT).and_then(|v| v.to_str().ok());
-                let routed = field_manager::scope(
-                    user_agent,
-                    query.as_deref(),
-                    self.route(&parts.method, &path, query.as_deref(), content_type.as_deref(), body),
-                );
-                let result = if long_running {
-                    routed.await
-                } else {
-                    tokio::time::timeout(self.request_timeout, routed).await.unwrap_or_else(|_| {
-                        Err(ApiError::Timeout(
-                            "request did not complete within requested timeout - context deadline exceeded"
-                                .into(),
-                        ))
-                    })
-                };
-                (result, validation::WARNINGS.with(std::cell::RefCell::take))
-            })
-            .await;
+        let fields = match resource
+            .map(|_| validation::FieldValidation::parse(query_param(query, "fieldValidation").as_deref()))
+        {
+            Some(Err(error)) => return error_response(&error),
+            Some(Ok(fields)) => fields,
+            None => validation::FieldValidation::default(),
+        };
+        let ctx = Context::new(user, header(header::USER_AGENT), query_param(query, "fieldManager"), fields);
+        let content_type = header(header::CONTENT_TYPE);
+        let routed = self.route(&ctx, path, target, query, content_type, body);
+        let result = chain::within_timeout(info, self.request_timeout, routed).await;
+        let warnings = ctx.take_warnings();
         // A pre-serialized body is parsed again only when another form is wanted.
         let result = match result {
             Ok(Reply::Raw(code, bytes))
@@ -358,11 +368,9 @@ impl ApiServer {
                 .header(header::CONTENT_TYPE, "application/json")
                 .body(BodyExt::boxed_unsync(Full::new(bytes)))
                 .unwrap_or_else(|_| json_response(500, &json!({}))),
-            Ok(Reply::Watch(_)) if format == Format::Yaml => {
-                let error =
-                    ApiError::NotAcceptable("watch streams are served in application/json only".into());
-                json_response(error.code(), &error.to_json())
-            }
+            Ok(Reply::Watch(_)) if format == Format::Yaml => error_response(&ApiError::NotAcceptable(
+                "watch streams are served in application/json only".into(),
+            )),
             Ok(Reply::Watch(stream)) => {
                 let body = StreamBody::new(stream.map(|chunk| Ok::<_, Infallible>(Frame::data(chunk))));
                 Response::builder()
@@ -372,7 +380,7 @@ impl ApiServer {
                     .body(BodyExt::boxed_unsync(body))
                     .unwrap_or_else(|_| json_response(500, &json!({})))
             }
-            Err(error) => json_response(error.code(), &error.to_json()),
+            Err(error) => error_response(&error),
         };
         for warning in warnings {
             // As upstream: `299 - "<text>"`, the text with quotes and backslashes escaped.
@@ -386,14 +394,14 @@ impl ApiServer {
 
     async fn route(
         &self,
-        method: &http::Method,
+        ctx: &Context,
         path: &str,
+        target: Result<Target, ApiError>,
         query: Option<&str>,
         content_type: Option<&str>,
         body: Incoming,
     ) -> Result<Reply, ApiError> {
-        let target = request::parse(method, path, query)?;
-        let request = match target {
+        let request = match target? {
             Target::Version => return Ok(Reply::Json(200, version())),
             Target::Health(_) => return Ok(Reply::Json(200, Value::String("ok".into()))),
             Target::CoreVersions => return to_reply(discovery::api_versions(&self.address)),
@@ -410,7 +418,7 @@ impl ApiServer {
             }
             Target::Resource(request) => request,
         };
-        let fields = validation::FieldValidation::parse(query_param(query, "fieldValidation").as_deref())?;
+        let fields = ctx.field_validation;
         let raw_query = query;
         let query = Query::parse(query)?;
         let name = request.name.clone().unwrap_or_default();
@@ -421,11 +429,11 @@ impl ApiServer {
                     SubresourceBody::Replace(read_body(body, content_type).await?)
                 }
                 Verb::Update => {
-                    SubresourceBody::Replace(read_checked(body, content_type, &request, fields).await?.1)
+                    SubresourceBody::Replace(read_checked(ctx, body, content_type, &request, fields).await?.1)
                 }
                 Verb::Patch if field_manager::is_apply(content_type) => {
                     let bytes = read_bytes(body).await?;
-                    return self.handlers.apply(&request, &name, &bytes, raw_query, query.dry_run).await;
+                    return self.handlers.apply(ctx, &request, &name, &bytes, raw_query, query.dry_run).await;
                 }
                 Verb::Patch => {
                     field_manager::check_patch_options(raw_query, false)?;
@@ -442,31 +450,38 @@ impl ApiServer {
                 }
                 _ => return Err(ApiError::MethodNotAllowed),
             };
-            return self.handlers.subresource(&request, &name, body, query.dry_run).await;
+            return self.handlers.subresource(ctx, &request, &name, body, query.dry_run).await;
+        }
+        if request.resource.is_review() {
+            let (_, review) = read_checked(ctx, body, content_type, &request, fields).await?;
+            let tokens = &self.tokens;
+            let reviewer = reviews::Reviewer {
+                authorizer: &self.authorizer,
+                authenticate_token: &|token| tokens.authenticate_token(token),
+            };
+            return Ok(Reply::Json(201, reviewer.answer(&ctx.user, &request, review)?));
         }
         match request.verb {
             Verb::Get => self.handlers.get(&request, &name).await,
             Verb::List => self.handlers.list(&request, &query).await,
             Verb::Watch => self.handlers.watch(&request, &query).await,
             Verb::Create => {
-                let (_, object) = read_checked(body, content_type, &request, fields).await?;
-                self.handlers.create(&request, object, query.dry_run).await
+                let (_, object) = read_checked(ctx, body, content_type, &request, fields).await?;
+                self.handlers.create(ctx, &request, object, query.dry_run).await
             }
             Verb::Update => {
-                let (_, object) = read_checked(body, content_type, &request, fields).await?;
-                self.handlers.update(&request, &name, object, query.dry_run).await
+                let (_, object) = read_checked(ctx, body, content_type, &request, fields).await?;
+                self.handlers.update(ctx, &request, &name, object, query.dry_run).await
             }
             Verb::Patch if field_manager::is_apply(content_type) => {
                 let bytes = read_bytes(body).await?;
-                self.handlers.apply(&request, &name, &bytes, raw_query, query.dry_run).await
+                self.handlers.apply(ctx, &request, &name, &bytes, raw_query, query.dry_run).await
             }
             Verb::Patch => {
                 field_manager::check_patch_options(raw_query, false)?;
                 let bytes = read_bytes(body).await?;
                 let patch = handlers::PatchBody::parse(&bytes, content_type)?;
-                validation::PATCH_FIELDS
-                    .scope(fields, self.handlers.patch(&request, &name, &patch, query.dry_run))
-                    .await
+                self.handlers.patch(ctx, &request, &name, &patch, query.dry_run).await
             }
             Verb::Delete | Verb::DeleteCollection => {
                 let bytes = read_bytes(body).await?;
@@ -496,6 +511,7 @@ async fn read_bytes(body: Incoming) -> Result<Bytes, ApiError> {
 
 /// A create or update body, read and checked against the resource's type.
 async fn read_checked(
+    ctx: &Context,
     body: Incoming,
     content_type: Option<&str>,
     request: &request::ResourceRequest,
@@ -507,7 +523,7 @@ async fn read_checked(
     let scanned: &[u8] =
         if negotiate::body_type(content_type)? == negotiate::BodyType::Json { &raw } else { b"" };
     objects::check_type(&object, request.resource)?;
-    let typed = validation::check(request.resource, scanned, &object, fields)?;
+    let typed = validation::check(ctx, request.resource, scanned, &object, fields)?;
     Ok((raw, typed))
 }
 
@@ -569,15 +585,14 @@ fn aggregated_discovery(core: bool, version: &str) -> Response<Body> {
     response
 }
 
-/// upstream's tooManyRequests: 429, Retry-After 1.
-fn too_many_requests() -> Response<Body> {
-    let error = ApiError::TooManyRequests {
-        message: "Too many requests, please try again later.".into(),
-        retry_after_seconds: 1,
-        causes: Vec::new(),
-    };
+/// A refused request's Status; a 429 says when to try again (upstream's tooManyRequests: Retry-After).
+fn error_response(error: &ApiError) -> Response<Body> {
     let mut response = json_response(error.code(), &error.to_json());
-    response.headers_mut().insert(header::RETRY_AFTER, http::HeaderValue::from_static("1"));
+    if let ApiError::TooManyRequests { retry_after_seconds, .. } = error
+        && let Ok(value) = http::HeaderValue::from_str(&retry_after_seconds.to_string())
+    {
+        response.headers_mut().insert(header::RETRY_AFTER, value);
+    }
     response
 }
 

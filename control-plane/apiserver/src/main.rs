@@ -44,6 +44,13 @@ struct Flags {
     /// Static bearer tokens: `token,user,uid,"group1,group2"` per line.
     #[arg(long)]
     token_auth_file: Option<PathBuf>,
+    /// Requests without credentials are system:anonymous (group system:unauthenticated), authorized
+    /// like any user; `false` refuses them (401).
+    #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
+    anonymous_auth: bool,
+    /// The authorizers, in order (RBAC, AlwaysAllow, AlwaysDeny); system:masters is always allowed.
+    #[arg(long, default_value = "RBAC")]
+    authorization_mode: String,
     /// Where Services' ClusterIPs come from (IPv4, /12 to /28); its first address is the
     /// `kubernetes` Service's.
     #[arg(long, default_value = "10.0.0.0/24")]
@@ -113,6 +120,8 @@ async fn main() -> Result<()> {
         &flags.service_node_port_range,
     )
     .map_err(|e| anyhow::anyhow!("--service-cluster-ip-range / --service-node-port-range: {e}"))?;
+    let authorization = keel_apiserver::authorization::Mode::parse_list(&flags.authorization_mode)
+        .map_err(|e| anyhow::anyhow!("--authorization-mode: {e}"))?;
     std::fs::create_dir_all(&flags.data_dir)
         .with_context(|| format!("creating {}", flags.data_dir.display()))?;
     let advertise = flags.advertise_address.unwrap_or(if flags.bind_address.is_unspecified() {
@@ -142,6 +151,8 @@ async fn main() -> Result<()> {
         .with_context(|| format!("writing {}", kubeconfig.display()))?;
     let mut config = keel_apiserver::Config::new(SocketAddr::new(advertise, port));
     config.tokens = tokens;
+    config.anonymous = flags.anonymous_auth;
+    config.authorization = authorization;
     config.services = services;
     config.limits = keel_apiserver::Limits {
         max_requests_inflight: flags.max_requests_inflight,

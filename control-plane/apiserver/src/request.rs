@@ -1,5 +1,6 @@
-//! What a request is about, read from its method, path and query as upstream's RequestInfoFactory
-//! does: the API group and version, the resource, namespace, name and subresource, and the verb.
+//! What a request is about, read from its method, path and query: [`info`] as upstream's
+//! RequestInfoFactory reads it for authorization and audit (from the path alone, whether or not the
+//! resource is served), and [`parse`] as the server routes it (the served resource, or NotFound).
 
 use keel_api::resources::{self, Resource};
 use keel_api::status::ApiError;
@@ -45,6 +46,123 @@ pub enum Target {
         version: String,
     },
     Resource(ResourceRequest),
+}
+
+/// upstream's RequestInfo: the attributes authorization decides on. Strings as upstream holds them
+/// (empty when absent); `verb` is RBAC's (`get`, `list`, `watch`, `create`, ..., or the lowercased
+/// method of a non-resource request).
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct RequestInfo {
+    pub is_resource_request: bool,
+    pub path: String,
+    pub verb: String,
+    pub api_prefix: String,
+    pub api_group: String,
+    pub api_version: String,
+    pub namespace: String,
+    pub resource: String,
+    pub subresource: String,
+    pub name: String,
+}
+
+impl RequestInfo {
+    /// A watch, proxy or other long-running request (upstream's long-running check: not counted
+    /// by the in-flight limits, not timed out).
+    pub fn is_long_running(&self) -> bool {
+        self.is_resource_request && (self.verb == "watch" || self.verb == "proxy")
+    }
+
+    /// Whether the request only reads (upstream's non-mutating verbs, for the in-flight limits).
+    pub fn is_read_only(&self) -> bool {
+        matches!(self.verb.as_str(), "get" | "list" | "watch" | "head" | "options")
+    }
+}
+
+/// Reads a request as upstream's RequestInfoFactory does (`/api` and `/apis` prefixes, the legacy
+/// `/watch/` and `/proxy/` segments, `namespaces/<ns>/...`, list versus get versus watch, a list
+/// narrowed to one name by `fieldSelector=metadata.name=...`, deletecollection).
+pub fn info(method: &http::Method, path: &str, query: Option<&str>) -> RequestInfo {
+    let method_verb = method.as_str().to_ascii_lowercase();
+    let non_resource =
+        || RequestInfo { path: path.to_owned(), verb: method_verb.clone(), ..RequestInfo::default() };
+    let segments: Vec<&str> = path.trim_matches('/').split('/').collect();
+    let (prefix, group, version, mut rest): (&str, &str, &str, &[&str]) = match segments.as_slice() {
+        ["api", version, rest @ ..] => ("api", "", *version, rest),
+        ["apis", group, version, rest @ ..] => ("apis", *group, *version, rest),
+        _ => return non_resource(),
+    };
+    let mut info = RequestInfo {
+        is_resource_request: true,
+        path: path.to_owned(),
+        api_prefix: prefix.to_owned(),
+        api_group: group.to_owned(),
+        api_version: version.to_owned(),
+        ..RequestInfo::default()
+    };
+    if rest.is_empty() || rest == [""] {
+        // `/api/v1` itself is discovery, a non-resource path.
+        return non_resource();
+    }
+    match rest {
+        [special @ ("watch" | "proxy"), tail @ ..] => {
+            if tail.is_empty() {
+                return non_resource();
+            }
+            info.verb = (*special).to_owned();
+            rest = tail;
+        }
+        _ => {
+            info.verb = match method.as_str() {
+                "POST" => "create",
+                "GET" | "HEAD" => "get",
+                "PUT" => "update",
+                "PATCH" => "patch",
+                "DELETE" => "delete",
+                _ => "",
+            }
+            .to_owned();
+        }
+    }
+    if rest[0] == "namespaces"
+        && let Some(namespace) = rest.get(1)
+    {
+        info.namespace = (*namespace).to_owned();
+        // A namespace's own subresources (status, finalize) are the namespace's.
+        if rest.len() > 2 && !matches!(rest[2], "status" | "finalize") {
+            rest = &rest[2..];
+        }
+    }
+    info.resource = rest[0].to_owned();
+    if let Some(name) = rest.get(1) {
+        info.name = (*name).to_owned();
+    }
+    if rest.len() >= 3 && info.verb != "proxy" {
+        info.subresource = rest[2].to_owned();
+    }
+    if info.name.is_empty() && info.verb == "get" {
+        info.verb = if is_watch(query) { "watch" } else { "list" }.to_owned();
+        let selector = query_value(query, "fieldSelector");
+        let name = selector.as_deref().and_then(|s| keel_api::fields::FieldSelector::parse(s).ok());
+        if let Some(name) = name.as_ref().and_then(|s| s.requires_exact_match("metadata.name"))
+            && is_path_segment_name(name)
+        {
+            info.name = name.to_owned();
+        }
+    }
+    if info.name.is_empty() && info.verb == "delete" {
+        info.verb = "deletecollection".to_owned();
+    }
+    info
+}
+
+/// apimachinery's IsValidPathSegmentName: not `.` or `..`, no `/` or `%`.
+fn is_path_segment_name(name: &str) -> bool {
+    name != "." && name != ".." && !name.contains(['/', '%'])
+}
+
+/// One query parameter's percent-decoded value.
+fn query_value(query: Option<&str>, name: &str) -> Option<String> {
+    crate::query_param(query, name)
 }
 
 fn is_watch(query: Option<&str>) -> bool {
@@ -160,6 +278,55 @@ mod tests {
     use http::Method;
 
     use super::*;
+
+    #[test]
+    fn request_info_as_upstream_reads_it() {
+        let read = |method: &Method, path: &str, query: Option<&str>| {
+            let i = info(method, path, query);
+            (i.is_resource_request, i.verb, i.api_group, i.namespace, i.resource, i.subresource, i.name)
+        };
+        let s = |v: &str| v.to_owned();
+        assert_eq!(
+            read(&Method::GET, "/api/v1/namespaces/default/pods/web/log", None),
+            (true, s("get"), s(""), s("default"), s("pods"), s("log"), s("web"))
+        );
+        assert_eq!(
+            read(&Method::GET, "/apis/apps/v1/deployments", Some("watch=1")),
+            (true, s("watch"), s("apps"), s(""), s("deployments"), s(""), s(""))
+        );
+        assert_eq!(
+            read(&Method::GET, "/api/v1/watch/namespaces/a/pods", None),
+            (true, s("watch"), s(""), s("a"), s("pods"), s(""), s(""))
+        );
+        assert_eq!(
+            read(&Method::GET, "/api/v1/namespaces/a", None),
+            (true, s("get"), s(""), s("a"), s("namespaces"), s(""), s("a"))
+        );
+        assert_eq!(
+            read(&Method::PUT, "/api/v1/namespaces/a/finalize", None),
+            (true, s("update"), s(""), s("a"), s("namespaces"), s("finalize"), s("a"))
+        );
+        assert_eq!(
+            read(&Method::GET, "/api/v1/namespaces/a/configmaps", Some("fieldSelector=metadata.name%3Dx")),
+            (true, s("list"), s(""), s("a"), s("configmaps"), s(""), s("x"))
+        );
+        assert_eq!(
+            read(&Method::DELETE, "/apis/batch/v1/namespaces/a/jobs", None),
+            (true, s("deletecollection"), s("batch"), s("a"), s("jobs"), s(""), s(""))
+        );
+        // Unknown resources are read all the same: authorization comes before the 404.
+        assert_eq!(
+            read(&Method::POST, "/apis/example.com/v1/widgets", None),
+            (true, s("create"), s("example.com"), s(""), s("widgets"), s(""), s(""))
+        );
+        for path in ["/api", "/apis/apps", "/api/v1", "/apis/apps/v1", "/healthz", "/openapi/v2", "/version"]
+        {
+            let i = info(&Method::GET, path, None);
+            assert!(!i.is_resource_request && i.verb == "get" && i.path == path, "{path}: {i:?}");
+        }
+        assert_eq!(info(&Method::POST, "/logs", None).verb, "post");
+        assert!(info(&Method::GET, "/api/v1/watch/pods", None).is_long_running());
+    }
 
     fn resource(method: &Method, path: &str, query: Option<&str>) -> ResourceRequest {
         match parse(method, path, query).unwrap() {

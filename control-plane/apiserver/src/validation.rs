@@ -1,43 +1,20 @@
 //! Field validation of request bodies (`fieldValidation=Strict|Warn|Ignore`, Warn by default as in
 //! kube-apiserver 1.27+): fields of the wrong type are always a BadRequest; unknown and duplicate
 //! fields are refused (Strict), answered with `Warning` headers (Warn), or let through (Ignore).
-//! Warnings are gathered per request and sent as `Warning: 299 - "..."` headers.
-
-use std::cell::RefCell;
+//! Warnings are gathered in the request's [`Context`] and sent as `Warning: 299 - "..."` headers.
 
 use keel_api::resources::Resource;
 use keel_api::status::ApiError;
 use keel_api::typed;
 use serde_json::Value;
 
-tokio::task_local! {
-    /// The warnings of the request being served.
-    pub static WARNINGS: RefCell<Vec<String>>;
-}
-
-tokio::task_local! {
-    /// What a patch request asked for unknown fields (its `fieldValidation`); read where the
-    /// patched object is typed, so retries on conflict see it too.
-    pub static PATCH_FIELDS: FieldValidation;
-}
+use crate::context::Context;
 
 /// A patched object as its type holds it, its unknown fields handled as the patch request asked
 /// (upstream checks the patched object, so unknown fields the patch brings are found; duplicate
 /// keys are the patch body's and not looked for here).
-pub fn check_patched(resource: &Resource, patched: &Value) -> Result<Value, ApiError> {
-    let mode = PATCH_FIELDS.try_with(|mode| *mode).unwrap_or_default();
-    check(resource, b"", patched, mode)
-}
-
-/// Adds a warning to the current request's response (nothing outside a request), once.
-pub fn warn(message: String) {
-    // Once per text, as upstream's warning recorder (a patch retried on conflict checks again).
-    let _outside_a_request = WARNINGS.try_with(|warnings| {
-        let mut warnings = warnings.borrow_mut();
-        if !warnings.contains(&message) {
-            warnings.push(message);
-        }
-    });
+pub fn check_patched(ctx: &Context, resource: &Resource, patched: &Value) -> Result<Value, ApiError> {
+    check(ctx, resource, b"", patched, ctx.field_validation)
 }
 
 /// What the client asked for unknown and duplicate fields.
@@ -77,6 +54,7 @@ pub fn typed(resource: &Resource, object: &Value) -> Result<Value, ApiError> {
 /// Checks a body (`raw` as sent, `object` as parsed) against the resource's type; returns the
 /// object as the type holds it, which is what gets stored.
 pub fn check(
+    ctx: &Context,
     resource: &Resource,
     raw: &[u8],
     object: &Value,
@@ -98,7 +76,7 @@ pub fn check(
         }
         _ => {
             for problem in problems {
-                warn(problem);
+                ctx.warn(problem);
             }
             Ok(typed)
         }

@@ -10,6 +10,7 @@ use keel_api::strategy;
 use keel_store::Outcome;
 use serde_json::{Value, json};
 
+use crate::context::Context;
 use crate::filter::Filter;
 use crate::handlers::{
     Handlers, PatchBody, Prior, Query, RETRIES, Reply, collection_prefix, parse_revision, store_error,
@@ -230,6 +231,7 @@ impl Handlers {
     /// PUT of the main resource; a resourceVersion in the body is a precondition.
     pub async fn update(
         &self,
+        ctx: &Context,
         request: &ResourceRequest,
         name: &str,
         object: Value,
@@ -249,7 +251,8 @@ impl Handlers {
                 let mut new = object.clone();
                 strategy::prepare_for_update(resource, existing, &mut new);
                 check_update(resource, existing, &mut new)?;
-                crate::field_manager::track(request, Some(existing), &mut new);
+                crate::field_manager::track(ctx, request, Some(existing), &mut new);
+                self.check_escalation(ctx, request, &new)?;
                 Ok((new, precondition))
             })
             .await?;
@@ -260,6 +263,7 @@ impl Handlers {
     /// precondition).
     pub async fn patch(
         &self,
+        ctx: &Context,
         request: &ResourceRequest,
         name: &str,
         patch: &PatchBody,
@@ -272,11 +276,12 @@ impl Handlers {
                 let mut new = existing.clone();
                 patch.apply(&mut new)?;
                 objects::check_type(&new, resource)?;
-                let mut new = crate::validation::check_patched(resource, &new)?;
+                let mut new = crate::validation::check_patched(ctx, resource, &new)?;
                 let precondition = changed_revision(existing, &new)?;
                 strategy::prepare_for_update(resource, existing, &mut new);
                 check_update(resource, existing, &mut new)?;
-                crate::field_manager::track(request, Some(existing), &mut new);
+                crate::field_manager::track(ctx, request, Some(existing), &mut new);
+                self.check_escalation(ctx, request, &new)?;
                 Ok((new, precondition))
             })
             .await?;
@@ -286,6 +291,7 @@ impl Handlers {
     /// GET, PUT or PATCH of a subresource: status, scale, finalize.
     pub async fn subresource(
         &self,
+        ctx: &Context,
         request: &ResourceRequest,
         name: &str,
         body: SubresourceBody,
@@ -311,7 +317,7 @@ impl Handlers {
                     .guarded_update(request, name, dry_run, |existing| {
                         let new = crate::validation::typed(resource, &body.resolve(existing)?)?;
                         let mut updated = strategy::status_update(existing, &new);
-                        crate::field_manager::track(request, Some(existing), &mut updated);
+                        crate::field_manager::track(ctx, request, Some(existing), &mut updated);
                         Ok((updated, changed_revision(existing, &new)?))
                     })
                     .await?;
@@ -324,7 +330,7 @@ impl Handlers {
                         let mut merged = existing.clone();
                         merged["spec"]["finalizers"] =
                             new.pointer("/spec/finalizers").cloned().unwrap_or(json!([]));
-                        crate::field_manager::track(request, Some(existing), &mut merged);
+                        crate::field_manager::track(ctx, request, Some(existing), &mut merged);
                         Ok((merged, changed_revision(existing, &new)?))
                     })
                     .await?;
@@ -344,7 +350,7 @@ impl Handlers {
                                 "Scale.autoscaling {name:?} is invalid: {cause}"
                             ))
                         })?;
-                        crate::field_manager::track(request, Some(existing), &mut new);
+                        crate::field_manager::track(ctx, request, Some(existing), &mut new);
                         Ok((new, changed_revision(&scale, &new_scale)?))
                     })
                     .await?;

@@ -1,5 +1,5 @@
 //! The keel-apiserver binary as an operator runs it: certificates and admin.kubeconfig made on first
-//! start, client-certificate and token authentication, anonymous requests refused but for health,
+//! start, client-certificate and token authentication, RBAC, anonymous requests allowed only health,
 //! and everything still there after a restart.
 
 mod common;
@@ -76,14 +76,50 @@ fn serves_https_with_authentication_and_survives_a_restart() -> Result<()> {
     let ca = data.join("pki").join("ca.crt");
     let token = dir.path().join("token.kubeconfig");
     kubeconfig(&token, &server_url, &ca, Some("s3cret"))?;
-    let (ok, out, err) = kubectl(&kubectl_31, &token, &["get", "namespaces", "-o", "name"])?;
-    ensure!(ok && out.contains("namespace/kept"), "listing with a token: {out}{err}");
+    // RBAC: nothing until the admin grants it, then what the grant says.
+    let (ok, _, err) = kubectl(&kubectl_31, &token, &["get", "namespaces", "-o", "name"])?;
+    ensure!(
+        !ok && err.contains(r#"namespaces is forbidden: User "alice" cannot list resource "namespaces" in API group "" at the cluster scope"#),
+        "listing with a token before a grant: {err}"
+    );
+    for args in [
+        &["create", "clusterrole", "namespace-reader", "--verb=get,list", "--resource=namespaces"][..],
+        &[
+            "create",
+            "clusterrolebinding",
+            "alice-reads-namespaces",
+            "--clusterrole=namespace-reader",
+            "--group=dev",
+        ],
+    ] {
+        let (ok, _, err) = kubectl(&kubectl_31, &admin, args)?;
+        ensure!(ok, "{args:?}: {err}");
+    }
+    // The authorizer follows the RBAC objects as they change: eventually current, as upstream's.
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        let (ok, out, err) = kubectl(&kubectl_31, &token, &["get", "namespaces", "-o", "name"])?;
+        if ok && out.contains("namespace/kept") {
+            break;
+        }
+        ensure!(std::time::Instant::now() < deadline, "listing with a token after the grant: {out}{err}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let (ok, _, err) = kubectl(&kubectl_31, &token, &["delete", "namespace", "kept"])?;
+    ensure!(!ok && err.contains("Forbidden"), "deleting is not granted: {err}");
 
     // Without credentials (kubectl would prompt for a password, so a plain TLS client asks).
     let ca_pem = std::fs::read_to_string(&ca)?;
     let anonymous_get = |path: &str| common::raw_request(address, &ca_pem, None, "GET", path, &[], b"");
+    // Anonymous requests are system:anonymous, authorized like anyone: the default policy lets
+    // them read health and version only.
     let (status, _, body) = anonymous_get("/api/v1/namespaces")?;
-    ensure!(status == 401 && body.contains(r#""reason":"Unauthorized""#), "{status} {body}");
+    ensure!(
+        status == 403 && body.contains(r#"User \"system:anonymous\" cannot list resource \"namespaces\""#),
+        "{status} {body}"
+    );
+    let (status, _, body) = anonymous_get("/version")?;
+    ensure!(status == 200 && body.contains("gitVersion"), "{status} {body}");
     let (status, _, body) = anonymous_get("/healthz")?;
     ensure!(status == 200 && body == "ok", "{status} {body}");
     let wrong = dir.path().join("wrong.kubeconfig");

@@ -113,6 +113,11 @@ fn crd_json() -> Result<Value> {
 }
 
 /// Applies `manifest` with kubectl from a file.
+/// Every test here serves the same CRD, and the custom resource registry is process-wide (one
+/// server per process in production): one test's delete of widgets.test.keel.dev would stop
+/// another's. They take turns.
+static TURN: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
 async fn apply(kubectl: &Kubectl, kubeconfig: &Path, dir: &Path, manifest: &str) -> Result<String> {
     apply_with(kubectl, kubeconfig, dir, manifest, true).await
 }
@@ -648,21 +653,25 @@ async fn scenario(server: common::Server, minor: u32) -> Result<()> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn crds_with_kubectl_1_27() -> Result<()> {
+    let _turn = TURN.lock().await;
     scenario(common::Server::start().await?, 27).await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn crds_with_kubectl_1_30() -> Result<()> {
+    let _turn = TURN.lock().await;
     scenario(common::Server::start().await?, 30).await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn crds_with_kubectl_1_33() -> Result<()> {
+    let _turn = TURN.lock().await;
     scenario(common::Server::start().await?, 33).await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn crds_on_etcd() -> Result<()> {
+    let _turn = TURN.lock().await;
     let etcd = keel_testbed::etcd::EtcdCluster::start(1)?;
     let options = keel_store::etcd::EtcdOptions::new(etcd.client_urls()).prefix("/keel");
     let store = std::sync::Arc::new(keel_store::etcd::EtcdStore::connect(options).await?);
@@ -695,6 +704,7 @@ async fn stop(server: common::Server) -> Result<()> {
 /// and its own watch cache of the resource starts.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn crds_served_after_a_restart_on_etcd() -> Result<()> {
+    let _turn = TURN.lock().await;
     let etcd = keel_testbed::etcd::EtcdCluster::start(1)?;
     let first = on_etcd(&etcd).await?;
     let (status, body) = json_request(&first, "POST", CRD_PATH, "application/json", &crd_json()?).await?;
@@ -721,6 +731,7 @@ async fn crds_served_after_a_restart_on_etcd() -> Result<()> {
 /// dropping the object from the store past its finalizer; once released, the CRD goes.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn terminating_crd_after_a_restart_on_etcd() -> Result<()> {
+    let _turn = TURN.lock().await;
     let etcd = keel_testbed::etcd::EtcdCluster::start(1)?;
     let first = on_etcd(&etcd).await?;
     let (status, body) = json_request(&first, "POST", CRD_PATH, "application/json", &crd_json()?).await?;

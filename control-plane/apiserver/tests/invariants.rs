@@ -142,7 +142,7 @@ async fn namespaces_verbs_and_names() -> Result<()> {
     let (status, answer) = post(
         &server,
         "/apis/rbac.authorization.k8s.io/v1/clusterroles",
-        &json!({"metadata": {"name": "system:node"}, "rules": []}),
+        &json!({"metadata": {"name": "system:custom-role"}, "rules": []}),
     )
     .await?;
     ensure!(status == 201, "{answer}");

@@ -61,10 +61,11 @@ pub fn schemas(definitions: &Map<String, Value>, source: &str) -> Result<Value> 
     let mut roots: Vec<String> = OPERATION_TYPES.iter().map(|s| (*s).to_owned()).collect();
     for resource in keel_api::resources::RESOURCES {
         let (group, version) = (resource.group, resource.version);
-        let mut wanted = vec![
-            gvk_key(group, version, resource.kind),
-            gvk_key(group, version, &format!("{}List", resource.kind)),
-        ];
+        let mut wanted = vec![gvk_key(group, version, resource.kind)];
+        // Reviews are only created: they have no list.
+        if resource.verbs.contains(&"list") {
+            wanted.push(gvk_key(group, version, &format!("{}List", resource.kind)));
+        }
         for sub in resource.subresources {
             let (g, v) = if sub.group.is_empty() { (group, version) } else { (sub.group, sub.version) };
             wanted.push(gvk_key(g, v, sub.kind));

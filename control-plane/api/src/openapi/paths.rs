@@ -232,7 +232,12 @@ fn add_resource_paths(
 ) -> Result<(), BuildError> {
     let (group, version, kind) = (r.group, r.version, r.kind);
     let object = definition(schemas, group, version, kind)?;
-    let list = definition(schemas, group, version, &format!("{kind}List"))?;
+    // Reviews are only created: no list.
+    let list = if r.verbs.contains(&"list") {
+        definition(schemas, group, version, &format!("{kind}List"))?
+    } else {
+        String::new()
+    };
     let prefix = format!("/{}", super::group_version_path(group, version));
     let scope = if r.namespaced { "Namespaced" } else { "" };
     let id = |verb: &str, sub: &str| {

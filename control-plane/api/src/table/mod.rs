@@ -641,7 +641,18 @@ mod tests {
             RESOURCES.iter().filter(|r| Printer::of(r) == Printer::Default).map(|r| r.plural).collect();
         assert_eq!(
             defaults,
-            ["limitranges", "clusterroles", "roles", "customresourcedefinitions"],
+            [
+                "limitranges",
+                "selfsubjectreviews",
+                "tokenreviews",
+                "localsubjectaccessreviews",
+                "selfsubjectaccessreviews",
+                "selfsubjectrulesreviews",
+                "subjectaccessreviews",
+                "clusterroles",
+                "roles",
+                "customresourcedefinitions"
+            ],
             "no printer upstream"
         );
     }

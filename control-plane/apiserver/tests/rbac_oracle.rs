@@ -1,0 +1,409 @@
+//! RBAC decisions, differentially: the same policy on keel-apiserver and on kube-apiserver 1.34
+//! (the upstream peer, on etcd 3.6, with kube-controller-manager's clusterrole-aggregation controller
+//! so admin, edit and view hold their rules as they do in a cluster). The default policy plus the
+//! same few bindings on both; then, for a matrix of subjects × verbs × resources (subresources and
+//! non-resource URLs among them), a SubjectAccessReview must answer the same on both servers, a
+//! SelfSubjectRulesReview must list the same rules, and `kubectl auth can-i` / `auth whoami` with
+//! `--as` must print the same. Any difference fails the test unless it is listed in [`KNOWN`] with
+//! upstream's reason.
+//!
+//! Not yet in the matrix: nodes (`system:node:<name>`), which upstream authorizes with the Node
+//! authorizer Keel does not have yet.
+
+use std::collections::BTreeSet;
+use std::path::Path;
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result, bail, ensure};
+use keel_testbed::kube_apiserver::KubeApiServer;
+use keel_testbed::kubectl;
+use keel_testbed::loopback::free_port;
+use keel_testbed::process::{Daemon, Readiness};
+use kube::config::{KubeConfigOptions, Kubeconfig};
+use serde_json::{Value, json};
+
+/// Differences known and explained: (subject, question, upstream's reason).
+const KNOWN: &[(&str, &str, &str)] = &[];
+
+/// Who is asked about: a label, the user, its groups.
+const SUBJECTS: &[(&str, &str, &[&str])] = &[
+    ("a plain user", "carol", &["system:authenticated"]),
+    ("alice (edit in dev)", "alice", &["system:authenticated"]),
+    ("bob (view everywhere)", "bob", &["system:authenticated"]),
+    ("ops group (admin in dev)", "dave", &["ops", "system:authenticated"]),
+    ("the scheduler", "system:kube-scheduler", &["system:authenticated"]),
+    ("the controller manager", "system:kube-controller-manager", &["system:authenticated"]),
+    ("kube-proxy", "system:kube-proxy", &["system:authenticated"]),
+    (
+        "a service account without bindings",
+        "system:serviceaccount:dev:default",
+        &["system:serviceaccounts", "system:serviceaccounts:dev", "system:authenticated"],
+    ),
+    (
+        "a service account bound to admin in dev",
+        "system:serviceaccount:dev:deployer",
+        &["system:serviceaccounts", "system:serviceaccounts:dev", "system:authenticated"],
+    ),
+    ("anonymous", "system:anonymous", &["system:unauthenticated"]),
+    ("a bootstrap token", "system:bootstrap:abcdef", &["system:bootstrappers", "system:authenticated"]),
+    ("the admin", "kubernetes-admin", &["system:masters", "system:authenticated"]),
+];
+
+/// What is asked: resource attributes (verb, group, resource, subresource, namespace, name) or a
+/// non-resource request (verb, path).
+#[derive(Debug, Clone, Copy)]
+enum Ask {
+    Resource(&'static str, &'static str, &'static str, &'static str, &'static str, &'static str),
+    Path(&'static str, &'static str),
+}
+
+const ASKS: &[Ask] = &[
+    Ask::Resource("get", "", "pods", "", "dev", "web"),
+    Ask::Resource("list", "", "pods", "", "dev", ""),
+    Ask::Resource("watch", "", "pods", "", "", ""),
+    Ask::Resource("create", "", "pods", "", "dev", ""),
+    Ask::Resource("delete", "", "pods", "", "dev", "web"),
+    Ask::Resource("patch", "", "pods", "status", "dev", "web"),
+    Ask::Resource("get", "", "pods", "log", "dev", "web"),
+    Ask::Resource("create", "", "pods", "exec", "dev", "web"),
+    Ask::Resource("create", "", "pods", "eviction", "dev", "web"),
+    Ask::Resource("create", "", "pods", "binding", "dev", "web"),
+    Ask::Resource("get", "", "secrets", "", "kube-system", "x"),
+    Ask::Resource("list", "", "secrets", "", "dev", ""),
+    Ask::Resource("list", "", "configmaps", "", "", ""),
+    Ask::Resource("update", "", "configmaps", "", "kube-system", "extension-apiserver-authentication"),
+    Ask::Resource("get", "", "nodes", "", "", "n1"),
+    Ask::Resource("list", "", "nodes", "", "", ""),
+    Ask::Resource("patch", "", "nodes", "status", "", "n1"),
+    Ask::Resource("create", "", "events", "", "dev", ""),
+    Ask::Resource("create", "events.k8s.io", "events", "", "dev", ""),
+    Ask::Resource("get", "", "namespaces", "", "dev", "dev"),
+    Ask::Resource("delete", "", "namespaces", "", "", "dev"),
+    Ask::Resource("list", "", "services", "", "", ""),
+    Ask::Resource("create", "", "serviceaccounts", "token", "dev", "default"),
+    Ask::Resource("list", "", "persistentvolumes", "", "", ""),
+    Ask::Resource("create", "apps", "deployments", "", "dev", ""),
+    Ask::Resource("update", "apps", "deployments", "scale", "dev", "web"),
+    Ask::Resource("deletecollection", "apps", "replicasets", "", "dev", ""),
+    Ask::Resource("list", "discovery.k8s.io", "endpointslices", "", "", ""),
+    Ask::Resource("create", "coordination.k8s.io", "leases", "", "kube-node-lease", ""),
+    Ask::Resource("update", "coordination.k8s.io", "leases", "", "kube-system", "kube-scheduler"),
+    Ask::Resource("create", "certificates.k8s.io", "certificatesigningrequests", "", "", ""),
+    Ask::Resource("create", "certificates.k8s.io", "certificatesigningrequests", "nodeclient", "", ""),
+    Ask::Resource("create", "rbac.authorization.k8s.io", "rolebindings", "", "dev", ""),
+    Ask::Resource("escalate", "rbac.authorization.k8s.io", "clusterroles", "", "", "admin"),
+    Ask::Resource("bind", "rbac.authorization.k8s.io", "clusterroles", "", "", "edit"),
+    Ask::Resource("impersonate", "", "users", "", "", "alice"),
+    Ask::Resource("create", "authentication.k8s.io", "tokenreviews", "", "", ""),
+    Ask::Resource("create", "authorization.k8s.io", "subjectaccessreviews", "", "", ""),
+    Ask::Resource("create", "authorization.k8s.io", "selfsubjectaccessreviews", "", "", ""),
+    Ask::Resource("create", "authentication.k8s.io", "selfsubjectreviews", "", "", ""),
+    Ask::Resource("get", "example.com", "widgets", "", "dev", "w"),
+    Ask::Path("get", "/healthz"),
+    Ask::Path("get", "/livez"),
+    Ask::Path("get", "/readyz/ping"),
+    Ask::Path("get", "/version"),
+    Ask::Path("get", "/api"),
+    Ask::Path("get", "/apis/apps/v1"),
+    Ask::Path("get", "/openapi/v2"),
+    Ask::Path("get", "/metrics"),
+    Ask::Path("get", "/logs"),
+    Ask::Path("post", "/healthz"),
+];
+
+fn describe(ask: &Ask) -> String {
+    match ask {
+        Ask::Resource(verb, group, resource, sub, namespace, name) => {
+            let resource = if sub.is_empty() { (*resource).to_owned() } else { format!("{resource}/{sub}") };
+            let group = if group.is_empty() { String::new() } else { format!(".{group}") };
+            format!("{verb} {resource}{group} ns={namespace:?} name={name:?}")
+        }
+        Ask::Path(verb, path) => format!("{verb} {path}"),
+    }
+}
+
+fn review(user: &str, groups: &[&str], ask: &Ask) -> Value {
+    let attributes = match ask {
+        Ask::Resource(verb, group, resource, subresource, namespace, name) => json!({"resourceAttributes": {
+            "verb": verb, "group": group, "resource": resource, "subresource": subresource,
+            "namespace": namespace, "name": name}}),
+        Ask::Path(verb, path) => json!({"nonResourceAttributes": {"verb": verb, "path": path}}),
+    };
+    let mut spec = attributes;
+    spec["user"] = user.into();
+    spec["groups"] = json!(groups);
+    json!({"apiVersion": "authorization.k8s.io/v1", "kind": "SubjectAccessReview", "spec": spec})
+}
+
+/// One server, as the admin.
+struct Side {
+    name: &'static str,
+    client: kube::Client,
+    kubeconfig: std::path::PathBuf,
+}
+
+impl Side {
+    async fn new(name: &'static str, kubeconfig: &Path) -> Result<Side> {
+        let config = kube::Config::from_custom_kubeconfig(
+            Kubeconfig::read_from(kubeconfig)?,
+            &KubeConfigOptions::default(),
+        )
+        .await?;
+        Ok(Side { name, client: kube::Client::try_from(config)?, kubeconfig: kubeconfig.to_owned() })
+    }
+
+    async fn send(
+        &self,
+        method: &str,
+        path: &str,
+        body: Option<&Value>,
+        headers: &[(&str, &str)],
+    ) -> Result<Value> {
+        let mut request = http::Request::builder().method(method).uri(path);
+        for (name, value) in headers {
+            request = request.header(*name, *value);
+        }
+        let bytes = body.map(serde_json::to_vec).transpose()?.unwrap_or_default();
+        let request = request.header("content-type", "application/json").body(bytes)?;
+        let text = self
+            .client
+            .request_text(request)
+            .await
+            .with_context(|| format!("{}: {method} {path}", self.name))?;
+        Ok(serde_json::from_str(&text)?)
+    }
+
+    async fn allowed(&self, user: &str, groups: &[&str], ask: &Ask) -> Result<bool> {
+        let answer = self
+            .send(
+                "POST",
+                "/apis/authorization.k8s.io/v1/subjectaccessreviews",
+                Some(&review(user, groups, ask)),
+                &[],
+            )
+            .await?;
+        Ok(answer["status"]["allowed"] == true)
+    }
+
+    /// The same few objects on both servers, beside the default policy.
+    async fn set_up(&self) -> Result<()> {
+        let binding = |kind: &str, namespace: Option<&str>, name: &str, role: &str, subject: Value| {
+            let mut metadata = json!({"name": name});
+            if let Some(namespace) = namespace {
+                metadata["namespace"] = namespace.into();
+            }
+            json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": kind, "metadata": metadata,
+                   "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": role},
+                   "subjects": [subject]})
+        };
+        let user =
+            |name: &str| json!({"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": name});
+        let writes = [
+            (
+                "/api/v1/namespaces",
+                json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "dev"}}),
+            ),
+            (
+                "/apis/rbac.authorization.k8s.io/v1/namespaces/dev/rolebindings",
+                binding("RoleBinding", Some("dev"), "alice-edit", "edit", user("alice")),
+            ),
+            (
+                "/apis/rbac.authorization.k8s.io/v1/clusterrolebindings",
+                binding("ClusterRoleBinding", None, "bob-view", "view", user("bob")),
+            ),
+            (
+                "/apis/rbac.authorization.k8s.io/v1/namespaces/dev/rolebindings",
+                binding(
+                    "RoleBinding",
+                    Some("dev"),
+                    "ops-admin",
+                    "admin",
+                    json!({"apiGroup": "rbac.authorization.k8s.io", "kind": "Group", "name": "ops"}),
+                ),
+            ),
+            (
+                "/apis/rbac.authorization.k8s.io/v1/namespaces/dev/rolebindings",
+                binding(
+                    "RoleBinding",
+                    Some("dev"),
+                    "deployer-admin",
+                    "admin",
+                    json!({"kind": "ServiceAccount", "name": "deployer"}),
+                ),
+            ),
+        ];
+        for (path, object) in writes {
+            self.send("POST", path, Some(&object), &[]).await?;
+        }
+        Ok(())
+    }
+
+    /// Until the bindings are in the authorizer and admin, edit and view are aggregated.
+    async fn wait_until_current(&self) -> Result<()> {
+        let deadline = Instant::now() + Duration::from_secs(60);
+        let sentinels = [
+            ("alice", Ask::Resource("create", "apps", "deployments", "", "dev", "")),
+            ("bob", Ask::Resource("list", "", "pods", "", "kube-system", "")),
+            ("dave", Ask::Resource("create", "rbac.authorization.k8s.io", "rolebindings", "", "dev", "")),
+        ];
+        for (user, ask) in sentinels {
+            while !self.allowed(user, &["ops", "system:authenticated"], &ask).await? {
+                ensure!(Instant::now() < deadline, "{}: {user} may still not {}", self.name, describe(&ask));
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        }
+        Ok(())
+    }
+
+    /// The rules SelfSubjectRulesReview lists for `user` in `namespace`, as a set.
+    async fn rules(&self, user: &str, groups: &[&str], namespace: &str) -> Result<BTreeSet<String>> {
+        let mut headers = vec![("impersonate-user", user)];
+        headers.extend(groups.iter().map(|g| ("impersonate-group", *g)));
+        let body = json!({"apiVersion": "authorization.k8s.io/v1", "kind": "SelfSubjectRulesReview",
+                          "spec": {"namespace": namespace}});
+        let answer = self
+            .send("POST", "/apis/authorization.k8s.io/v1/selfsubjectrulesreviews", Some(&body), &headers)
+            .await;
+        // A subject may not be allowed to ask at all (anonymous): that is an answer too.
+        let answer = match answer {
+            Ok(answer) => answer,
+            Err(error) => match error.downcast_ref::<kube::Error>() {
+                Some(kube::Error::Api(status)) => {
+                    return Ok(BTreeSet::from([format!("refused {}", status.code)]));
+                }
+                _ => return Err(error),
+            },
+        };
+        let status = &answer["status"];
+        let mut rules = BTreeSet::new();
+        for (kind, list) in
+            [("resource", &status["resourceRules"]), ("nonResource", &status["nonResourceRules"])]
+        {
+            for rule in list.as_array().into_iter().flatten() {
+                rules.insert(format!("{kind} {rule}"));
+            }
+        }
+        rules.insert(format!("incomplete={}", status["incomplete"]));
+        Ok(rules)
+    }
+}
+
+fn kubectl_output(kubectl: &Path, kubeconfig: &Path, args: &[&str]) -> Result<String> {
+    let output = Command::new(kubectl).arg("--kubeconfig").arg(kubeconfig).args(args).output()?;
+    Ok(format!("{}{}", String::from_utf8_lossy(&output.stdout), String::from_utf8_lossy(&output.stderr)))
+}
+
+/// kube-controller-manager with only the clusterrole-aggregation controller, on `kubeconfig`.
+fn aggregation_controller(kubeconfig: &Path) -> Result<Daemon> {
+    let kcm = keel_testbed::peers::path("kube-controller-manager")?;
+    let port = free_port()?;
+    let mut command = Command::new(kcm);
+    command
+        .arg(format!("--kubeconfig={}", kubeconfig.display()))
+        .args(["--controllers=clusterrole-aggregation", "--leader-elect=false", "--bind-address=127.0.0.1"])
+        .arg(format!("--secure-port={port}"));
+    let ready = Readiness::Tcp(std::net::SocketAddr::from(([127, 0, 0, 1], port)));
+    Daemon::start("kube-controller-manager", command, ready, Duration::from_secs(30))
+}
+
+#[tokio::test]
+async fn decisions_and_rules_equal_kube_apiserver() -> Result<()> {
+    let upstream = tokio::task::spawn_blocking(KubeApiServer::start).await??;
+    let upstream_kubeconfig = upstream.dir().join("admin.kubeconfig");
+    upstream.write_kubeconfig(&upstream_kubeconfig, upstream.admin())?;
+    let _aggregation = aggregation_controller(&upstream_kubeconfig)?;
+
+    let dir = tempfile::tempdir()?;
+    let data = dir.path().join("data");
+    let port = free_port()?;
+    let mut command = Command::new(env!("CARGO_BIN_EXE_keel-apiserver"));
+    command.arg("--data-dir").arg(&data).args([
+        "--bind-address",
+        "127.0.0.1",
+        "--secure-port",
+        &port.to_string(),
+    ]);
+    let mut probe = Command::new("test");
+    probe.arg("-s").arg(data.join("admin.kubeconfig"));
+    let _keel = Daemon::start("keel-apiserver", command, Readiness::Command(probe), Duration::from_secs(60))?;
+
+    let sides = [
+        Side::new("keel", &data.join("admin.kubeconfig")).await?,
+        Side::new("kube-apiserver", &upstream_kubeconfig).await?,
+    ];
+    for side in &sides {
+        side.set_up().await?;
+    }
+    for side in &sides {
+        side.wait_until_current().await?;
+    }
+
+    let mut differences = Vec::new();
+    let mut asked = 0;
+    let mut granted = 0;
+    for (label, user, groups) in SUBJECTS {
+        for ask in ASKS {
+            let (keel, theirs) =
+                (sides[0].allowed(user, groups, ask).await?, sides[1].allowed(user, groups, ask).await?);
+            asked += 1;
+            granted += usize::from(theirs);
+            let question = describe(ask);
+            let known = KNOWN.iter().any(|(s, q, _)| s == label && *q == question);
+            if keel != theirs && !known {
+                differences.push(format!("{label}: {question}: keel {keel}, kube-apiserver {theirs}"));
+            }
+            if keel == theirs && known {
+                differences
+                    .push(format!("{label}: {question}: listed as a difference but both answer {keel}"));
+            }
+        }
+        for namespace in ["dev", "kube-system"] {
+            let (keel, theirs) = (
+                sides[0].rules(user, groups, namespace).await?,
+                sides[1].rules(user, groups, namespace).await?,
+            );
+            if keel != theirs {
+                let only =
+                    |a: &BTreeSet<String>, b: &BTreeSet<String>| a.difference(b).cloned().collect::<Vec<_>>();
+                differences.push(format!(
+                    "{label}: SelfSubjectRulesReview in {namespace}: only keel {:?}; only kube-apiserver {:?}",
+                    only(&keel, &theirs),
+                    only(&theirs, &keel)
+                ));
+            }
+        }
+    }
+    eprintln!(
+        "{asked} SubjectAccessReviews per server ({granted} allowed), {} subjects' rules in two namespaces",
+        SUBJECTS.len()
+    );
+    // The matrix asks both what is allowed and what is not.
+    ensure!(granted > asked / 10 && granted < asked - asked / 10, "{granted} of {asked} allowed");
+
+    // kubectl's own commands through impersonation, on both.
+    let kubectl = kubectl::minor(33)?;
+    let commands: &[&[&str]] = &[
+        &["auth", "can-i", "create", "deployments", "-n", "dev", "--as=alice"],
+        &["auth", "can-i", "delete", "nodes", "--as=alice"],
+        &["auth", "can-i", "get", "pods", "-n", "kube-system", "--as=bob"],
+        &["auth", "can-i", "update", "leases", "-n", "kube-system", "--as=system:kube-scheduler"],
+        &["auth", "can-i", "list", "secrets", "-n", "dev", "--as=system:serviceaccount:dev:deployer"],
+        &["auth", "can-i", "get", "/healthz", "--as=system:anonymous"],
+        &["auth", "can-i", "--list", "-n", "dev", "--as=alice"],
+        &["auth", "whoami", "--as=alice", "--as-group=dev"],
+        &["auth", "whoami", "--as=system:serviceaccount:dev:default"],
+    ];
+    for args in commands {
+        let keel = kubectl_output(&kubectl.path, &sides[0].kubeconfig, args)?;
+        let theirs = kubectl_output(&kubectl.path, &sides[1].kubeconfig, args)?;
+        if keel != theirs {
+            differences
+                .push(format!("kubectl {}:\nkeel:\n{keel}\nkube-apiserver:\n{theirs}", args.join(" ")));
+        }
+    }
+    if !differences.is_empty() {
+        bail!("{} differences from kube-apiserver:\n{}", differences.len(), differences.join("\n"));
+    }
+    Ok(())
+}
