@@ -99,17 +99,7 @@ impl Authorizer {
         let mut rules = UserRules::default();
         let mut incomplete = false;
         if user.groups.iter().any(|g| g == SYSTEM_PRIVILEGED_GROUP) {
-            rules.resource_rules.push(crate::rbac::PolicyRule {
-                verbs: vec!["*".into()],
-                api_groups: vec!["*".into()],
-                resources: vec!["*".into()],
-                ..Default::default()
-            });
-            rules.non_resource_rules.push(crate::rbac::PolicyRule {
-                verbs: vec!["*".into()],
-                non_resource_urls: vec!["*".into()],
-                ..Default::default()
-            });
+            grant_everything(&mut rules);
         }
         for mode in &self.modes {
             match mode {
@@ -121,17 +111,7 @@ impl Authorizer {
                     rules.errors.extend(found.errors);
                 }
                 Mode::AlwaysAllow => {
-                    rules.resource_rules.push(crate::rbac::PolicyRule {
-                        verbs: vec!["*".into()],
-                        api_groups: vec!["*".into()],
-                        resources: vec!["*".into()],
-                        ..Default::default()
-                    });
-                    rules.non_resource_rules.push(crate::rbac::PolicyRule {
-                        verbs: vec!["*".into()],
-                        non_resource_urls: vec!["*".into()],
-                        ..Default::default()
-                    });
+                    grant_everything(&mut rules);
                 }
                 Mode::AlwaysDeny => {}
             }
@@ -170,6 +150,22 @@ impl Authorizer {
             detail,
         }
     }
+}
+
+/// The rules of a subject allowed everything (system:masters, AlwaysAllow), as upstream lists them.
+fn grant_everything(rules: &mut UserRules) {
+    let all = || vec!["*".to_owned()];
+    rules.resource_rules.push(crate::rbac::PolicyRule {
+        verbs: all(),
+        api_groups: all(),
+        resources: all(),
+        ..Default::default()
+    });
+    rules.non_resource_rules.push(crate::rbac::PolicyRule {
+        verbs: all(),
+        non_resource_urls: all(),
+        ..Default::default()
+    });
 }
 
 #[cfg(test)]
