@@ -4,7 +4,7 @@
 //! The processes are started first and then released together: each waits for its configuration on
 //! stdin, which is written to all of them only once all are running.
 
-mod runner;
+use crate::runner;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::io::Write;

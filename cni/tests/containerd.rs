@@ -3,7 +3,7 @@
 //! IP keel-cni assigned; the pod answers from the node; StopPodSandbox and RemovePodSandbox release
 //! the address.
 
-mod runner;
+use crate::runner;
 
 use std::io::ErrorKind;
 use std::net::{IpAddr, SocketAddr, TcpStream};

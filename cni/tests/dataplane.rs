@@ -1,7 +1,7 @@
 //! The kernel dataplane on its own (no IPAM, no binary), in a node namespace and a pod namespace: what
 //! each operation leaves in the kernel, read back with `ip -j`, and traffic over it.
 
-mod common;
+use crate::common;
 
 use std::path::Path;
 

@@ -2,7 +2,7 @@
 //! own namespaces. Traffic between pods and the node, every error path (the spec's error or success,
 //! and nothing left behind: links, addresses, routes, allocations, nft rules), DEL twice, CHECK drift.
 
-mod common;
+use crate::common;
 
 use std::net::IpAddr;
 use std::path::{Path, PathBuf};

@@ -10,7 +10,7 @@
 //! A second test runs both on one node and one data dir, as a node moving from the reference chain to
 //! keel-cni: each sees and releases the other's allocations.
 
-mod runner;
+use crate::runner;
 
 use std::collections::BTreeSet;
 use std::net::IpAddr;

@@ -10,7 +10,7 @@
 //!   a plain pod and for one sharing a PID namespace;
 //! - bad input gets its gRPC code and leaves no directory, mount or runtime state behind.
 
-mod cri_suite;
+use crate::cri_suite;
 
 use std::collections::BTreeSet;
 use std::fs::OpenOptions;

@@ -4,7 +4,7 @@
 //! runtime runs in, with the reference CNI plugins (bridge, host-local, portmap, loopback) and a
 //! registry on the node's loopback holding keel-testbed's images.
 
-mod cri_suite;
+use crate::cri_suite;
 
 use anyhow::{Context, Result};
 use cri_suite::node::{Shim, SuiteNode};

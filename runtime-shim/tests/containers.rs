@@ -691,8 +691,11 @@ async fn a_container_outlives_the_keel_shim_process_that_made_it() {
     let mut fixture = Fixture::new();
     let id = format!("{:016x}{:08x}", rand_u64(), std::process::id());
     fixture.created.push(("runc".to_owned(), id.clone()));
+    // libtest names a test by its path in the binary, without the crate's name.
+    let test = concat!(module_path!(), "::keel_shim_process_that_creates_a_container");
+    let test = test.split_once("::").map_or(test, |(_, path)| path);
     let child = std::process::Command::new(std::env::current_exe().expect("the test binary"))
-        .args(["--exact", "keel_shim_process_that_creates_a_container", "--ignored", "--nocapture"])
+        .args(["--exact", test, "--ignored", "--nocapture"])
         .env(CHILD_ENV, format!("{},{},{id}", fixture.root.path().display(), fixture.rootfs.display()))
         .stdout(std::process::Stdio::null())
         .status()

@@ -9,7 +9,7 @@
 //! test too (the list is stale). keel-shim's list holds only cases containerd's also holds, so keel-shim
 //! passes every case containerd passes (checked by `keel_shim_fails_nothing_containerd_passes`).
 
-mod cri_suite;
+use crate::cri_suite;
 
 use std::collections::BTreeMap;
 use std::path::Path;

@@ -1,7 +1,7 @@
 //! keel-shim as a process: its command-line errors, its socket (stale, live, mode, removal on
 //! SIGTERM/SIGINT), the RPCs it serves beyond the suite's assertions, and `Unimplemented` for the rest.
 
-mod cri_suite;
+use crate::cri_suite;
 
 use std::os::unix::fs::{FileTypeExt, PermissionsExt};
 use std::path::{Path, PathBuf};

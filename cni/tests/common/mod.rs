@@ -1,8 +1,6 @@
 //! What keel-cni's root tests share: a node namespace with a pod namespace, the binary run inside the
 //! node, and the kernel's state read back with `ip -j` (fine in tests; keel-cni itself never runs `ip`).
 
-#![allow(dead_code, reason = "each test file uses a part")]
-
 use std::io::Write;
 use std::net::{IpAddr, Shutdown, TcpListener, TcpStream, UdpSocket};
 use std::path::Path;

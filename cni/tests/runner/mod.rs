@@ -1,8 +1,6 @@
 //! Running CNI plugin binaries as a runtime does — inside a test node's namespace, several at once —
 //! and reading IPAM allocations in host-local's on-disk layout (the peers tests' helpers).
 
-#![allow(dead_code, reason = "each test binary uses a different part of these helpers")]
-
 use std::collections::BTreeMap;
 use std::io::Write;
 use std::net::IpAddr;

@@ -1,7 +1,7 @@
 //! Defaulting and the admission chain on create: pod spec defaults, ServiceAccount,
 //! DefaultTolerationSeconds, Priority, LimitRanger, DefaultStorageClass.
 
-mod common;
+use crate::common;
 
 use anyhow::{Result, ensure};
 use common::Server;

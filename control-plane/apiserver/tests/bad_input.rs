@@ -2,7 +2,7 @@
 //! in the store — requests and patches that do not apply, on both stores. Also YAML bodies and
 //! responses, and content negotiation.
 
-mod common;
+use crate::common;
 
 use anyhow::{Result, ensure};
 use common::Server;

@@ -2,7 +2,7 @@
 //! start, client-certificate and token authentication, RBAC, anonymous requests allowed only health,
 //! and everything still there after a restart.
 
-mod common;
+use crate::common;
 
 use std::net::SocketAddr;
 use std::path::Path;

@@ -9,7 +9,7 @@
 //! are served), except for the object carrying a field its schema does not know: that one is sent
 //! with `--validate=false`, as a client that does not validate would, to see the server prune it.
 
-mod common;
+use crate::common;
 
 use std::path::Path;
 

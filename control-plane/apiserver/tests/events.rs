@@ -3,7 +3,7 @@
 //! (involvedObject, message, reportingComponent...) by the path it is read through — in gets,
 //! lists, field selectors and watches — and `kubectl events` reading what a client wrote.
 
-mod common;
+use crate::common;
 
 use anyhow::{Result, ensure};
 use common::Server;

@@ -1,7 +1,7 @@
 //! pods/eviction as kube-apiserver's EvictionREST answers it — PodDisruptionBudgets consulted and
 //! decremented, 429 with a DisruptionBudget cause when none is left — and `kubectl drain` on top.
 
-mod common;
+use crate::common;
 
 use anyhow::{Result, ensure};
 use common::Server;

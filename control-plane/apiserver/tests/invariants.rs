@@ -4,7 +4,7 @@
 //! are served, writes that change nothing write nothing, names follow upstream's per-resource rules,
 //! and pagination honours `limit`.
 
-mod common;
+use crate::common;
 
 use anyhow::{Result, ensure};
 use common::Server;

@@ -1,7 +1,7 @@
 //! kubectl against keel-apiserver on the embedded store (and on etcd), over HTTPS as the admin, with JSON
 //! bodies: kubectl 1.27 to 1.31 (1.32+ sends protobuf on create, which is issue 5's).
 
-mod common;
+use crate::common;
 
 use std::sync::Arc;
 

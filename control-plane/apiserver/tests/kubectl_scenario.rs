@@ -4,7 +4,7 @@
 //! explain, get as a Table, describe, api-resources, edit through KUBE_EDITOR, and a CRD whose custom
 //! resources are created, listed with their printer columns and deleted.
 
-mod common;
+use crate::common;
 
 use std::path::PathBuf;
 

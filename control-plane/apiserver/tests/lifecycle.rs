@@ -3,7 +3,7 @@
 //! deletion held by finalizers and propagation policies, graceful pod deletion, namespaces
 //! Terminating until finalized, preconditions and deletecollection.
 
-mod common;
+use crate::common;
 
 use std::path::Path;
 

@@ -2,7 +2,7 @@
 //! `--max-mutating-requests-inflight` answered 429 with Retry-After while reads and watches go on,
 //! and a request not answered within `--request-timeout` answered 504 Timeout.
 
-mod common;
+use crate::common;
 
 use std::io::{Read, Write};
 use std::sync::Arc;

@@ -2,7 +2,7 @@
 //! and the multi-CIDR allocator use — the default ServiceCIDR made at start, validation,
 //! subresources, upstream's tables and discovery, with kubectl 1.33 and plain requests.
 
-mod common;
+use crate::common;
 
 use std::sync::Arc;
 

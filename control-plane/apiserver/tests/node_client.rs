@@ -3,7 +3,7 @@
 //! resourceVersion, an informer, JSON, merge and strategic merge patches, and errors — on the
 //! embedded store and on etcd.
 
-mod common;
+use crate::common;
 
 use anyhow::{Context, Result, ensure};
 use serde_json::{Value, json};

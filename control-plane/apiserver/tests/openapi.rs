@@ -4,7 +4,7 @@
 //! apply/create with client validation on (1.27/1.28 read /openapi/v2 in protobuf, 1.29+ /openapi/v3
 //! and validate on the server through fieldValidation).
 
-mod common;
+use crate::common;
 
 use std::io::{Read, Write};
 use std::path::{Path, PathBuf};

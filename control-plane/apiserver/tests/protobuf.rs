@@ -2,7 +2,7 @@
 //! whose bodies are made and read with k8s-pb's prost types (the peer), kubectl 1.32 and 1.33
 //! (which send protobuf bodies on create), metadata-only lists and watches, and broken bodies.
 
-mod common;
+use crate::common;
 
 use std::io::{Read, Write};
 use std::sync::Arc;

@@ -3,7 +3,7 @@
 //! resourceVersion, JSON, merge and strategic merge patches, errors as ApiExceptions, the dynamic
 //! client and `utils.create_from_yaml` — on the embedded store and on etcd.
 
-mod common;
+use crate::common;
 
 use anyhow::{Context, Result, ensure};
 use serde_json::{Value, json};

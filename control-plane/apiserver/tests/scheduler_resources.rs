@@ -5,7 +5,7 @@
 //! their subresources, selected by field, printed as upstream's tables and discovered, with
 //! kubectl 1.33 and plain requests.
 
-mod common;
+use crate::common;
 
 use anyhow::{Context, Result, ensure};
 use common::{Admin, Server};

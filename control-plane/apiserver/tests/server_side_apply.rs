@@ -5,7 +5,7 @@
 //! shows them; kube-rs `Patch::Apply` with and without force; bad input answered with upstream's
 //! status and nothing stored.
 
-mod common;
+use crate::common;
 
 use std::path::Path;
 use std::sync::Arc;

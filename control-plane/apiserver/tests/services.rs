@@ -3,7 +3,7 @@
 //! port asks (dry runs only showing it), and give them back when deleted; the `kubernetes` Service
 //! names the apiserver.
 
-mod common;
+use crate::common;
 
 use std::collections::{BTreeMap, BTreeSet, HashSet};
 use std::sync::Arc;

@@ -1,7 +1,7 @@
 //! Objects that break upstream's validation are refused with 422 Invalid, each bad field a cause
 //! with its path, reason and message, and nothing is stored; valid objects and valid updates pass.
 
-mod common;
+use crate::common;
 
 use anyhow::{Result, ensure};
 use common::Server;

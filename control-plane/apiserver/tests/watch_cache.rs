@@ -4,7 +4,7 @@
 //! watches from a resourceVersion replayed from memory, and 410 Expired for one older than both the
 //! cache and the store's compaction.
 
-mod common;
+use crate::common;
 
 use std::sync::Arc;
 use std::time::Duration;

@@ -1,7 +1,7 @@
 //! The conformance suite on the embedded store, and what only the embedded store does: reopening,
 //! refusing bad data directories, catching up slow watches, scheduled compaction.
 
-mod conformance;
+use crate::conformance;
 
 use std::sync::Arc;
 

@@ -1,7 +1,7 @@
 //! The conformance suite on etcd: a one-member cluster per test, started on loopback by the testbed, on
 //! Debian's etcd 3.4.23 and on the current release line (3.6, `cargo xtask peers`).
 
-mod conformance;
+use crate::conformance;
 
 use std::sync::Arc;
 
@@ -37,7 +37,6 @@ conformance_tests!(open(EtcdRelease::Debian));
 
 mod etcd_3_6 {
     use super::{EtcdRelease, conformance, open};
-    use crate::conformance_tests;
 
     conformance_tests!(open(EtcdRelease::Current));
 }

@@ -1,7 +1,7 @@
 //! The conformance suite on a 3-member etcd cluster; the load tests kill one member half-way
 //! (`disrupt`), and every guarantee must hold through the other two.
 
-mod conformance;
+use crate::conformance;
 
 use std::sync::{Arc, Mutex};
 

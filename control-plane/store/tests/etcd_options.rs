@@ -2,7 +2,7 @@
 //! outlive a member's restart, a 3-member cluster losing a member, and etcd's errors as the contract
 //! names them. Every test runs real etcd members from the testbed.
 
-mod conformance;
+use crate::conformance;
 
 use std::collections::BTreeSet;
 use std::sync::Arc;

@@ -14,8 +14,6 @@
 //! was deleted, and each group's doc says what critest covers instead (docs/critest-overlap.md has the
 //! case-by-case table).
 
-#![allow(dead_code, reason = "each test binary uses a part of the suite")]
-
 pub mod bad_input;
 pub mod container;
 pub mod exec;

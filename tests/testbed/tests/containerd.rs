@@ -1,6 +1,6 @@
 //! Tests of the containerd fixture.
 
-mod common;
+use crate::common;
 
 use std::time::Instant;
 

@@ -1,6 +1,6 @@
 //! Tests of the `Daemon` process fixture and `sweep_orphans`.
 
-mod common;
+use crate::common;
 
 use std::os::unix::process::ExitStatusExt;
 use std::panic::{AssertUnwindSafe, catch_unwind};
@@ -130,7 +130,9 @@ fn kill_then_restart_reuses_command_and_readiness() -> Result<()> {
 #[test]
 fn a_failing_test_shows_the_log_of_its_daemons() -> Result<()> {
     const CHILD: &str = "KEEL_TESTBED_DAEMON_LOG_CHILD";
-    const TEST: &str = "a_failing_test_shows_the_log_of_its_daemons";
+    // libtest names a test by its path in the binary, without the crate's name.
+    const TEST: &str = concat!(module_path!(), "::a_failing_test_shows_the_log_of_its_daemons");
+    let test = TEST.split_once("::").map_or(TEST, |(_, path)| path);
     if std::env::var_os(CHILD).is_some() {
         // The child run: a test that fails by returning an error while its daemon is alive.
         let daemon = Daemon::start(
@@ -146,7 +148,7 @@ fn a_failing_test_shows_the_log_of_its_daemons() -> Result<()> {
     }
     // Run this test binary again on this test alone, as the failing child; read what it printed.
     let out = Command::new(std::env::current_exe()?)
-        .args(["--exact", TEST, "--nocapture", "--test-threads=1"])
+        .args(["--exact", test, "--nocapture", "--test-threads=1"])
         .env(CHILD, "1")
         .output()?;
     let stderr = String::from_utf8_lossy(&out.stderr);

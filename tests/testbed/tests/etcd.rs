@@ -1,6 +1,6 @@
 //! Tests of the etcd cluster fixture.
 
-mod common;
+use crate::common;
 
 use std::process::Command;
 use std::time::{Duration, Instant};

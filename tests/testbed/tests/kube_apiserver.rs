@@ -2,7 +2,7 @@
 //! certificates the fixture mints (user and groups, as `kubectl auth whoami` reports them), takes
 //! extra flags, authorizes with Node,RBAC, and leaves no process behind.
 
-mod common;
+use crate::common;
 
 use std::process::Command;
 use std::time::Instant;

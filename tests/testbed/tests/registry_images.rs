@@ -1,6 +1,6 @@
 //! Tests of the busybox image builder and the registry fixture.
 
-mod common;
+use crate::common;
 
 use std::time::Instant;
 

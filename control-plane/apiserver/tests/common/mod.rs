@@ -1,8 +1,6 @@
 //! A server on a loopback port for tests, and a plain HTTPS client that sends exactly what a test
 //! says (kubectl would normalise bodies and headers).
 
-#![allow(dead_code, reason = "each test binary uses part of it")]
-
 use std::io::{Read, Write};
 use std::net::SocketAddr;
 use std::sync::Arc;

@@ -4,8 +4,6 @@
 //! `Fixture::disrupt` is called in the middle of the load tests; a backend that can lose a member
 //! (the 3-member etcd cluster) kills one there, the others do nothing.
 
-#![allow(dead_code, reason = "each backend's test binary uses the suite through its own macro call")]
-
 use std::collections::{BTreeMap, HashSet};
 use std::sync::Arc;
 use std::time::Duration;
