@@ -80,6 +80,12 @@ impl Handlers {
         Ok(())
     }
 
+    /// upstream's ServiceAccount admission plugin: a pod runs as a service account that exists
+    /// (`default` unless it names one) and, unless it or its account opts out, gets the account's
+    /// token, the cluster's CA and its namespace mounted at
+    /// /var/run/secrets/kubernetes.io/serviceaccount in every container (the `kube-api-access-*`
+    /// projected volume), and the account's image pull secrets when it names none. A mirror pod
+    /// (a kubelet's static pod) may use no service account, secret or token.
     async fn admit_service_account(
         &self,
         resource: &Resource,
@@ -87,13 +93,16 @@ impl Handlers {
         pod: &mut Value,
     ) -> Result<(), ApiError> {
         let name = objects::name(pod).to_owned();
+        if pod.pointer("/metadata/annotations").and_then(|a| a.get(MIRROR_POD_ANNOTATION)).is_some() {
+            return mirror_pod_references(pod).map_err(|reason| forbidden(resource, &name, reason.into()));
+        }
         let account = pod
             .pointer("/spec/serviceAccountName")
             .and_then(Value::as_str)
             .filter(|s| !s.is_empty())
             .unwrap_or("default")
             .to_owned();
-        if self.read("", "serviceaccounts", Some(namespace), &account).await?.is_none() {
+        let Some(service_account) = self.read("", "serviceaccounts", Some(namespace), &account).await? else {
             return Err(forbidden(
                 resource,
                 &name,
@@ -101,9 +110,25 @@ impl Handlers {
                     "error looking up service account {namespace}/{account}: serviceaccount {account:?} not found"
                 ),
             ));
-        }
+        };
         pod["spec"]["serviceAccountName"] = account.clone().into();
         pod["spec"]["serviceAccount"] = account.into();
+        let automount = pod
+            .pointer("/spec/automountServiceAccountToken")
+            .or_else(|| service_account.get("automountServiceAccountToken"))
+            .and_then(Value::as_bool)
+            .unwrap_or(true);
+        if automount {
+            mount_service_account_token(pod);
+        }
+        let pull_secrets = pod.pointer("/spec/imagePullSecrets").and_then(Value::as_array);
+        if pull_secrets.is_none_or(Vec::is_empty)
+            && let Some(theirs) = service_account.get("imagePullSecrets").and_then(Value::as_array)
+            && !theirs.is_empty()
+        {
+            let names: Vec<Value> = theirs.iter().map(|r| json!({"name": r["name"]})).collect();
+            pod["spec"]["imagePullSecrets"] = Value::Array(names);
+        }
         Ok(())
     }
 
@@ -208,4 +233,78 @@ fn default_toleration_seconds(pod: &mut Value) {
         }
     }
     pod["spec"]["tolerations"] = Value::Array(tolerations);
+}
+
+/// The annotation a kubelet puts on the mirror pods of its static pods.
+pub const MIRROR_POD_ANNOTATION: &str = "kubernetes.io/config.mirror";
+/// Where the service account token volume is mounted (upstream's DefaultAPITokenMountPath).
+pub const SERVICE_ACCOUNT_MOUNT_PATH: &str = "/var/run/secrets/kubernetes.io/serviceaccount";
+/// The prefix of its volume's name (upstream's ServiceAccountVolumeName).
+const SERVICE_ACCOUNT_VOLUME_PREFIX: &str = "kube-api-access-";
+
+/// upstream's mountServiceAccountToken: the token volume (an existing `kube-api-access-*` one, else
+/// a new one) mounted in every init and regular container that has nothing at the mount path yet.
+fn mount_service_account_token(pod: &mut Value) {
+    let existing = pod.pointer("/spec/volumes").and_then(Value::as_array).and_then(|volumes| {
+        volumes
+            .iter()
+            .filter_map(|v| v["name"].as_str())
+            .find(|n| n.starts_with(SERVICE_ACCOUNT_VOLUME_PREFIX))
+            .map(str::to_owned)
+    });
+    let volume_name = existing.clone().unwrap_or_else(|| {
+        let random = uuid::Uuid::new_v4().as_u64_pair().0;
+        format!("{SERVICE_ACCOUNT_VOLUME_PREFIX}{}", objects::generated_suffix(random))
+    });
+    let mount = json!({"name": volume_name, "readOnly": true, "mountPath": SERVICE_ACCOUNT_MOUNT_PATH});
+    let mut mounted = false;
+    for list in ["initContainers", "containers"] {
+        let Some(containers) = pod.pointer_mut(&format!("/spec/{list}")).and_then(Value::as_array_mut) else {
+            continue;
+        };
+        for container in containers {
+            let mounts =
+                container.as_object_mut().map(|c| c.entry("volumeMounts").or_insert_with(|| json!([])));
+            let Some(mounts) = mounts.and_then(Value::as_array_mut) else { continue };
+            if !mounts.iter().any(|m| m["mountPath"] == SERVICE_ACCOUNT_MOUNT_PATH) {
+                mounts.push(mount.clone());
+                mounted = true;
+            }
+        }
+    }
+    if existing.is_none() && mounted {
+        let volume = json!({"name": volume_name, "projected": {
+        "defaultMode": 0o644,
+        "sources": [
+            // upstream's WarnOnlyBoundTokenExpirationSeconds: an hour and seven seconds.
+            {"serviceAccountToken": {"path": "token", "expirationSeconds": 3607}},
+            {"configMap": {"name": "kube-root-ca.crt", "items": [{"key": "ca.crt", "path": "ca.crt"}]}},
+            {"downwardAPI": {"items": [
+                {"path": "namespace", "fieldRef": {"apiVersion": "v1", "fieldPath": "metadata.namespace"}}
+            ]}}
+        ]}});
+        if let Some(spec) = pod.get_mut("spec").and_then(Value::as_object_mut) {
+            let volumes = spec.entry("volumes").or_insert_with(|| json!([]));
+            if let Some(volumes) = volumes.as_array_mut() {
+                volumes.push(volume);
+            }
+        }
+    }
+}
+
+/// upstream's ServiceAccount Validate for a mirror pod: no service account, secret or token.
+fn mirror_pod_references(pod: &Value) -> Result<(), &'static str> {
+    if pod.pointer("/spec/serviceAccountName").and_then(Value::as_str).is_some_and(|s| !s.is_empty()) {
+        return Err("a mirror pod may not reference service accounts");
+    }
+    let spec: k8s_openapi::api::core::v1::PodSpec =
+        serde_json::from_value(pod["spec"].clone()).unwrap_or_default();
+    if !crate::node_authorizer::graph::pod_secret_names(&spec).is_empty() {
+        return Err("a mirror pod may not reference secrets");
+    }
+    let projections = spec.volumes.iter().flatten().filter_map(|v| v.projected.as_ref());
+    if projections.flat_map(|p| p.sources.iter().flatten()).any(|s| s.service_account_token.is_some()) {
+        return Err("a mirror pod may not use ServiceAccountToken volume projections");
+    }
+    Ok(())
 }

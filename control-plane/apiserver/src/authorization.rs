@@ -7,6 +7,7 @@ use std::sync::Arc;
 use keel_api::status::{ApiError, GroupResource};
 
 use crate::auth::{SYSTEM_PRIVILEGED_GROUP, User};
+use crate::node_authorizer::{NodeAuthorizer, node_identity};
 use crate::rbac::{Decision, Rbac, UserRules};
 use crate::request::RequestInfo;
 
@@ -15,21 +16,23 @@ use crate::request::RequestInfo;
 pub enum Mode {
     AlwaysAllow,
     AlwaysDeny,
+    Node,
     Rbac,
 }
 
 impl Mode {
-    /// kube-apiserver's `--authorization-mode` list (`RBAC`, `AlwaysAllow`, `AlwaysDeny`).
+    /// kube-apiserver's `--authorization-mode` list (`Node`, `RBAC`, `AlwaysAllow`, `AlwaysDeny`).
     pub fn parse_list(text: &str) -> Result<Vec<Mode>, String> {
         let mut modes = Vec::new();
         for name in text.split(',').map(str::trim).filter(|n| !n.is_empty()) {
             let mode = match name {
                 "AlwaysAllow" => Mode::AlwaysAllow,
                 "AlwaysDeny" => Mode::AlwaysDeny,
+                "Node" => Mode::Node,
                 "RBAC" => Mode::Rbac,
                 other => {
                     return Err(format!(
-                        "authorization-mode {other:?} is not supported: supported modes are AlwaysAllow, AlwaysDeny, RBAC"
+                        "authorization-mode {other:?} is not supported: supported modes are AlwaysAllow, AlwaysDeny, Node, RBAC"
                     ));
                 }
             };
@@ -50,11 +53,17 @@ impl Mode {
 pub struct Authorizer {
     modes: Vec<Mode>,
     rbac: Arc<Rbac>,
+    node: NodeAuthorizer,
 }
 
 impl Authorizer {
     pub fn new(modes: Vec<Mode>, rbac: Arc<Rbac>) -> Authorizer {
-        Authorizer { modes, rbac }
+        Authorizer { modes, rbac, node: NodeAuthorizer::default() }
+    }
+
+    /// The Node authorizer, when it is one of the modes (its graph then follows the cache).
+    pub fn node(&self) -> Option<&NodeAuthorizer> {
+        self.modes.contains(&Mode::Node).then_some(&self.node)
     }
 
     pub fn rbac(&self) -> &Arc<Rbac> {
@@ -76,6 +85,7 @@ impl Authorizer {
             let decision = match mode {
                 Mode::AlwaysAllow => Decision::Allow(String::new()),
                 Mode::AlwaysDeny => Decision::Deny("Everything is forbidden.".into()),
+                Mode::Node => self.node.authorize(user, info),
                 Mode::Rbac => self.rbac.policy().authorize(user, info),
             };
             match decision {
@@ -114,6 +124,12 @@ impl Authorizer {
                     grant_everything(&mut rules);
                 }
                 Mode::AlwaysDeny => {}
+                Mode::Node => {
+                    if node_identity(user).is_some() {
+                        incomplete = true;
+                        rules.errors.push("node authorizer does not support user rule resolution".into());
+                    }
+                }
             }
         }
         (rules, incomplete)

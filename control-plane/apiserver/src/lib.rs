@@ -19,8 +19,10 @@ pub mod crd;
 pub mod eviction;
 pub mod field_manager;
 pub mod filter;
+pub mod follow;
 pub mod handlers;
 pub mod negotiate;
+pub mod node_authorizer;
 pub mod objects;
 pub mod openapi;
 pub mod pki;
@@ -84,7 +86,7 @@ impl Config {
             address,
             tokens: Tokens::default(),
             anonymous: true,
-            authorization: vec![authorization::Mode::Rbac],
+            authorization: vec![authorization::Mode::Node, authorization::Mode::Rbac],
             services: services::ServiceRanges::default(),
             limits: Limits::default(),
         }
@@ -134,7 +136,9 @@ pub struct ApiServer {
     /// The CustomResourceDefinition controllers ([`crd`]).
     _crds: crd::CrdControllers,
     /// What keeps the RBAC policy current.
-    _rbac: rbac::Follower,
+    _rbac: follow::Following,
+    /// What keeps the Node authorizer's graph current, when it is a mode.
+    _node_graph: Option<follow::Following>,
 }
 
 impl ApiServer {
@@ -158,7 +162,11 @@ impl ApiServer {
         handlers.ensure_system_namespaces().await?;
         handlers.ensure_bootstrap_policy().await?;
         let written = handlers.store.current_revision().await.map_err(handlers::store_error)?;
-        let rbac = rbac::Follower::start(handlers.clone(), rbac, written).await;
+        let rbac = rbac::follow(handlers.clone(), rbac, written).await;
+        let node_graph = match authorizer.node() {
+            Some(node) => Some(node.follow(&handlers, written).await),
+            None => None,
+        };
         let server = Arc::new(ApiServer {
             handlers,
             address: config.address.to_string(),
@@ -170,6 +178,7 @@ impl ApiServer {
             openapi,
             _crds: crds,
             _rbac: rbac,
+            _node_graph: node_graph,
         });
         server.handlers.ensure_default_service_accounts().await?;
         server.handlers.ensure_kubernetes_service(config.address).await?;

@@ -48,8 +48,9 @@ struct Flags {
     /// like any user; `false` refuses them (401).
     #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
     anonymous_auth: bool,
-    /// The authorizers, in order (RBAC, AlwaysAllow, AlwaysDeny); system:masters is always allowed.
-    #[arg(long, default_value = "RBAC")]
+    /// The authorizers, in order (Node, RBAC, AlwaysAllow, AlwaysDeny); system:masters is always
+    /// allowed.
+    #[arg(long, default_value = "Node,RBAC")]
     authorization_mode: String,
     /// Where Services' ClusterIPs come from (IPv4, /12 to /28); its first address is the
     /// `kubernetes` Service's.

@@ -77,7 +77,7 @@ pub fn name(object: &Value) -> &str {
 }
 
 /// What kube-apiserver's name generator appends: 5 characters without vowels or look-alikes.
-fn generated_suffix(random: u64) -> String {
+pub(crate) fn generated_suffix(random: u64) -> String {
     const ALPHABET: &[u8] = b"bcdfghjklmnpqrstvwxz2456789";
     let mut n = random;
     (0..5)

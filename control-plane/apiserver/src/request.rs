@@ -63,6 +63,8 @@ pub struct RequestInfo {
     pub resource: String,
     pub subresource: String,
     pub name: String,
+    /// The request's field selector as given (`fieldSelector`), for authorizers that read it.
+    pub field_selector: String,
 }
 
 impl RequestInfo {
@@ -70,6 +72,13 @@ impl RequestInfo {
     /// by the in-flight limits, not timed out).
     pub fn is_long_running(&self) -> bool {
         self.is_resource_request && (self.verb == "watch" || self.verb == "proxy")
+    }
+
+    /// The value the field selector requires `field` to equal, if it does (upstream's
+    /// GetFieldSelector, read for an `=`/`==` requirement).
+    pub fn field_equals(&self, field: &str) -> Option<String> {
+        let selector = keel_api::fields::FieldSelector::parse(&self.field_selector).ok()?;
+        selector.requires_exact_match(field).map(str::to_owned)
     }
 
     /// Whether the request only reads (upstream's non-mutating verbs, for the in-flight limits).
@@ -139,6 +148,7 @@ pub fn info(method: &http::Method, path: &str, query: Option<&str>) -> RequestIn
     if rest.len() >= 3 && info.verb != "proxy" {
         info.subresource = rest[2].to_owned();
     }
+    info.field_selector = query_value(query, "fieldSelector").unwrap_or_default();
     if info.name.is_empty() && info.verb == "get" {
         info.verb = if is_watch(query) { "watch" } else { "list" }.to_owned();
         let selector = query_value(query, "fieldSelector");

@@ -195,6 +195,7 @@ fn attributes(spec: &Value, kind: &str, namespace: Option<&str>) -> Result<Reque
         resource: text(resource, "resource"),
         subresource: text(resource, "subresource"),
         name: text(resource, "name"),
+        field_selector: field_selector(&resource["fieldSelector"]),
         ..RequestInfo::default()
     };
     if let Some(namespace) = namespace
@@ -205,6 +206,23 @@ fn attributes(spec: &Value, kind: &str, namespace: Option<&str>) -> Result<Reque
         )));
     }
     Ok(info)
+}
+
+/// A SubjectAccessReview's `resourceAttributes.fieldSelector` as a selector: its `rawSelector`, else
+/// its `requirements` that ask a field to be one value (`In` with one value, upstream's Equals).
+fn field_selector(selector: &Value) -> String {
+    if let Some(raw) = selector["rawSelector"].as_str() {
+        return raw.to_owned();
+    }
+    let requirements = selector["requirements"].as_array().into_iter().flatten();
+    let equal = requirements.filter_map(|r| {
+        let values = r["values"].as_array()?;
+        match (r["operator"].as_str(), values.as_slice()) {
+            (Some("In"), [value]) => Some(format!("{}={}", r["key"].as_str()?, value.as_str()?)),
+            _ => None,
+        }
+    });
+    equal.collect::<Vec<_>>().join(",")
 }
 
 /// Whom a SubjectAccessReview asks about: `spec.user`, `groups`, `uid`, `extra` (a user or a

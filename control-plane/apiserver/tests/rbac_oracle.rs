@@ -7,8 +7,10 @@
 //! `--as` must print the same. Any difference fails the test unless it is listed in [`KNOWN`] with
 //! upstream's reason.
 //!
-//! Not yet in the matrix: nodes (`system:node:<name>`), which upstream authorizes with the Node
-//! authorizer Keel does not have yet.
+//! Both run `--authorization-mode Node,RBAC`: the nodes in the matrix (`system:node:n1`, which runs
+//! a pod using a secret, a configmap, a claim bound to a volume with its own secret, and a service
+//! account; and `system:node:n2`, which runs nothing) are decided by the Node authorizer's graph,
+//! the same objects written to both servers.
 
 use std::collections::BTreeSet;
 use std::path::Path;
@@ -48,6 +50,9 @@ const SUBJECTS: &[(&str, &str, &[&str])] = &[
     ("anonymous", "system:anonymous", &["system:unauthenticated"]),
     ("a bootstrap token", "system:bootstrap:abcdef", &["system:bootstrappers", "system:authenticated"]),
     ("the admin", "kubernetes-admin", &["system:masters", "system:authenticated"]),
+    ("node n1 (runs web)", "system:node:n1", &["system:nodes", "system:authenticated"]),
+    ("node n2 (runs nothing)", "system:node:n2", &["system:nodes", "system:authenticated"]),
+    ("a node user outside system:nodes", "system:node:n1", &["system:authenticated"]),
 ];
 
 /// What is asked: resource attributes (verb, group, resource, subresource, namespace, name) or a
@@ -100,6 +105,31 @@ const ASKS: &[Ask] = &[
     Ask::Resource("create", "authorization.k8s.io", "selfsubjectaccessreviews", "", "", ""),
     Ask::Resource("create", "authentication.k8s.io", "selfsubjectreviews", "", "", ""),
     Ask::Resource("get", "example.com", "widgets", "", "dev", "w"),
+    // What the Node authorizer decides by its graph and its own rules.
+    Ask::Resource("get", "", "secrets", "", "dev", "db-creds"),
+    Ask::Resource("watch", "", "secrets", "", "dev", "db-creds"),
+    Ask::Resource("get", "", "secrets", "", "dev", "other"),
+    Ask::Resource("get", "", "secrets", "", "dev", "csi-creds"),
+    Ask::Resource("update", "", "secrets", "", "dev", "db-creds"),
+    Ask::Resource("get", "", "configmaps", "", "dev", "app-config"),
+    Ask::Resource("get", "", "configmaps", "", "dev", "kube-root-ca.crt"),
+    Ask::Resource("get", "", "configmaps", "", "dev", "other"),
+    Ask::Resource("get", "", "persistentvolumeclaims", "", "dev", "data"),
+    Ask::Resource("patch", "", "persistentvolumeclaims", "status", "dev", "data"),
+    Ask::Resource("get", "", "persistentvolumes", "", "", "pv1"),
+    Ask::Resource("get", "storage.k8s.io", "volumeattachments", "", "", "va1"),
+    Ask::Resource("get", "", "serviceaccounts", "", "dev", "deployer"),
+    Ask::Resource("create", "", "serviceaccounts", "token", "dev", "deployer"),
+    Ask::Resource("get", "", "nodes", "", "", "n2"),
+    Ask::Resource("update", "", "nodes", "", "", "n2"),
+    Ask::Resource("delete", "", "nodes", "", "", "n1"),
+    Ask::Resource("get", "", "pods", "", "dev", "other"),
+    Ask::Resource("update", "coordination.k8s.io", "leases", "", "kube-node-lease", "n1"),
+    Ask::Resource("update", "coordination.k8s.io", "leases", "", "kube-node-lease", "n2"),
+    Ask::Resource("get", "storage.k8s.io", "csinodes", "", "", "n1"),
+    Ask::Resource("create", "resource.k8s.io", "resourceslices", "", "", ""),
+    Ask::Resource("list", "resource.k8s.io", "resourceslices", "", "", ""),
+    Ask::Resource("get", "resource.k8s.io", "resourceclaims", "", "dev", "gpu"),
     Ask::Path("get", "/healthz"),
     Ask::Path("get", "/livez"),
     Ask::Path("get", "/readyz/ping"),
@@ -236,6 +266,40 @@ impl Side {
         for (path, object) in writes {
             self.send("POST", path, Some(&object), &[]).await?;
         }
+        // What the Node authorizer's graph is made of: a pod on n1 and what it uses; a volume
+        // bound to its claim, with a kubelet-visible secret; an attachment to n1.
+        let graph = [
+            (
+                "/api/v1/namespaces/dev/serviceaccounts",
+                json!({"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": "deployer"}}),
+            ),
+            (
+                "/api/v1/namespaces/dev/pods",
+                json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "web"}, "spec": {
+                    "nodeName": "n1",
+                    "serviceAccountName": "deployer",
+                    "containers": [{"name": "app", "image": "busybox",
+                        "envFrom": [{"configMapRef": {"name": "app-config"}}],
+                        "env": [{"name": "PASSWORD", "valueFrom": {"secretKeyRef": {"name": "db-creds", "key": "password"}}}]}],
+                    "volumes": [{"name": "data", "persistentVolumeClaim": {"claimName": "data"}}]}}),
+            ),
+            (
+                "/api/v1/persistentvolumes",
+                json!({"apiVersion": "v1", "kind": "PersistentVolume", "metadata": {"name": "pv1"}, "spec": {
+                    "capacity": {"storage": "1Gi"}, "accessModes": ["ReadWriteOnce"],
+                    "claimRef": {"namespace": "dev", "name": "data"},
+                    "csi": {"driver": "csi.example.com", "volumeHandle": "h1",
+                            "nodePublishSecretRef": {"namespace": "dev", "name": "csi-creds"}}}}),
+            ),
+            (
+                "/apis/storage.k8s.io/v1/volumeattachments",
+                json!({"apiVersion": "storage.k8s.io/v1", "kind": "VolumeAttachment", "metadata": {"name": "va1"},
+                       "spec": {"attacher": "csi.example.com", "nodeName": "n1", "source": {"persistentVolumeName": "pv1"}}}),
+            ),
+        ];
+        for (path, object) in graph {
+            self.send("POST", path, Some(&object), &[]).await?;
+        }
         Ok(())
     }
 
@@ -246,9 +310,11 @@ impl Side {
             ("alice", Ask::Resource("create", "apps", "deployments", "", "dev", "")),
             ("bob", Ask::Resource("list", "", "pods", "", "kube-system", "")),
             ("dave", Ask::Resource("create", "rbac.authorization.k8s.io", "rolebindings", "", "dev", "")),
+            ("system:node:n1", Ask::Resource("get", "", "secrets", "", "dev", "csi-creds")),
+            ("system:node:n1", Ask::Resource("get", "storage.k8s.io", "volumeattachments", "", "", "va1")),
         ];
         for (user, ask) in sentinels {
-            while !self.allowed(user, &["ops", "system:authenticated"], &ask).await? {
+            while !self.allowed(user, &["ops", "system:nodes", "system:authenticated"], &ask).await? {
                 ensure!(Instant::now() < deadline, "{}: {user} may still not {}", self.name, describe(&ask));
                 tokio::time::sleep(Duration::from_millis(100)).await;
             }
@@ -393,6 +459,27 @@ async fn decisions_and_rules_equal_kube_apiserver() -> Result<()> {
         &["auth", "can-i", "--list", "-n", "dev", "--as=alice"],
         &["auth", "whoami", "--as=alice", "--as-group=dev"],
         &["auth", "whoami", "--as=system:serviceaccount:dev:default"],
+        &[
+            "auth",
+            "can-i",
+            "get",
+            "secret/db-creds",
+            "-n",
+            "dev",
+            "--as=system:node:n1",
+            "--as-group=system:nodes",
+        ],
+        &[
+            "auth",
+            "can-i",
+            "get",
+            "secret/db-creds",
+            "-n",
+            "dev",
+            "--as=system:node:n2",
+            "--as-group=system:nodes",
+        ],
+        &["auth", "can-i", "--list", "-n", "dev", "--as=system:node:n1", "--as-group=system:nodes"],
     ];
     for args in commands {
         let keel = kubectl_output(&kubectl.path, &sides[0].kubeconfig, args)?;

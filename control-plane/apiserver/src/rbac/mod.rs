@@ -14,12 +14,11 @@ pub mod writer;
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, RwLock};
 
-use futures::{FutureExt, StreamExt};
 use serde_json::Value;
-use tokio::task::JoinHandle;
 
 use crate::auth::User;
-use crate::cache::{Cache, Change, Entry, Item};
+use crate::cache::{Cache, Change, Entry};
+use crate::follow::{self, Following};
 use crate::handlers::Handlers;
 use crate::request::RequestInfo;
 use keel_store::Revision;
@@ -249,99 +248,42 @@ const KINDS: [&str; 4] = ["roles", "clusterroles", "rolebindings", "clusterroleb
 
 /// Follows the RBAC objects in the watch cache and rebuilds the policy after each burst of
 /// changes (upstream's RBAC authorizer reads its informers' listers the same way: eventually
-/// current). Stops when dropped.
-#[derive(Debug)]
-pub struct Follower {
-    task: JoinHandle<()>,
-}
-
-impl Drop for Follower {
-    fn drop(&mut self) {
-        self.task.abort();
-    }
-}
-
-impl Follower {
-    /// Starts following; returns once the first policy, holding every RBAC object written up to
-    /// store revision `after`, is in place, so no request is decided on an older one. The
-    /// aggregated ClusterRoles are kept current through `handlers` (upstream's
-    /// clusterrole-aggregation controller).
-    pub async fn start(handlers: Handlers, rbac: Arc<Rbac>, after: Revision) -> Follower {
-        let caches: Vec<Arc<Cache>> = KINDS
-            .iter()
-            .filter_map(|plural| keel_api::resources::find("rbac.authorization.k8s.io", "v1", plural))
-            .filter_map(|resource| handlers.cache.of(resource))
-            .collect();
-        for cache in &caches {
-            if !cache.wait_for(after).await {
-                tracing::warn!(
-                    prefix = cache.prefix(),
-                    "the RBAC cache is behind the store: following it as it is"
-                );
-            }
-        }
-        let (ready, first) = tokio::sync::oneshot::channel();
-        let task = tokio::spawn(follow(handlers, caches, rbac, ready));
-        let _ended_before_ready = first.await;
-        Follower { task }
-    }
-}
-
-async fn follow(
+/// current); the aggregated ClusterRoles are kept current through the handlers (upstream's
+/// clusterrole-aggregation controller).
+struct PolicyFollower {
     handlers: Handlers,
-    caches: Vec<Arc<Cache>>,
     rbac: Arc<Rbac>,
-    ready: tokio::sync::oneshot::Sender<()>,
-) {
-    let mut ready = Some(ready);
-    loop {
-        let subscriptions: Option<Vec<_>> = caches.iter().map(|c| c.subscribe(c.prefix(), None)).collect();
-        let Some(subscriptions) = subscriptions else {
-            // A cache not serving yet (or listing again).
-            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
-            continue;
-        };
-        let mut objects: Vec<BTreeMap<String, Value>> = Vec::new();
-        let mut feeds = futures::stream::SelectAll::new();
-        for (i, subscription) in subscriptions.into_iter().enumerate() {
-            objects.push(
-                subscription.snapshot.iter().filter_map(|e| parse(e).map(|v| (e.key.clone(), v))).collect(),
-            );
-            for change in subscription.replay {
-                apply(&mut objects[i], &change);
-            }
-            let live = futures::stream::unfold(subscription.live, |mut live| async move {
-                let item = live.recv().await;
-                Some((item, live))
-            });
-            feeds.push(live.map(move |item| (i, item)).boxed());
+    /// The objects of each of [`KINDS`] by key.
+    objects: [BTreeMap<String, Value>; 4],
+}
+
+/// Starts following; returns once the first policy, holding every RBAC object written up to store
+/// revision `after`, is in place. Stops when dropped.
+pub async fn follow(handlers: Handlers, rbac: Arc<Rbac>, after: Revision) -> Following {
+    let caches: Vec<Arc<Cache>> = KINDS
+        .iter()
+        .filter_map(|plural| keel_api::resources::find("rbac.authorization.k8s.io", "v1", plural))
+        .filter_map(|resource| handlers.cache.of(resource))
+        .collect();
+    Following::start(caches, after, PolicyFollower { handlers, rbac, objects: Default::default() }).await
+}
+
+impl follow::Follower for PolicyFollower {
+    fn reset(&mut self, cache: usize, snapshot: &[Arc<Entry>]) {
+        if let Some(objects) = self.objects.get_mut(cache) {
+            *objects = snapshot.iter().filter_map(|e| parse(e).map(|v| (e.key.clone(), v))).collect();
         }
-        rebuild(&rbac, &objects);
-        aggregate(&handlers, &objects).await;
-        if let Some(ready) = ready.take() {
-            let _ = ready.send(());
+    }
+
+    fn change(&mut self, cache: usize, change: &Change) {
+        if let Some(objects) = self.objects.get_mut(cache) {
+            apply(objects, change);
         }
-        // Changes, applied in bursts: everything already queued is taken before rebuilding.
-        'following: while let Some(first) = feeds.next().await {
-            let mut changed = false;
-            let mut next = Some(first);
-            while let Some((i, item)) = next.take() {
-                match item {
-                    Ok(Item::Change(change)) => {
-                        apply(&mut objects[i], &change);
-                        changed = true;
-                    }
-                    Ok(Item::Progress(_)) => {}
-                    // Fell behind: start again from a snapshot.
-                    Err(_) => break 'following,
-                }
-                next = feeds.next().now_or_never().flatten();
-            }
-            if changed {
-                rebuild(&rbac, &objects);
-                aggregate(&handlers, &objects).await;
-            }
-        }
+    }
+
+    async fn settled(&mut self) {
+        rebuild(&self.rbac, &self.objects);
+        aggregate(&self.handlers, &self.objects).await;
     }
 }
 
