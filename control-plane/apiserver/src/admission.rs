@@ -9,8 +9,12 @@ use keel_api::status::{ApiError, GroupResource};
 use keel_store::RangeRequest;
 use serde_json::{Value, json};
 
+use crate::context::Context;
 use crate::handlers::{Handlers, store_error};
+use crate::node_authorizer::node_identity;
+use crate::node_restriction::{self, Operation};
 use crate::objects;
+use crate::request::ResourceRequest;
 
 /// The priority classes every cluster has (created at start, as kube-apiserver does).
 pub const SYSTEM_PRIORITY_CLASSES: [(&str, i64, &str); 2] = [
@@ -57,6 +61,59 @@ impl Handlers {
         let prefix = crate::handlers::collection_prefix(resource, namespace);
         let listed = self.store.range(RangeRequest::prefix(prefix)).await.map_err(store_error)?;
         listed.kvs.iter().map(|kv| objects::from_storage(&kv.value, kv.mod_revision)).collect()
+    }
+
+    /// The validating admission of a write about to be stored (after mutation and validation):
+    /// NodeRestriction, then RBAC's escalation checks (upstream runs those in the RBAC storage's
+    /// strategy). `old` is the object as it is, for an update.
+    pub(crate) fn validate_write(
+        &self,
+        ctx: &Context,
+        request: &ResourceRequest,
+        old: Option<&Value>,
+        new: &Value,
+    ) -> Result<(), ApiError> {
+        node_restriction::admit(&node_restriction::Attributes {
+            user: &ctx.user,
+            operation: if old.is_some() { Operation::Update } else { Operation::Create },
+            group: request.resource.group,
+            plural: request.resource.plural,
+            subresource: request.subresource.as_deref().unwrap_or_default(),
+            namespace: request.namespace.as_deref().unwrap_or_default(),
+            name: objects::name(new),
+            object: Some(new),
+            old,
+        })?;
+        self.check_escalation(ctx, request, new)
+    }
+
+    /// NodeRestriction on a delete or an eviction (a create of pods/eviction), which it decides
+    /// by the object as it is now. One that does not exist is the handler's to answer.
+    pub(crate) async fn admit_removal(
+        &self,
+        ctx: &Context,
+        request: &ResourceRequest,
+        name: &str,
+    ) -> Result<(), ApiError> {
+        if node_identity(&ctx.user).is_none() {
+            return Ok(());
+        }
+        let namespace = request.namespace.as_deref();
+        let key = objects::key(request.resource, namespace, name);
+        let Some(kv) = self.store.get(&key).await.map_err(store_error)? else { return Ok(()) };
+        let current = objects::from_storage(&kv.value, kv.mod_revision)?;
+        let subresource = request.subresource.as_deref().unwrap_or_default();
+        node_restriction::admit(&node_restriction::Attributes {
+            user: &ctx.user,
+            operation: if subresource == "eviction" { Operation::Create } else { Operation::Delete },
+            group: request.resource.group,
+            plural: request.resource.plural,
+            subresource,
+            namespace: namespace.unwrap_or_default(),
+            name,
+            object: None,
+            old: Some(&current),
+        })
     }
 
     /// Runs the admission chain on an object about to be created.

@@ -209,7 +209,7 @@ impl Handlers {
                             Some(rv) if !rv.is_empty() => Some(crate::handlers::parse_revision(rv)?),
                             _ => None,
                         };
-                    self.check_escalation(ctx, request, &object)?;
+                    self.validate_write(ctx, request, Some(existing), &object)?;
                     Ok((object, precondition))
                 })
                 .await;

@@ -513,7 +513,7 @@ impl Handlers {
         if !causes.is_empty() {
             return Err(ApiError::invalid(resource.group, resource.kind, &name, causes));
         }
-        self.check_escalation(ctx, request, &object)?;
+        self.validate_write(ctx, request, None, &object)?;
         let key = objects::key(resource, namespace, &name);
         // A dry run answers what the create would: AlreadyExists too.
         if dry_run && self.store.get(&key).await.map_err(store_error)?.is_some() {

@@ -23,6 +23,7 @@ pub mod follow;
 pub mod handlers;
 pub mod negotiate;
 pub mod node_authorizer;
+pub mod node_restriction;
 pub mod objects;
 pub mod openapi;
 pub mod pki;
@@ -455,6 +456,7 @@ impl ApiServer {
                 }
                 Verb::Create if request.subresource.as_deref() == Some("eviction") => {
                     let eviction = read_body(body, content_type).await?;
+                    self.handlers.admit_removal(ctx, &request, &name).await?;
                     return self.handlers.evict(&request, &name, &eviction, &query).await;
                 }
                 _ => return Err(ApiError::MethodNotAllowed),
@@ -498,6 +500,7 @@ impl ApiServer {
                     if bytes.is_empty() { None } else { Some(objects::decode(&bytes, content_type)?) };
                 let options = DeleteOptions::from(options_body.as_ref(), &query);
                 if request.verb == Verb::Delete {
+                    self.handlers.admit_removal(ctx, &request, &name).await?;
                     self.handlers.delete(&request, &name, &options).await
                 } else {
                     self.handlers.delete_collection(&request, &query, &options).await

@@ -252,7 +252,7 @@ impl Handlers {
                 strategy::prepare_for_update(resource, existing, &mut new);
                 check_update(resource, existing, &mut new)?;
                 crate::field_manager::track(ctx, request, Some(existing), &mut new);
-                self.check_escalation(ctx, request, &new)?;
+                self.validate_write(ctx, request, Some(existing), &new)?;
                 Ok((new, precondition))
             })
             .await?;
@@ -281,7 +281,7 @@ impl Handlers {
                 strategy::prepare_for_update(resource, existing, &mut new);
                 check_update(resource, existing, &mut new)?;
                 crate::field_manager::track(ctx, request, Some(existing), &mut new);
-                self.check_escalation(ctx, request, &new)?;
+                self.validate_write(ctx, request, Some(existing), &new)?;
                 Ok((new, precondition))
             })
             .await?;
@@ -318,6 +318,7 @@ impl Handlers {
                         let new = crate::validation::typed(resource, &body.resolve(existing)?)?;
                         let mut updated = strategy::status_update(existing, &new);
                         crate::field_manager::track(ctx, request, Some(existing), &mut updated);
+                        self.validate_write(ctx, request, Some(existing), &updated)?;
                         Ok((updated, changed_revision(existing, &new)?))
                     })
                     .await?;

@@ -20,6 +20,7 @@ mod lifecycle;
 mod limits;
 mod networking_resources;
 mod node_client;
+mod node_identity;
 mod openapi;
 mod protobuf;
 mod python_client;

@@ -320,7 +320,7 @@ pub(crate) fn pod_secret_names(spec: &PodSpec) -> Vec<String> {
 }
 
 /// upstream's podutil.VisitPodConfigmapNames.
-fn pod_configmap_names(spec: &PodSpec) -> Vec<String> {
+pub(crate) fn pod_configmap_names(spec: &PodSpec) -> Vec<String> {
     let mut names = Vec::new();
     for (env_from, env) in containers(spec) {
         names.extend(env_from.iter().filter_map(|e| e.config_map_ref.as_ref()).map(|r| r.name.clone()));

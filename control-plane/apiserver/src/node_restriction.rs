@@ -1,0 +1,528 @@
+//! The NodeRestriction admission plugin (upstream's plugin/pkg/admission/noderestriction, 1.34): of
+//! what the Node authorizer lets a kubelet write, it may write only its own — its Node (no
+//! taints, owner references or restricted labels changed), its Lease and CSINode, its
+//! ResourceSlices, mirror pods bound to it that use nothing secret, the status and evictions of
+//! pods bound to it, and the status of claims. Anyone but a node passes untouched.
+
+use keel_api::status::{ApiError, GroupResource};
+use serde_json::Value;
+
+use crate::admission::MIRROR_POD_ANNOTATION;
+use crate::auth::User;
+use crate::node_authorizer::{NODE_LEASE_NAMESPACE, node_identity};
+
+/// What a request does to an object (upstream's admission operations).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Operation {
+    Create,
+    Update,
+    Delete,
+}
+
+impl Operation {
+    fn upstream(self) -> &'static str {
+        match self {
+            Operation::Create => "CREATE",
+            Operation::Update => "UPDATE",
+            Operation::Delete => "DELETE",
+        }
+    }
+}
+
+/// One admission request (upstream's admission.Attributes): for a create the new object, for an
+/// update both, for a delete (or an eviction, a create of pods/eviction) the current one as `old`.
+#[derive(Debug)]
+pub struct Attributes<'a> {
+    pub user: &'a User,
+    pub operation: Operation,
+    pub group: &'a str,
+    pub plural: &'a str,
+    pub subresource: &'a str,
+    pub namespace: &'a str,
+    pub name: &'a str,
+    pub object: Option<&'a Value>,
+    pub old: Option<&'a Value>,
+}
+
+/// upstream's Plugin.Admit: `Ok` when the request may go on.
+pub fn admit(a: &Attributes<'_>) -> Result<(), ApiError> {
+    let Some(node) = node_identity(a.user) else { return Ok(()) };
+    let refused = |reason: String| forbidden(a, reason);
+    if node.is_empty() {
+        return Err(refused(format!("could not determine node from user {:?}", a.user.name)));
+    }
+    match (a.group, a.plural) {
+        ("", "pods") => match a.subresource {
+            "" => pod(node, a).map_err(refused),
+            "status" => pod_status(node, a).map_err(refused),
+            "eviction" => bound_to(node, a.old).then_some(()).ok_or_else(|| {
+                refused(format!("node {node} can only evict pods with spec.nodeName set to itself"))
+            }),
+            other => Err(refused(format!(
+                "unexpected pod subresource {other:?}, only 'status' and 'eviction' are allowed"
+            ))),
+        },
+        ("", "nodes") => own_node(node, a).map_err(refused),
+        ("", "persistentvolumeclaims") if a.subresource != "status" => {
+            Err(refused("may only update PVC status".into()))
+        }
+        ("coordination.k8s.io", "leases") => {
+            if a.namespace != NODE_LEASE_NAMESPACE {
+                return Err(refused(format!(
+                    "can only access leases in the {NODE_LEASE_NAMESPACE:?} system namespace"
+                )));
+            }
+            named_after(node, a, "can only access node lease with the same name as the requesting node")
+                .map_err(refused)
+        }
+        ("storage.k8s.io", "csinodes") => {
+            named_after(node, a, "can only access CSINode with the same name as the requesting node")
+                .map_err(refused)
+        }
+        ("resource.k8s.io", "resourceslices") => {
+            let slice = if a.operation == Operation::Create { a.object } else { a.old };
+            let slice_node = slice.and_then(|s| s.pointer("/spec/nodeName")).and_then(Value::as_str);
+            if slice_node == Some(node) {
+                Ok(())
+            } else if a.operation == Operation::Create {
+                Err(refused(
+                    "can only create ResourceSlice with the same NodeName as the requesting node".into(),
+                ))
+            } else {
+                Err(refused(
+                    "can only update or delete ResourceSlice with the same NodeName as the requesting node"
+                        .into(),
+                ))
+            }
+        }
+        _ => Ok(()),
+    }
+}
+
+fn forbidden(a: &Attributes<'_>, reason: String) -> ApiError {
+    ApiError::Forbidden {
+        resource: GroupResource::new(a.group, a.plural),
+        name: a.name.to_owned(),
+        detail: reason,
+    }
+}
+
+fn bound_to(node: &str, pod: Option<&Value>) -> bool {
+    pod.and_then(|p| p.pointer("/spec/nodeName")).and_then(Value::as_str) == Some(node)
+}
+
+/// The object's name is the node's (a create is checked by the object's name, as upstream reads
+/// it from the object).
+fn named_after(node: &str, a: &Attributes<'_>, reason: &str) -> Result<(), String> {
+    let name = match a.operation {
+        Operation::Create => a.object.map(crate::objects::name).unwrap_or(a.name),
+        _ => a.name,
+    };
+    if name == node { Ok(()) } else { Err(reason.to_owned()) }
+}
+
+/// upstream's admitPod: a node creates only mirror pods of its own, and deletes only its pods.
+fn pod(node: &str, a: &Attributes<'_>) -> Result<(), String> {
+    match a.operation {
+        Operation::Create => mirror_pod(node, a.object.unwrap_or(&Value::Null)),
+        Operation::Delete => {
+            if bound_to(node, a.old) {
+                Ok(())
+            } else {
+                Err(format!("node {node:?} can only delete pods with spec.nodeName set to itself"))
+            }
+        }
+        Operation::Update => Err(format!(
+            "unexpected operation {:?}, node {node:?} can only create and delete mirror pods",
+            a.operation.upstream()
+        )),
+    }
+}
+
+/// upstream's admitPodCreate.
+fn mirror_pod(node: &str, pod: &Value) -> Result<(), String> {
+    if pod.pointer("/metadata/annotations").and_then(|a| a.get(MIRROR_POD_ANNOTATION)).is_none() {
+        return Err(format!(
+            "pod does not have {MIRROR_POD_ANNOTATION:?} annotation, node {node:?} can only create mirror pods"
+        ));
+    }
+    if !bound_to(node, Some(pod)) {
+        return Err(format!("node {node:?} can only create pods with spec.nodeName set to itself"));
+    }
+    let owners =
+        pod.pointer("/metadata/ownerReferences").and_then(Value::as_array).cloned().unwrap_or_default();
+    match owners.as_slice() {
+        [] => {}
+        [owner] => {
+            if owner["apiVersion"] != "v1" || owner["kind"] != "Node" || owner["name"] != node {
+                return Err(format!(
+                    "node {node:?} can only create pods with an owner reference set to itself"
+                ));
+            }
+            if owner["controller"] != true {
+                return Err(format!(
+                    "node {node:?} can only create pods with a controller owner reference set to itself"
+                ));
+            }
+            if owner["blockOwnerDeletion"] == true {
+                return Err(format!("node {node:?} must not set blockOwnerDeletion on an owner reference"));
+            }
+        }
+        _ => {
+            return Err(format!(
+                "node {node:?} can only create pods with a single owner reference set to itself"
+            ));
+        }
+    }
+    // What a mirror pod may not use (upstream's checkMirrorPodForAPIReferences, in its order).
+    let spec: k8s_openapi::api::core::v1::PodSpec =
+        serde_json::from_value(pod["spec"].clone()).unwrap_or_default();
+    let uses = |what: &str| format!("node {node:?} can not create pods that reference {what}");
+    if spec.service_account_name.as_deref().is_some_and(|s| !s.is_empty()) {
+        return Err(uses("a service account"));
+    }
+    if !crate::node_authorizer::graph::pod_secret_names(&spec).is_empty() {
+        return Err(uses("secrets"));
+    }
+    if !crate::node_authorizer::graph::pod_configmap_names(&spec).is_empty() {
+        return Err(uses("configmaps"));
+    }
+    let volumes = spec.volumes.iter().flatten();
+    if volumes.clone().any(|v| v.persistent_volume_claim.is_some() || v.ephemeral.is_some()) {
+        return Err(uses("persistentvolumeclaims"));
+    }
+    let projected = volumes.filter_map(|v| v.projected.as_ref()).flat_map(|p| p.sources.iter().flatten());
+    if projected.clone().any(|s| s.cluster_trust_bundle.is_some()) {
+        return Err(uses("clustertrustbundles"));
+    }
+    if spec.resource_claims.as_ref().is_some_and(|c| !c.is_empty()) {
+        return Err(uses("resourceclaims"));
+    }
+    Ok(())
+}
+
+/// upstream's admitPodStatus: only its own pods' status, labels and claim statuses left alone.
+fn pod_status(node: &str, a: &Attributes<'_>) -> Result<(), String> {
+    if a.operation != Operation::Update {
+        return Err(format!("unexpected operation {:?}", a.operation.upstream()));
+    }
+    if !bound_to(node, a.old) {
+        return Err(format!(
+            "node {node:?} can only update pod status for pods with spec.nodeName set to itself"
+        ));
+    }
+    let field = |object: Option<&Value>, pointer: &str| object.and_then(|o| o.pointer(pointer)).cloned();
+    if field(a.object, "/metadata/labels") != field(a.old, "/metadata/labels") {
+        return Err(format!("node {node:?} cannot update labels through pod status"));
+    }
+    if field(a.object, "/status/resourceClaimStatuses") != field(a.old, "/status/resourceClaimStatuses") {
+        return Err(format!("node {node:?} cannot update resource claim statues"));
+    }
+    if field(a.object, "/status/extendedResourceClaimStatus")
+        != field(a.old, "/status/extendedResourceClaimStatus")
+    {
+        return Err(format!("node {node:?} cannot update extended resource claim status"));
+    }
+    Ok(())
+}
+
+/// upstream's admitNode.
+fn own_node(node: &str, a: &Attributes<'_>) -> Result<(), String> {
+    let requested = match a.operation {
+        Operation::Create => a.object.map(crate::objects::name).unwrap_or(a.name),
+        _ => a.name,
+    };
+    if requested != node {
+        return Err(format!("node {node:?} is not allowed to modify node {requested:?}"));
+    }
+    let labels = |object: Option<&Value>| -> Vec<(String, String)> {
+        let map = object.and_then(|o| o.pointer("/metadata/labels")).and_then(Value::as_object);
+        map.into_iter()
+            .flatten()
+            .map(|(k, v)| (k.clone(), v.as_str().unwrap_or_default().to_owned()))
+            .collect()
+    };
+    let field = |object: Option<&Value>, pointer: &str| object.and_then(|o| o.pointer(pointer)).cloned();
+    match a.operation {
+        Operation::Create => {
+            if field(a.object, "/spec/configSource").is_some_and(|c| !c.is_null()) {
+                return Err(format!(
+                    "node {node:?} is not allowed to create pods with a non-nil configSource"
+                ));
+            }
+            let forbidden = forbidden_labels(&modified_labels(&labels(a.object), &[]));
+            if !forbidden.is_empty() {
+                return Err(format!(
+                    "node {node:?} is not allowed to set the following labels: {}",
+                    forbidden.join(", ")
+                ));
+            }
+        }
+        Operation::Update => {
+            let config_source = field(a.object, "/spec/configSource").filter(|c| !c.is_null());
+            if config_source.is_some() && config_source != field(a.old, "/spec/configSource") {
+                return Err(format!(
+                    "node {node:?} is not allowed to update configSource to a new non-nil configSource"
+                ));
+            }
+            let empty_as_none = |v: Option<Value>| v.filter(|v| v.as_array().is_none_or(|a| !a.is_empty()));
+            if empty_as_none(field(a.object, "/spec/taints")) != empty_as_none(field(a.old, "/spec/taints")) {
+                return Err(format!("node {node:?} is not allowed to modify taints"));
+            }
+            if empty_as_none(field(a.object, "/metadata/ownerReferences"))
+                != empty_as_none(field(a.old, "/metadata/ownerReferences"))
+            {
+                return Err(format!("node {node:?} is not allowed to modify ownerReferences"));
+            }
+            let forbidden = forbidden_labels(&modified_labels(&labels(a.object), &labels(a.old)));
+            if !forbidden.is_empty() {
+                return Err(format!("is not allowed to modify labels: {}", forbidden.join(", ")));
+            }
+        }
+        Operation::Delete => {}
+    }
+    Ok(())
+}
+
+/// Keys set, changed or removed between two label sets, sorted.
+fn modified_labels(new: &[(String, String)], old: &[(String, String)]) -> Vec<String> {
+    let mut modified: Vec<String> = new
+        .iter()
+        .filter(|(k, v)| !old.iter().any(|(ok, ov)| ok == k && ov == v))
+        .chain(old.iter().filter(|(k, v)| !new.iter().any(|(nk, nv)| nk == k && nv == v)))
+        .map(|(k, _)| k.clone())
+        .collect();
+    modified.sort();
+    modified.dedup();
+    modified
+}
+
+/// The labels a node may not set (upstream's getForbiddenLabels): node-restriction.kubernetes.io
+/// ones, and kubernetes.io / k8s.io ones other than the kubelet's own.
+fn forbidden_labels(modified: &[String]) -> Vec<String> {
+    modified
+        .iter()
+        .filter(|key| {
+            let namespace = key.split_once('/').map(|(ns, _)| ns).unwrap_or_default();
+            in_namespace(namespace, "node-restriction.kubernetes.io")
+                || (is_kubernetes_label(namespace) && !is_kubelet_label(key))
+        })
+        .cloned()
+        .collect()
+}
+
+fn in_namespace(namespace: &str, domain: &str) -> bool {
+    namespace == domain || namespace.strip_suffix(domain).is_some_and(|rest| rest.ends_with('.'))
+}
+
+fn is_kubernetes_label(namespace: &str) -> bool {
+    in_namespace(namespace, "kubernetes.io") || in_namespace(namespace, "k8s.io")
+}
+
+/// upstream's kubeletapis.IsKubeletLabel: what a kubelet sets on its own Node.
+fn is_kubelet_label(key: &str) -> bool {
+    const LABELS: &[&str] = &[
+        "kubernetes.io/hostname",
+        "topology.kubernetes.io/zone",
+        "topology.kubernetes.io/region",
+        "failure-domain.beta.kubernetes.io/zone",
+        "failure-domain.beta.kubernetes.io/region",
+        "beta.kubernetes.io/instance-type",
+        "node.kubernetes.io/instance-type",
+        "kubernetes.io/os",
+        "kubernetes.io/arch",
+        "beta.kubernetes.io/os",
+        "beta.kubernetes.io/arch",
+    ];
+    let namespace = key.split_once('/').map(|(ns, _)| ns).unwrap_or_default();
+    LABELS.contains(&key)
+        || in_namespace(namespace, "kubelet.kubernetes.io")
+        || in_namespace(namespace, "node.kubernetes.io")
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+    use crate::node_authorizer::{NODE_USER_PREFIX, NODES_GROUP};
+
+    fn node(name: &str) -> User {
+        User::named(&format!("{NODE_USER_PREFIX}{name}"), &[NODES_GROUP])
+    }
+
+    fn attributes<'a>(
+        user: &'a User,
+        operation: Operation,
+        (group, plural, subresource): (&'a str, &'a str, &'a str),
+        name: &'a str,
+        object: Option<&'a Value>,
+        old: Option<&'a Value>,
+    ) -> Attributes<'a> {
+        Attributes { user, operation, group, plural, subresource, namespace: "ns", name, object, old }
+    }
+
+    fn detail(result: Result<(), ApiError>) -> String {
+        match result {
+            Err(ApiError::Forbidden { detail, .. }) => detail,
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn a_node_writes_only_its_own_node_and_no_restricted_label_or_taint() {
+        let n1 = node("n1");
+        let own = json!({"metadata": {"name": "n1", "labels": {"kubernetes.io/hostname": "n1", "example.com/x": "y"}}});
+        assert!(admit(&attributes(&n1, Operation::Create, ("", "nodes", ""), "", Some(&own), None)).is_ok());
+        let other = json!({"metadata": {"name": "n2"}});
+        assert_eq!(
+            detail(admit(&attributes(&n1, Operation::Create, ("", "nodes", ""), "", Some(&other), None))),
+            "node \"n1\" is not allowed to modify node \"n2\""
+        );
+        let labelled = json!({"metadata": {"name": "n1", "labels": {
+            "node-role.kubernetes.io/control-plane": "", "node-restriction.kubernetes.io/pool": "a",
+            "node.kubernetes.io/exclude-from-external-load-balancers": ""}}});
+        assert_eq!(
+            detail(admit(&attributes(&n1, Operation::Create, ("", "nodes", ""), "", Some(&labelled), None))),
+            "node \"n1\" is not allowed to set the following labels: node-restriction.kubernetes.io/pool, node-role.kubernetes.io/control-plane"
+        );
+        let tainted =
+            json!({"metadata": {"name": "n1"}, "spec": {"taints": [{"key": "k", "effect": "NoSchedule"}]}});
+        assert_eq!(
+            detail(admit(&attributes(
+                &n1,
+                Operation::Update,
+                ("", "nodes", ""),
+                "n1",
+                Some(&tainted),
+                Some(&own)
+            ))),
+            "node \"n1\" is not allowed to modify taints"
+        );
+        let status = json!({"metadata": {"name": "n1", "labels": {"kubernetes.io/hostname": "n1", "example.com/x": "y"}}, "status": {"phase": "Running"}});
+        assert!(
+            admit(&attributes(
+                &n1,
+                Operation::Update,
+                ("", "nodes", "status"),
+                "n1",
+                Some(&status),
+                Some(&own)
+            ))
+            .is_ok()
+        );
+        assert!(admit(&attributes(&n1, Operation::Delete, ("", "nodes", ""), "n2", None, None)).is_err());
+    }
+
+    #[test]
+    fn a_node_creates_only_its_own_mirror_pods_using_nothing_secret() {
+        let n1 = node("n1");
+        let mirror = |extra: Value| {
+            let mut pod = json!({"metadata": {"name": "etcd-n1", "annotations": {MIRROR_POD_ANNOTATION: "h"},
+                "ownerReferences": [{"apiVersion": "v1", "kind": "Node", "name": "n1", "uid": "u", "controller": true}]},
+                "spec": {"nodeName": "n1", "containers": [{"name": "c", "image": "i"}]}});
+            if let Some(volumes) = extra.get("volumes") {
+                pod["spec"]["volumes"] = volumes.clone();
+            }
+            pod
+        };
+        let create =
+            |pod: &Value| admit(&attributes(&n1, Operation::Create, ("", "pods", ""), "", Some(pod), None));
+        assert!(create(&mirror(json!({}))).is_ok());
+        let secret = mirror(json!({"volumes": [{"name": "s", "secret": {"secretName": "x"}}]}));
+        assert_eq!(detail(create(&secret)), "node \"n1\" can not create pods that reference secrets");
+        let mut plain = mirror(json!({}));
+        plain["metadata"]["annotations"] = json!({});
+        assert_eq!(
+            detail(create(&plain)),
+            "pod does not have \"kubernetes.io/config.mirror\" annotation, node \"n1\" can only create mirror pods"
+        );
+        let mut elsewhere = mirror(json!({}));
+        elsewhere["spec"]["nodeName"] = json!("n2");
+        assert_eq!(
+            detail(create(&elsewhere)),
+            "node \"n1\" can only create pods with spec.nodeName set to itself"
+        );
+    }
+
+    #[test]
+    fn a_node_deletes_evicts_and_updates_the_status_of_only_its_pods() {
+        let n1 = node("n1");
+        let mine = json!({"metadata": {"name": "p", "labels": {"app": "a"}}, "spec": {"nodeName": "n1"}});
+        let theirs = json!({"metadata": {"name": "q"}, "spec": {"nodeName": "n2"}});
+        assert!(admit(&attributes(&n1, Operation::Delete, ("", "pods", ""), "p", None, Some(&mine))).is_ok());
+        assert_eq!(
+            detail(admit(&attributes(&n1, Operation::Delete, ("", "pods", ""), "q", None, Some(&theirs)))),
+            "node \"n1\" can only delete pods with spec.nodeName set to itself"
+        );
+        assert!(
+            admit(&attributes(&n1, Operation::Create, ("", "pods", "eviction"), "q", None, Some(&theirs)))
+                .is_err()
+        );
+        let mut relabelled = mine.clone();
+        relabelled["metadata"]["labels"]["app"] = json!("b");
+        assert_eq!(
+            detail(admit(&attributes(
+                &n1,
+                Operation::Update,
+                ("", "pods", "status"),
+                "p",
+                Some(&relabelled),
+                Some(&mine)
+            ))),
+            "node \"n1\" cannot update labels through pod status"
+        );
+        let mut running = mine.clone();
+        running["status"] = json!({"phase": "Running"});
+        assert!(
+            admit(&attributes(
+                &n1,
+                Operation::Update,
+                ("", "pods", "status"),
+                "p",
+                Some(&running),
+                Some(&mine)
+            ))
+            .is_ok()
+        );
+        assert_eq!(
+            detail(admit(&attributes(
+                &n1,
+                Operation::Update,
+                ("", "pods", ""),
+                "p",
+                Some(&running),
+                Some(&mine)
+            ))),
+            "unexpected operation \"UPDATE\", node \"n1\" can only create and delete mirror pods"
+        );
+    }
+
+    #[test]
+    fn leases_are_the_nodes_own_and_others_pass_untouched() {
+        let n1 = node("n1");
+        let mut lease =
+            attributes(&n1, Operation::Update, ("coordination.k8s.io", "leases", ""), "n1", None, None);
+        lease.namespace = NODE_LEASE_NAMESPACE;
+        assert!(admit(&lease).is_ok());
+        lease.name = "n2";
+        assert!(admit(&lease).is_err());
+        let alice = User::named("alice", &[]);
+        let any = json!({"metadata": {"name": "x"}});
+        assert!(
+            admit(&attributes(&alice, Operation::Create, ("", "pods", ""), "", Some(&any), None)).is_ok()
+        );
+        let nameless = User::named("system:node:", &[NODES_GROUP]);
+        assert_eq!(
+            detail(admit(&attributes(
+                &nameless,
+                Operation::Create,
+                ("", "configmaps", ""),
+                "",
+                Some(&any),
+                None
+            ))),
+            "could not determine node from user \"system:node:\""
+        );
+    }
+}
