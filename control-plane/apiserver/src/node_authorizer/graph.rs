@@ -68,8 +68,7 @@ pub struct Graph {
 }
 
 impl Graph {
-    /// Whether `vertex` leads to node `node`; the error is why not, in upstream's words (which it
-    /// keeps to its own log; the request is refused with a shorter reason).
+    /// Whether `vertex` leads to node `node` (never, for a node no edge leads to).
     pub fn has_path(&self, node: &str, vertex: &Vertex) -> bool {
         if !self.nodes.contains_key(node) {
             return false;
