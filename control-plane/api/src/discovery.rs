@@ -281,7 +281,7 @@ mod tests {
 
     /// The resource lists in kube-apiserver 1.34's order (its api/discovery fixtures), less what
     /// Keel does not serve (bindings, componentstatuses, podtemplates, the proxy, exec, attach, log,
-    /// portforward, ephemeralcontainers, resize and token subresources, volumeattributesclasses,
+    /// portforward, ephemeralcontainers and resize subresources, volumeattributesclasses,
     /// resourceclaimtemplates, ingresses, ingressclasses, networkpolicies, networking.k8s.io/v1beta1).
     #[test]
     fn resource_lists_in_upstreams_order() {
@@ -315,6 +315,7 @@ mod tests {
                 "resourcequotas/status",
                 "secrets",
                 "serviceaccounts",
+                "serviceaccounts/token",
                 "services",
                 "services/status",
             ]

@@ -259,7 +259,16 @@ pub const RESOURCES: &[Resource] = &[
         &[status("ResourceQuota")],
     ),
     resource("", "Secret", "secrets", "secret"),
-    short(resource("", "ServiceAccount", "serviceaccounts", "serviceaccount"), &["sa"]),
+    sub(
+        short(resource("", "ServiceAccount", "serviceaccounts", "serviceaccount"), &["sa"]),
+        &[Subresource {
+            name: "token",
+            kind: "TokenRequest",
+            group: "authentication.k8s.io",
+            version: "v1",
+            verbs: CREATE,
+        }],
+    ),
     sub(all(short(resource("", "Service", "services", "service"), &["svc"])), &[status("Service")]),
     // apps/v1
     sub(
