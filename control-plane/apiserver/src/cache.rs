@@ -275,6 +275,12 @@ impl Cache {
         state.ready.then_some(state.revision)
     }
 
+    /// The object at `key`: `Some(None)` when the cache holds none, `None` while it is not serving.
+    pub fn get(&self, key: &str) -> Option<Option<Arc<Entry>>> {
+        let state = self.read();
+        state.ready.then(|| state.objects.get(key).cloned())
+    }
+
     /// Waits until the cache holds every change up to `revision`; false if it is not serving or does
     /// not get there within [`FRESHNESS_TIMEOUT`].
     pub async fn wait_for(&self, revision: Revision) -> bool {

@@ -10,18 +10,20 @@ use http::HeaderMap;
 use keel_api::status::ApiError;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
-use crate::auth::{Tokens, User};
+use crate::auth::User;
 use crate::authorization::Authorizer;
 use crate::rbac::Decision;
 use crate::request::RequestInfo;
+use crate::tokens::TokenAuthenticator;
 
-/// WithAuthentication: the certificate's user, else the bearer token's; a token that names no
-/// one is a 401 (as upstream's bearer authenticator fails rather than falls through); no
-/// credentials at all is system:anonymous when anonymous requests are allowed, else a 401.
-pub fn authenticate(
+/// WithAuthentication: the certificate's user, else the bearer token's (the token file, service
+/// account tokens, bootstrap tokens: [`TokenAuthenticator`]); a token that names no one is a 401
+/// (as upstream's bearer authenticator fails rather than falls through); no credentials at all is
+/// system:anonymous when anonymous requests are allowed, else a 401.
+pub async fn authenticate(
     headers: &HeaderMap,
     certificate_user: Option<User>,
-    tokens: &Tokens,
+    tokens: &TokenAuthenticator,
     anonymous: bool,
 ) -> Result<User, ApiError> {
     if let Some(user) = certificate_user {
@@ -29,7 +31,13 @@ pub fn authenticate(
     }
     let authorization = headers.get(http::header::AUTHORIZATION).and_then(|v| v.to_str().ok());
     if let Some(token) = authorization.and_then(crate::auth::bearer_token) {
-        return tokens.authenticate_token(token).map(User::authenticated).ok_or(ApiError::Unauthorized);
+        return match tokens.authenticate(token, None).await {
+            Ok(authenticated) => Ok(authenticated.user.authenticated()),
+            Err(reason) => {
+                tracing::debug!(%reason, "bearer token refused");
+                Err(ApiError::Unauthorized)
+            }
+        };
     }
     if anonymous { Ok(User::anonymous()) } else { Err(ApiError::Unauthorized) }
 }
@@ -185,6 +193,7 @@ pub async fn within_timeout<T>(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::auth::Tokens;
 
     #[test]
     fn impersonation_is_authorized_part_by_part() {
@@ -216,30 +225,30 @@ mod tests {
         assert_eq!(impersonate(&anonymous, root, &authorizer).unwrap().groups, ["system:unauthenticated"]);
     }
 
-    #[test]
-    fn authentication_steps() {
-        let tokens = Tokens::parse("abc,alice,1\n").unwrap();
+    #[tokio::test]
+    async fn authentication_steps() {
+        let tokens = crate::tokens::TokenAuthenticator::for_tests(Tokens::parse("abc,alice,1\n").unwrap());
         let mut headers = HeaderMap::new();
-        let anonymous = authenticate(&headers, None, &tokens, true).unwrap();
+        let anonymous = authenticate(&headers, None, &tokens, true).await.unwrap();
         assert_eq!(
             (anonymous.name.as_str(), anonymous.groups.as_slice()),
             ("system:anonymous", &["system:unauthenticated".to_owned()][..])
         );
-        assert_eq!(authenticate(&headers, None, &tokens, false), Err(ApiError::Unauthorized));
+        assert_eq!(authenticate(&headers, None, &tokens, false).await, Err(ApiError::Unauthorized));
         headers.insert(http::header::AUTHORIZATION, "Bearer abc".parse().unwrap());
-        let alice = authenticate(&headers, None, &tokens, true).unwrap();
+        let alice = authenticate(&headers, None, &tokens, true).await.unwrap();
         assert_eq!(alice.groups, ["system:authenticated"]);
         headers.insert(http::header::AUTHORIZATION, "Bearer nope".parse().unwrap());
         assert_eq!(
-            authenticate(&headers, None, &tokens, true),
+            authenticate(&headers, None, &tokens, true).await,
             Err(ApiError::Unauthorized),
             "a bad token is no anonymous request"
         );
         headers.insert(http::header::AUTHORIZATION, "Basic abc".parse().unwrap());
-        assert_eq!(authenticate(&headers, None, &tokens, true).unwrap().name, "system:anonymous");
+        assert_eq!(authenticate(&headers, None, &tokens, true).await.unwrap().name, "system:anonymous");
         let admin = User::named("kubernetes-admin", &["system:masters"]);
         assert_eq!(
-            authenticate(&headers, Some(admin), &tokens, true).unwrap().groups,
+            authenticate(&headers, Some(admin), &tokens, true).await.unwrap().groups,
             ["system:masters", "system:authenticated"]
         );
     }

@@ -32,6 +32,7 @@ pub mod rbac;
 pub mod request;
 pub mod reviews;
 pub mod services;
+pub mod tokens;
 pub mod validation;
 pub mod watch;
 pub mod writes;
@@ -77,11 +78,16 @@ pub struct Config {
     pub authorization: Vec<authorization::Mode>,
     pub services: services::ServiceRanges,
     pub limits: Limits,
+    /// The service account token issuer and verifier (`--service-account-*`, `--api-audiences`).
+    pub service_accounts: tokens::ServiceAccountConfig,
+    /// `--enable-bootstrap-token-auth`.
+    pub bootstrap_tokens: bool,
 }
 
 impl Config {
-    /// Defaults for a server at `address`: no tokens, anonymous requests, RBAC, kube-apiserver's
-    /// Service ranges and limits.
+    /// Defaults for a server at `address`: no token file, anonymous requests, RBAC, kube-apiserver's
+    /// Service ranges and limits, service account tokens signed by a key made at start, bootstrap
+    /// tokens on (as kubeadm runs kube-apiserver).
     pub fn new(address: std::net::SocketAddr) -> Config {
         Config {
             address,
@@ -90,6 +96,8 @@ impl Config {
             authorization: vec![authorization::Mode::Node, authorization::Mode::Rbac],
             services: services::ServiceRanges::default(),
             limits: Limits::default(),
+            service_accounts: tokens::ServiceAccountConfig::default(),
+            bootstrap_tokens: true,
         }
     }
 }
@@ -127,7 +135,10 @@ pub struct ApiServer {
     handlers: Handlers,
     /// `host:port` clients reach this server at (discovery's serverAddressByClientCIDRs).
     address: String,
-    tokens: Tokens,
+    /// Bearer tokens: the token file, service account and bootstrap tokens.
+    authenticator: Arc<tokens::TokenAuthenticator>,
+    /// The service account issuer's discovery documents (an https issuer only).
+    discovery: Option<tokens::oidc::Discovery>,
     anonymous: bool,
     inflight: chain::InFlight,
     authorizer: Arc<authorization::Authorizer>,
@@ -168,10 +179,22 @@ impl ApiServer {
             Some(node) => Some(node.follow(&handlers, written).await),
             None => None,
         };
+        let accounts = tokens::service_account::ServiceAccounts::new(config.service_accounts)
+            .map_err(|e| ApiError::Internal(format!("service account keys: {e}")))?;
+        let accounts = Arc::new(accounts);
+        let discovery = tokens::oidc::Discovery::build(&accounts, &config.address.to_string());
+        let objects: Arc<dyn tokens::LiveObjects> = Arc::new(handlers.clone());
+        let authenticator = Arc::new(tokens::TokenAuthenticator::new(
+            config.tokens,
+            accounts,
+            config.bootstrap_tokens,
+            objects,
+        ));
         let server = Arc::new(ApiServer {
             handlers,
             address: config.address.to_string(),
-            tokens: config.tokens,
+            authenticator,
+            discovery,
             anonymous: config.anonymous,
             inflight: chain::InFlight::new(&config.limits),
             authorizer,
@@ -247,7 +270,9 @@ impl ApiServer {
     async fn handle(&self, request: Request<Incoming>, certificate_user: Option<User>) -> Response<Body> {
         let (parts, body) = request.into_parts();
         let info = request::info(&parts.method, parts.uri.path(), parts.uri.query());
-        let user = match chain::authenticate(&parts.headers, certificate_user, &self.tokens, self.anonymous) {
+        let authenticated =
+            chain::authenticate(&parts.headers, certificate_user, &self.authenticator, self.anonymous).await;
+        let user = match authenticated {
             Ok(user) => user,
             Err(error) => return error_response(&error),
         };
@@ -276,6 +301,17 @@ impl ApiServer {
         let (path, query) = (parts.uri.path(), parts.uri.query());
         if let Some(response) = self.openapi.serve(&parts.method, path, query, &parts.headers) {
             return response.map(|body| BodyExt::boxed_unsync(Full::new(body)));
+        }
+        if parts.method == http::Method::GET
+            && let Some((content_type, cache_control, body)) =
+                self.discovery.as_ref().and_then(|d| d.serve(path.trim_end_matches('/')))
+        {
+            return Response::builder()
+                .status(StatusCode::OK)
+                .header(header::CONTENT_TYPE, content_type)
+                .header(header::CACHE_CONTROL, cache_control)
+                .body(BodyExt::boxed_unsync(Full::new(body)))
+                .unwrap_or_else(|_| json_response(500, &json!({})));
         }
         let target = request::parse(&parts.method, path, query);
         let header = |name| parts.headers.get(name).and_then(|v: &http::HeaderValue| v.to_str().ok());
@@ -454,6 +490,15 @@ impl ApiServer {
                     let binding = read_body(body, content_type).await?;
                     return self.handlers.bind(&request, &name, &binding, query.dry_run).await;
                 }
+                Verb::Create if request.subresource.as_deref() == Some("token") => {
+                    let body = read_body(body, content_type).await?;
+                    let namespace = request.namespace.as_deref().unwrap_or_default();
+                    let accounts = self.authenticator.service_accounts();
+                    let now = tokens::now_ms().div_euclid(1000);
+                    let answer =
+                        self.handlers.request_token(ctx, accounts, namespace, &name, body, now).await?;
+                    return Ok(Reply::Json(201, answer));
+                }
                 Verb::Create if request.subresource.as_deref() == Some("eviction") => {
                     let eviction = read_body(body, content_type).await?;
                     self.handlers.admit_removal(ctx, &request, &name).await?;
@@ -465,12 +510,8 @@ impl ApiServer {
         }
         if request.resource.is_review() {
             let (_, review) = read_checked(ctx, body, content_type, &request, fields).await?;
-            let tokens = &self.tokens;
-            let reviewer = reviews::Reviewer {
-                authorizer: &self.authorizer,
-                authenticate_token: &|token| tokens.authenticate_token(token),
-            };
-            return Ok(Reply::Json(201, reviewer.answer(&ctx.user, &request, review)?));
+            let reviewer = reviews::Reviewer { authorizer: &self.authorizer, tokens: &self.authenticator };
+            return Ok(Reply::Json(201, reviewer.answer(&ctx.user, &request, review).await?));
         }
         match request.verb {
             Verb::Get => self.handlers.get(&request, &name).await,

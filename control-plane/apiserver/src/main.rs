@@ -68,6 +68,78 @@ struct Flags {
     /// How long a request (not a watch) may take before it is answered 504, e.g. `60s`, `1m`.
     #[arg(long, default_value = "60s", value_parser = parse_duration)]
     request_timeout: std::time::Duration,
+    /// The private key (PEM: PKCS#8, SEC1 EC or PKCS#1 RSA) that signs service account tokens;
+    /// without it, DATA_DIR/pki/sa.key (made on first start and kept).
+    #[arg(long)]
+    service_account_signing_key_file: Option<PathBuf>,
+    /// Keys (public keys, certificates or private keys, PEM) that verify service account tokens;
+    /// repeatable. Default: the signing key.
+    #[arg(long)]
+    service_account_key_file: Vec<PathBuf>,
+    /// The issuer of service account tokens (`iss`); repeatable: the first issues, all are accepted.
+    #[arg(long, default_values_t = [keel_apiserver::tokens::service_account::DEFAULT_ISSUER.to_owned()])]
+    service_account_issuer: Vec<String>,
+    /// The audiences a token must name one of to authenticate requests; default: the issuers.
+    #[arg(long, value_delimiter = ',')]
+    api_audiences: Vec<String>,
+    /// The longest a TokenRequest's token lives (`1h`, `24h`); longer requests are shortened. Default: no limit.
+    #[arg(long, value_parser = parse_duration)]
+    service_account_max_token_expiration: Option<std::time::Duration>,
+    /// Issue pod-bound tokens asked for 3607 s for a year, warning after the time asked for, as
+    /// upstream does for the projected-token transition.
+    #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
+    service_account_extend_token_expiration: bool,
+    /// The jwks_uri of /.well-known/openid-configuration; default https://<advertise address>/openid/v1/jwks.
+    #[arg(long)]
+    service_account_jwks_uri: Option<String>,
+    /// Bootstrap tokens (`<id>.<secret>` against kube-system/bootstrap-token-<id> Secrets) authenticate.
+    /// On by default in Keel (kube-apiserver's default is off; kubeadm turns it on, and Keel's
+    /// single binary is set up as kubeadm sets up a control plane).
+    #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
+    enable_bootstrap_token_auth: bool,
+}
+
+/// The service account flags read, keys loaded (made in `pki_dir` when no signing key is given).
+fn service_accounts(
+    flags: &Flags,
+    pki_dir: &std::path::Path,
+) -> Result<keel_apiserver::tokens::ServiceAccountConfig> {
+    use keel_apiserver::tokens::keys;
+    let signing_key = match &flags.service_account_signing_key_file {
+        Some(path) => keys::SigningKey::from_file(path)?,
+        None => keys::ensure(pki_dir)?,
+    };
+    let mut verification_keys = Vec::new();
+    for path in &flags.service_account_key_file {
+        verification_keys.extend(keys::public_keys_from_file(path)?);
+    }
+    let mut seen = std::collections::HashSet::new();
+    for issuer in &flags.service_account_issuer {
+        anyhow::ensure!(!issuer.is_empty(), "service-account-issuer should not be an empty string");
+        anyhow::ensure!(seen.insert(issuer), "service-account-issuer {issuer:?} is already specified");
+    }
+    if let Some(uri) = &flags.service_account_jwks_uri {
+        anyhow::ensure!(
+            uri.starts_with("https://"),
+            "service-account-jwks-uri requires https scheme, parsed as: {uri}"
+        );
+    }
+    let max_expiration_seconds = flags.service_account_max_token_expiration.map_or(0, |d| d.as_secs() as i64);
+    if max_expiration_seconds > 0 {
+        anyhow::ensure!(
+            (3600..=1 << 32).contains(&max_expiration_seconds),
+            "the service-account-max-token-expiration must be between 1 hour and 2^32 seconds"
+        );
+    }
+    Ok(keel_apiserver::tokens::ServiceAccountConfig {
+        issuers: flags.service_account_issuer.clone(),
+        api_audiences: flags.api_audiences.clone(),
+        signing_key: Some(std::sync::Arc::new(signing_key)),
+        verification_keys,
+        max_expiration_seconds,
+        extend_expiration: flags.service_account_extend_token_expiration,
+        jwks_uri: flags.service_account_jwks_uri.clone(),
+    })
 }
 
 async fn open_store(flags: &Flags) -> Result<Arc<dyn Store>> {
@@ -136,6 +208,7 @@ async fn main() -> Result<()> {
         hosts.push(flags.bind_address.to_string());
     }
     let pki = keel_apiserver::pki::ensure(&flags.data_dir.join("pki"), &hosts)?;
+    let service_accounts = service_accounts(&flags, &flags.data_dir.join("pki"))?;
     let tls = auth::server_config(&pki)?;
     let tokens = match &flags.token_auth_file {
         Some(path) => Tokens::from_file(path)?,
@@ -155,6 +228,8 @@ async fn main() -> Result<()> {
     config.anonymous = flags.anonymous_auth;
     config.authorization = authorization;
     config.services = services;
+    config.service_accounts = service_accounts;
+    config.bootstrap_tokens = flags.enable_bootstrap_token_auth;
     config.limits = keel_apiserver::Limits {
         max_requests_inflight: flags.max_requests_inflight,
         max_mutating_requests_inflight: flags.max_mutating_requests_inflight,

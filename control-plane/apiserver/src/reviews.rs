@@ -15,7 +15,7 @@ use crate::request::{RequestInfo, ResourceRequest};
 pub struct Reviewer<'a> {
     pub authorizer: &'a Authorizer,
     /// Authenticates a bearer token as the server does (TokenReview).
-    pub authenticate_token: &'a (dyn Fn(&str) -> Option<User> + Sync),
+    pub tokens: &'a crate::tokens::TokenAuthenticator,
 }
 
 impl std::fmt::Debug for Reviewer<'_> {
@@ -26,7 +26,7 @@ impl std::fmt::Debug for Reviewer<'_> {
 
 impl Reviewer<'_> {
     /// The created review with its status; `user` made the request.
-    pub fn answer(
+    pub async fn answer(
         &self,
         user: &User,
         request: &ResourceRequest,
@@ -37,7 +37,7 @@ impl Reviewer<'_> {
         let kind = resource.kind;
         let status = match resource.plural {
             "selfsubjectreviews" => json!({"userInfo": user_info(user)}),
-            "tokenreviews" => self.token_review(&spec, kind)?,
+            "tokenreviews" => self.token_review(&spec, kind).await?,
             "selfsubjectrulesreviews" => {
                 let namespace = spec["namespace"].as_str().unwrap_or_default();
                 self.rules_review(user, namespace)
@@ -89,7 +89,9 @@ impl Reviewer<'_> {
         status
     }
 
-    fn token_review(&self, spec: &Value, kind: &str) -> Result<Value, ApiError> {
+    /// TokenReview: the token authenticated as a request's would be, for `spec.audiences` (the
+    /// API's audiences when none are given); the audiences it holds for in `status.audiences`.
+    async fn token_review(&self, spec: &Value, kind: &str) -> Result<Value, ApiError> {
         let token = spec["token"].as_str().unwrap_or_default();
         if token.is_empty() {
             return Err(ApiError::invalid(
@@ -99,9 +101,26 @@ impl Reviewer<'_> {
                 vec![FieldError::required("spec.token", "")],
             ));
         }
-        Ok(match (self.authenticate_token)(token) {
-            Some(user) => json!({"authenticated": true, "user": user_info(&user.authenticated())}),
-            None => json!({"user": {}, "error": "[invalid bearer token, token lookup failed]"}),
+        let audiences: Vec<String> = spec["audiences"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(Value::as_str)
+            .map(str::to_owned)
+            .collect();
+        Ok(match self.tokens.authenticate(token, Some(&audiences)).await {
+            Ok(authenticated) => {
+                let mut status =
+                    json!({"authenticated": true, "user": user_info(&authenticated.user.authenticated())});
+                if !authenticated.audiences.is_empty() {
+                    status["audiences"] = json!(authenticated.audiences);
+                }
+                status
+            }
+            Err(reason) if reason == "invalid bearer token" => {
+                json!({"user": {}, "error": "[invalid bearer token, token lookup failed]"})
+            }
+            Err(reason) => json!({"user": {}, "error": format!("[invalid bearer token, {reason}]")}),
         })
     }
 }
@@ -275,53 +294,57 @@ mod tests {
         }
     }
 
-    #[test]
-    fn reviews_answer_for_their_subject() {
+    #[tokio::test]
+    async fn reviews_answer_for_their_subject() {
         let authorizer = Authorizer::new(vec![Mode::Rbac], Arc::default());
-        let none = |_: &str| None;
-        let reviewer = Reviewer { authorizer: &authorizer, authenticate_token: &none };
+        let tokens = crate::tokens::TokenAuthenticator::for_tests(crate::auth::Tokens::default());
+        let reviewer = Reviewer { authorizer: &authorizer, tokens: &tokens };
         let admin = User::named("kubernetes-admin", &["system:masters", "system:authenticated"]);
         let alice = User::named("alice", &["system:authenticated"]);
-        let whoami = reviewer.answer(&alice, &request("selfsubjectreviews", None), json!({})).unwrap();
+        let whoami = reviewer.answer(&alice, &request("selfsubjectreviews", None), json!({})).await.unwrap();
         assert_eq!(
             whoami["status"]["userInfo"],
             json!({"username": "alice", "groups": ["system:authenticated"]})
         );
         let can_i =
             json!({"spec": {"resourceAttributes": {"verb": "list", "resource": "pods", "namespace": "a"}}});
-        let answer = |user: &User, review: &Value| {
-            reviewer.answer(user, &request("selfsubjectaccessreviews", None), review.clone()).unwrap()["status"]
+        let answer = async |user: &User, review: &Value| {
+            reviewer.answer(user, &request("selfsubjectaccessreviews", None), review.clone()).await.unwrap()["status"]
                 ["allowed"]
                 .clone()
         };
-        assert_eq!((answer(&admin, &can_i), answer(&alice, &can_i)), (json!(true), json!(false)));
+        assert_eq!((answer(&admin, &can_i).await, answer(&alice, &can_i).await), (json!(true), json!(false)));
         let sar = json!({"spec": {"user": "kubernetes-admin", "groups": ["system:masters"],
                                   "nonResourceAttributes": {"verb": "get", "path": "/metrics"}}});
-        let answered = reviewer.answer(&alice, &request("subjectaccessreviews", None), sar).unwrap();
+        let answered = reviewer.answer(&alice, &request("subjectaccessreviews", None), sar).await.unwrap();
         assert_eq!(answered["status"]["allowed"], true);
         let both = json!({"spec": {"user": "a", "resourceAttributes": {}, "nonResourceAttributes": {}}});
         assert_eq!(
-            reviewer.answer(&alice, &request("subjectaccessreviews", None), both).unwrap_err().code(),
+            reviewer.answer(&alice, &request("subjectaccessreviews", None), both).await.unwrap_err().code(),
             422
         );
         let nobody = json!({"spec": {"resourceAttributes": {"verb": "get"}}});
         assert_eq!(
-            reviewer.answer(&alice, &request("subjectaccessreviews", None), nobody).unwrap_err().code(),
+            reviewer.answer(&alice, &request("subjectaccessreviews", None), nobody).await.unwrap_err().code(),
             422
         );
         let elsewhere =
             json!({"spec": {"user": "a", "resourceAttributes": {"namespace": "b", "verb": "get"}}});
-        let error =
-            reviewer.answer(&alice, &request("localsubjectaccessreviews", Some("a")), elsewhere).unwrap_err();
+        let error = reviewer
+            .answer(&alice, &request("localsubjectaccessreviews", Some("a")), elsewhere)
+            .await
+            .unwrap_err();
         assert_eq!(error.code(), 400);
         let rules = reviewer
             .answer(&admin, &request("selfsubjectrulesreviews", None), json!({"spec": {"namespace": "a"}}))
+            .await
             .unwrap();
         assert_eq!(
             rules["status"]["resourceRules"][0],
             json!({"verbs": ["*"], "apiGroups": ["*"], "resources": ["*"]})
         );
-        let error = reviewer.answer(&alice, &request("tokenreviews", None), json!({"spec": {}})).unwrap_err();
+        let error =
+            reviewer.answer(&alice, &request("tokenreviews", None), json!({"spec": {}})).await.unwrap_err();
         assert_eq!(error.code(), 422);
     }
 }

@@ -1,0 +1,92 @@
+//! Service account issuer discovery (upstream's openidmetadata): `/.well-known/openid-configuration`
+//! and `/openid/v1/jwks`, built once at start from the first issuer and the verification keys,
+//! served only when that issuer is an `https` URL without query or fragment (as upstream
+//! installs them), to whoever may `get` them (the default policy's
+//! system:service-account-issuer-discovery binds all service accounts).
+
+use bytes::Bytes;
+use serde_json::Value;
+
+use super::service_account::ServiceAccounts;
+
+pub const CONFIG_PATH: &str = "/.well-known/openid-configuration";
+pub const JWKS_PATH: &str = "/openid/v1/jwks";
+/// upstream's static keys' GetCacheAgeMaxSeconds.
+const MAX_AGE_SECONDS: u32 = 3600;
+
+/// The two documents.
+#[derive(Debug, Clone)]
+pub struct Discovery {
+    config: Bytes,
+    keys: Bytes,
+}
+
+/// A served document: content type, cache control, body.
+pub type Document = (&'static str, String, Bytes);
+
+impl Discovery {
+    /// The documents, or `None` when the issuer is no https URL; the JWKS URI is
+    /// `--service-account-jwks-uri` or `https://<external address>/openid/v1/jwks`.
+    pub fn build(service_accounts: &ServiceAccounts, external_address: &str) -> Option<Discovery> {
+        let issuer = service_accounts.issuer();
+        let after_scheme = issuer.strip_prefix("https://")?;
+        if after_scheme.is_empty() || issuer.contains(['?', '#']) {
+            return None;
+        }
+        let jwks_uri = service_accounts
+            .jwks_uri
+            .clone()
+            .unwrap_or_else(|| format!("https://{external_address}{JWKS_PATH}"));
+        let mut algorithms: Vec<&str> =
+            service_accounts.verification_keys.iter().map(|k| k.algorithm.name()).collect();
+        algorithms.sort_unstable();
+        algorithms.dedup();
+        // Members in the order upstream's struct declares them.
+        let config = format!(
+            "{{\"issuer\":{},\"jwks_uri\":{},\"response_types_supported\":[\"id_token\"],\"subject_types_supported\":[\"public\"],\"id_token_signing_alg_values_supported\":{}}}",
+            Value::from(issuer),
+            Value::from(jwks_uri),
+            Value::from(algorithms),
+        );
+        let keys: Vec<String> =
+            service_accounts.verification_keys.iter().map(super::keys::PublicKey::jwk_json).collect();
+        let keys = format!("{{\"keys\":[{}]}}", keys.join(","));
+        Some(Discovery { config: Bytes::from(config), keys: Bytes::from(keys) })
+    }
+
+    /// The document at `path`, if it is one of the two.
+    pub fn serve(&self, path: &str) -> Option<Document> {
+        let cache_control = format!("public, max-age={MAX_AGE_SECONDS}");
+        match path {
+            CONFIG_PATH => Some(("application/json", cache_control, self.config.clone())),
+            JWKS_PATH => Some(("application/jwk-set+json", cache_control, self.keys.clone())),
+            _ => None,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::tokens::ServiceAccountConfig;
+
+    #[test]
+    fn documents_of_an_https_issuer() {
+        let accounts = ServiceAccounts::new(ServiceAccountConfig::default()).unwrap();
+        let discovery = Discovery::build(&accounts, "10.0.0.1:6443").unwrap();
+        let (kind, cache, body) = discovery.serve(CONFIG_PATH).unwrap();
+        assert_eq!((kind, cache.as_str()), ("application/json", "public, max-age=3600"));
+        let config: Value = serde_json::from_slice(&body).unwrap();
+        assert_eq!(config["issuer"], "https://kubernetes.default.svc.cluster.local");
+        assert_eq!(config["jwks_uri"], "https://10.0.0.1:6443/openid/v1/jwks");
+        assert_eq!(config["id_token_signing_alg_values_supported"], serde_json::json!(["ES256"]));
+        let (kind, _, body) = discovery.serve(JWKS_PATH).unwrap();
+        assert_eq!(kind, "application/jwk-set+json");
+        let keys: Value = serde_json::from_slice(&body).unwrap();
+        assert_eq!(keys["keys"][0]["kid"], accounts.signing_key.public().kid.as_str());
+        assert!(discovery.serve("/openid/v1").is_none());
+        let legacy =
+            ServiceAccountConfig { issuers: vec!["kubernetes/serviceaccount".into()], ..Default::default() };
+        assert!(Discovery::build(&ServiceAccounts::new(legacy).unwrap(), "a:1").is_none());
+    }
+}
