@@ -302,14 +302,18 @@ impl ApiServer {
         if let Some(response) = self.openapi.serve(&parts.method, path, query, &parts.headers) {
             return response.map(|body| BodyExt::boxed_unsync(Full::new(body)));
         }
+        let accept = parts.headers.get(header::ACCEPT).and_then(|v| v.to_str().ok());
         if parts.method == http::Method::GET
-            && let Some((content_type, cache_control, body)) =
-                self.discovery.as_ref().and_then(|d| d.serve(path.trim_end_matches('/')))
+            && let Some((code, content_type, cache_control, body)) =
+                self.discovery.as_ref().and_then(|d| d.serve(path.trim_end_matches('/'), accept))
         {
-            return Response::builder()
-                .status(StatusCode::OK)
-                .header(header::CONTENT_TYPE, content_type)
-                .header(header::CACHE_CONTROL, cache_control)
+            let mut response = Response::builder()
+                .status(StatusCode::from_u16(code).unwrap_or(StatusCode::OK))
+                .header(header::CONTENT_TYPE, content_type);
+            if let Some(cache_control) = cache_control {
+                response = response.header(header::CACHE_CONTROL, cache_control);
+            }
+            return response
                 .body(BodyExt::boxed_unsync(Full::new(body)))
                 .unwrap_or_else(|_| json_response(500, &json!({})));
         }

@@ -117,9 +117,9 @@ impl Reviewer<'_> {
                 }
                 status
             }
-            Err(reason) if reason == "invalid bearer token" => {
-                json!({"user": {}, "error": "[invalid bearer token, token lookup failed]"})
-            }
+            // As kube-apiserver words it: "invalid bearer token" when no authenticator knows the
+            // token, else the refusal after it.
+            Err(reason) if reason == "invalid bearer token" => json!({"user": {}, "error": reason}),
             Err(reason) => json!({"user": {}, "error": format!("[invalid bearer token, {reason}]")}),
         })
     }

@@ -21,8 +21,18 @@ pub struct Discovery {
     keys: Bytes,
 }
 
-/// A served document: content type, cache control, body.
-pub type Document = (&'static str, String, Bytes);
+/// A served answer: status, content type, cache control (none for a refusal), body.
+pub type Document = (u16, &'static str, Option<String>, Bytes);
+
+/// go-restful's Accept check of a route producing `produces`: some media range of `accept` (no
+/// header: `*/*`) is `*/*` or exactly `produces` — `application/*` is not enough.
+fn accepts(accept: Option<&str>, produces: &str) -> bool {
+    let accept = accept.filter(|a| !a.is_empty()).unwrap_or("*/*");
+    accept.split(',').any(|range| {
+        let media = range.split(';').next().unwrap_or_default().trim();
+        media == "*/*" || media == produces
+    })
+}
 
 impl Discovery {
     /// The documents, or `None` when the issuer is no https URL; the JWKS URI is
@@ -54,14 +64,23 @@ impl Discovery {
         Some(Discovery { config: Bytes::from(config), keys: Bytes::from(keys) })
     }
 
-    /// The document at `path`, if it is one of the two.
-    pub fn serve(&self, path: &str) -> Option<Document> {
-        let cache_control = format!("public, max-age={MAX_AGE_SECONDS}");
-        match path {
-            CONFIG_PATH => Some(("application/json", cache_control, self.config.clone())),
-            JWKS_PATH => Some(("application/jwk-set+json", cache_control, self.keys.clone())),
-            _ => None,
+    /// The answer for `path` when it is one of the two documents: the document, or go-restful's
+    /// 406 when `accept` does not take its media type (as kube-apiserver answers).
+    pub fn serve(&self, path: &str, accept: Option<&str>) -> Option<Document> {
+        let (produces, body) = match path {
+            CONFIG_PATH => ("application/json", &self.config),
+            JWKS_PATH => ("application/jwk-set+json", &self.keys),
+            _ => return None,
+        };
+        if !accepts(accept, produces) {
+            let error = keel_api::status::ApiError::NotAcceptable(format!(
+                "406: Not Acceptable\n\nAvailable representations: {produces}"
+            ));
+            let mut status = error.to_json();
+            status["details"] = serde_json::json!({});
+            return Some((406, "application/json", None, Bytes::from(status.to_string())));
         }
+        Some((200, produces, Some(format!("public, max-age={MAX_AGE_SECONDS}")), body.clone()))
     }
 }
 
@@ -74,17 +93,21 @@ mod tests {
     fn documents_of_an_https_issuer() {
         let accounts = ServiceAccounts::new(ServiceAccountConfig::default()).unwrap();
         let discovery = Discovery::build(&accounts, "10.0.0.1:6443").unwrap();
-        let (kind, cache, body) = discovery.serve(CONFIG_PATH).unwrap();
-        assert_eq!((kind, cache.as_str()), ("application/json", "public, max-age=3600"));
+        let (code, kind, cache, body) = discovery.serve(CONFIG_PATH, None).unwrap();
+        assert_eq!((code, kind, cache.as_deref()), (200, "application/json", Some("public, max-age=3600")));
         let config: Value = serde_json::from_slice(&body).unwrap();
         assert_eq!(config["issuer"], "https://kubernetes.default.svc.cluster.local");
         assert_eq!(config["jwks_uri"], "https://10.0.0.1:6443/openid/v1/jwks");
         assert_eq!(config["id_token_signing_alg_values_supported"], serde_json::json!(["ES256"]));
-        let (kind, _, body) = discovery.serve(JWKS_PATH).unwrap();
+        let (_, kind, _, body) =
+            discovery.serve(JWKS_PATH, Some("application/jwk-set+json;q=1, */*;q=0.1")).unwrap();
         assert_eq!(kind, "application/jwk-set+json");
+        assert_eq!(discovery.serve(JWKS_PATH, Some("application/json")).unwrap().0, 406);
+        assert_eq!(discovery.serve(JWKS_PATH, Some("application/*")).unwrap().0, 406);
+        assert_eq!(discovery.serve(CONFIG_PATH, Some("application/json, text/plain")).unwrap().0, 200);
         let keys: Value = serde_json::from_slice(&body).unwrap();
         assert_eq!(keys["keys"][0]["kid"], accounts.signing_key.public().kid.as_str());
-        assert!(discovery.serve("/openid/v1").is_none());
+        assert!(discovery.serve("/openid/v1", None).is_none());
         let legacy =
             ServiceAccountConfig { issuers: vec!["kubernetes/serviceaccount".into()], ..Default::default() };
         assert!(Discovery::build(&ServiceAccounts::new(legacy).unwrap(), "a:1").is_none());

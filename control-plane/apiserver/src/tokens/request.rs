@@ -25,6 +25,13 @@ pub const MIN_EXPIRATION_SECONDS: i64 = 10 * 60;
 const MAX_EXPIRATION_SECONDS: i64 = 1 << 32;
 const DEFAULT_EXPIRATION_SECONDS: i64 = 60 * 60;
 
+/// A Unix time as metav1.Time writes it.
+fn time(seconds: i64) -> String {
+    jiff::Timestamp::from_second(seconds)
+        .map(|t| t.strftime("%Y-%m-%dT%H:%M:%SZ").to_string())
+        .unwrap_or_default()
+}
+
 fn text<'a>(value: &'a Value, pointer: &str) -> &'a str {
     value.pointer(pointer).and_then(Value::as_str).unwrap_or_default()
 }
@@ -80,6 +87,10 @@ impl Handlers {
         mut body: Value,
         now: i64,
     ) -> Result<Value, ApiError> {
+        // The status is the server's to fill (clients send an empty one: protobuf has no null).
+        if let Some(map) = body.as_object_mut() {
+            map.remove("status");
+        }
         // The body must be a TokenRequest (a wrong type is 400, as decoding refuses it upstream).
         serde_json::from_value::<k8s_openapi::api::authentication::v1::TokenRequest>(body.clone()).map_err(
             |e| {
@@ -88,6 +99,34 @@ impl Handlers {
                 ))
             },
         )?;
+        // Ownership of what the request set (its defaults included), as upstream's create handler
+        // records it before the REST handler fills the rest in.
+        if body.pointer("/spec/expirationSeconds").is_none_or(Value::is_null) {
+            let spec = body.as_object_mut().map(|map| map.entry("spec").or_insert_with(|| json!({})));
+            if let Some(spec) = spec.and_then(Value::as_object_mut) {
+                spec.insert("expirationSeconds".into(), DEFAULT_EXPIRATION_SECONDS.into());
+            }
+        }
+        let managed_fields = {
+            let mut recorded = body.clone();
+            if let Some(map) = recorded.as_object_mut() {
+                map.entry("metadata").or_insert_with(|| json!({}));
+            }
+            let write = keel_api::managed_fields::Context::builtin(
+                &format!("{GROUP}/v1"),
+                KIND,
+                "token",
+                false,
+                time(now),
+            );
+            // The live object is Go's zero TokenRequest as JSON (its spec and status structs
+            // present, the audiences and boundObjectRef null), so that only the fields under
+            // them count as set, as upstream records a create.
+            let zero =
+                json!({"metadata": {}, "spec": {"audiences": null, "boundObjectRef": null}, "status": {}});
+            keel_api::managed_fields::update(&write, Some(&zero), &mut recorded, ctx.manager());
+            recorded.pointer("/metadata/managedFields").cloned()
+        };
         let invalid = |field: &str, value: &str, detail: &str| {
             ApiError::invalid(GROUP, KIND, name, vec![FieldError::invalid(field, &json!(value), detail)])
         };
@@ -220,18 +259,15 @@ impl Handlers {
             })
             .map_err(ApiError::Internal)?;
 
-        let time = |seconds: i64| {
-            jiff::Timestamp::from_second(seconds)
-                .map(|t| t.strftime("%Y-%m-%dT%H:%M:%SZ").to_string())
-                .unwrap_or_default()
-        };
-        let metadata = json!({
+        let mut metadata = json!({
             "name": name, "namespace": namespace, "uid": account_uid, "creationTimestamp": time(now),
         });
-        let mut spec_out = json!({"audiences": audiences, "expirationSeconds": expiration});
-        if let Some(reference) = reference {
-            spec_out["boundObjectRef"] = reference.clone();
+        if let Some(managed_fields) = managed_fields {
+            metadata["managedFields"] = managed_fields;
         }
+        // No boundObjectRef is a null one, as upstream writes its pointer.
+        let spec_out = json!({"audiences": audiences, "expirationSeconds": expiration,
+                              "boundObjectRef": reference.cloned().unwrap_or(Value::Null)});
         if let Some(map) = body.as_object_mut() {
             map.insert("kind".into(), KIND.into());
             map.insert("apiVersion".into(), format!("{GROUP}/v1").into());
