@@ -304,7 +304,7 @@ impl ApiError {
                 group: Some(group.clone()),
                 // Upstream names the bare kind here, without the group.
                 kind: Some(kind.split('.').next().unwrap_or(kind).to_owned()),
-                name: Some(name.clone()),
+                name: some(name),
                 causes: Some(
                     causes
                         .iter()
