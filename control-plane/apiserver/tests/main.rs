@@ -28,6 +28,7 @@ mod rbac_bootstrap;
 mod rbac_oracle;
 mod scheduler_resources;
 mod server_side_apply;
+mod service_accounts;
 mod services;
 mod upstream_scheduler;
 mod validation;

@@ -11,6 +11,8 @@
 //! a pod using a secret, a configmap, a claim bound to a volume with its own secret, and a service
 //! account; and `system:node:n2`, which runs nothing) are decided by the Node authorizer's graph,
 //! the same objects written to both servers.
+//!
+//! A service account with a real token (TokenRequest) asks `kubectl auth can-i` on both too.
 
 use std::collections::BTreeSet;
 use std::path::Path;
@@ -489,8 +491,51 @@ async fn decisions_and_rules_equal_kube_apiserver() -> Result<()> {
                 .push(format!("kubectl {}:\nkeel:\n{keel}\nkube-apiserver:\n{theirs}", args.join(" ")));
         }
     }
+    // A service account authenticated by a real token (TokenRequest), not impersonated.
+    let token_commands: &[&[&str]] = &[
+        &["auth", "can-i", "--list", "-n", "dev"],
+        &["auth", "can-i", "create", "deployments", "-n", "dev"],
+        &["auth", "can-i", "create", "serviceaccounts/token", "-n", "dev"],
+        &["auth", "can-i", "get", "/.well-known/openid-configuration"],
+        &["auth", "can-i", "list", "pods", "-n", "kube-system"],
+    ];
+    let mut token_kubeconfigs = Vec::new();
+    for side in &sides {
+        side.send(
+            "POST",
+            "/api/v1/namespaces/dev/serviceaccounts",
+            Some(&json!({"metadata": {"name": "deployer"}})),
+            &[],
+        )
+        .await?;
+        let token =
+            kubectl_output(&kubectl.path, &side.kubeconfig, &["create", "token", "deployer", "-n", "dev"])?;
+        token_kubeconfigs.push(token_kubeconfig(&side.kubeconfig, token.trim(), side.name)?);
+    }
+    for args in token_commands {
+        let keel = kubectl_output(&kubectl.path, &token_kubeconfigs[0], args)?;
+        let theirs = kubectl_output(&kubectl.path, &token_kubeconfigs[1], args)?;
+        if keel != theirs {
+            differences.push(format!(
+                "kubectl {} with dev:deployer's token:\nkeel:\n{keel}\nkube-apiserver:\n{theirs}",
+                args.join(" ")
+            ));
+        }
+    }
     if !differences.is_empty() {
         bail!("{} differences from kube-apiserver:\n{}", differences.len(), differences.join("\n"));
     }
     Ok(())
+}
+
+/// A copy of `admin` (a kubeconfig) whose user has `token` instead of a client certificate.
+fn token_kubeconfig(admin: &Path, token: &str, name: &str) -> Result<std::path::PathBuf> {
+    let mut config = Kubeconfig::read_from(admin)?;
+    for named in &mut config.auth_infos {
+        named.auth_info =
+            Some(kube::config::AuthInfo { token: Some(token.to_owned().into()), ..Default::default() });
+    }
+    let path = admin.with_file_name(format!("{name}-token.kubeconfig"));
+    std::fs::write(&path, serde_yaml_ng::to_string(&config)?)?;
+    Ok(path)
 }
