@@ -119,9 +119,9 @@ fn in_process(report: &mut Report, rounds: usize) {
     let warm = per_op(warm_rounds, |_| {
         runtime.block_on(authenticator.authenticate(&tokens[0], None)).expect("authenticates");
     });
-    report.figure("issue_us", "issue: claims + ES256 signature", &micros(issue));
-    report.figure("cold_us", "authenticate cold: verify + live objects", &micros(cold));
-    report.figure("warm_us", "authenticate warm: cache hit + live objects", &micros(warm));
+    report.figure("issue_us", "issue: claims + ES256 signature (µs CPU/op)", &micros(issue));
+    report.figure("cold_us", "authenticate cold: verify + live objects (µs CPU/op)", &micros(cold));
+    report.figure("warm_us", "authenticate warm: cache hit + live objects (µs CPU/op)", &micros(warm));
     let met = |d: Duration, target: u64| if d <= Duration::from_micros(target) { "met" } else { "missed" };
     report.figure("warm_target_5us", "target: warm <= 5 µs", met(warm, 5));
     report.figure("cold_target_100us", "target: cold <= 100 µs", met(cold, 100));
