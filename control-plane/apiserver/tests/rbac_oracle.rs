@@ -500,14 +500,8 @@ async fn decisions_and_rules_equal_kube_apiserver() -> Result<()> {
         &["auth", "can-i", "list", "pods", "-n", "kube-system"],
     ];
     let mut token_kubeconfigs = Vec::new();
+    // dev/deployer exists on both (set_up made it).
     for side in &sides {
-        side.send(
-            "POST",
-            "/api/v1/namespaces/dev/serviceaccounts",
-            Some(&json!({"metadata": {"name": "deployer"}})),
-            &[],
-        )
-        .await?;
         let token =
             kubectl_output(&kubectl.path, &side.kubeconfig, &["create", "token", "deployer", "-n", "dev"])?;
         token_kubeconfigs.push(token_kubeconfig(&side.kubeconfig, token.trim(), side.name)?);
