@@ -116,6 +116,66 @@ impl Handlers {
         })
     }
 
+    /// NodeRestriction on a TokenRequest (`serviceaccounts/<name>/token`): for a node, the pod it
+    /// binds the token to as it is, and the audiences of that pod's inline CSI volumes' drivers.
+    pub(crate) async fn admit_token_request(
+        &self,
+        ctx: &Context,
+        namespace: &str,
+        name: &str,
+        request: &Value,
+    ) -> Result<(), ApiError> {
+        if node_identity(&ctx.user).is_none() {
+            return Ok(());
+        }
+        let reference = request.pointer("/spec/boundObjectRef");
+        let pod_name = reference.and_then(|r| r.get("name")).and_then(Value::as_str).unwrap_or_default();
+        let is_pod = reference.and_then(|r| r.get("kind")).and_then(Value::as_str) == Some("Pod");
+        let pod = if is_pod && !pod_name.is_empty() {
+            self.read("", "pods", Some(namespace), pod_name).await?
+        } else {
+            None
+        };
+        let drivers: Vec<String> = pod
+            .iter()
+            .filter_map(|p| p.pointer("/spec/volumes").and_then(Value::as_array))
+            .flatten()
+            .filter_map(|v| v.pointer("/csi/driver").and_then(Value::as_str))
+            .map(str::to_owned)
+            .collect();
+        let mut csi_audiences = Vec::new();
+        for driver in drivers {
+            if let Some(driver) = self.read("storage.k8s.io", "csidrivers", None, &driver).await? {
+                let requests = driver.pointer("/spec/tokenRequests").and_then(Value::as_array);
+                csi_audiences.extend(
+                    requests
+                        .into_iter()
+                        .flatten()
+                        .map(|r| r["audience"].as_str().unwrap_or_default().to_owned()),
+                );
+            }
+        }
+        node_restriction::admit_token_request(
+            &ctx.user,
+            name,
+            request,
+            pod.as_ref(),
+            &csi_audiences,
+            |audience| {
+                let info = crate::request::RequestInfo {
+                    is_resource_request: true,
+                    verb: "request-serviceaccounts-token-audience".into(),
+                    api_version: "v1".into(),
+                    namespace: namespace.to_owned(),
+                    resource: audience.to_owned(),
+                    name: name.to_owned(),
+                    ..crate::request::RequestInfo::default()
+                };
+                self.authorizer.allows(&ctx.user, &info)
+            },
+        )
+    }
+
     /// Runs the admission chain on an object about to be created.
     pub async fn admit_create(
         &self,

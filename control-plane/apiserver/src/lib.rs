@@ -497,6 +497,7 @@ impl ApiServer {
                 Verb::Create if request.subresource.as_deref() == Some("token") => {
                     let body = read_body(body, content_type).await?;
                     let namespace = request.namespace.as_deref().unwrap_or_default();
+                    self.handlers.admit_token_request(ctx, namespace, &name, &body).await?;
                     let accounts = self.authenticator.service_accounts();
                     let now = tokens::now_ms().div_euclid(1000);
                     let answer =

@@ -99,6 +99,82 @@ pub fn admit(a: &Attributes<'_>) -> Result<(), ApiError> {
     }
 }
 
+/// upstream's admitServiceAccount: a node asks for a service account token only bound to a pod
+/// bound to it (`pod` is the pod the request names, as it is), and only for an audience the pod's
+/// volumes use — a projected token's or an inline CSI volume's driver's (`csi_audiences`: the
+/// audiences of that pod's CSI drivers) — unless `may_request_audience` (RBAC's
+/// `request-serviceaccounts-token-audience` on that audience) says it may anyway.
+pub fn admit_token_request(
+    user: &User,
+    name: &str,
+    request: &Value,
+    pod: Option<&Value>,
+    csi_audiences: &[String],
+    may_request_audience: impl Fn(&str) -> bool,
+) -> Result<(), ApiError> {
+    let Some(node) = node_identity(user) else { return Ok(()) };
+    let refused = |reason: String| ApiError::Forbidden {
+        resource: GroupResource::new("", "serviceaccounts"),
+        name: name.to_owned(),
+        detail: reason,
+    };
+    if node.is_empty() {
+        return Err(refused(format!("could not determine node from user {:?}", user.name)));
+    }
+    let reference = request.pointer("/spec/boundObjectRef").filter(|r| !r.is_null());
+    let text = |pointer: &str| {
+        reference.and_then(|r| r.pointer(pointer)).and_then(Value::as_str).unwrap_or_default()
+    };
+    if reference.is_none()
+        || text("/apiVersion") != "v1"
+        || text("/kind") != "Pod"
+        || text("/name").is_empty()
+    {
+        return Err(refused("node requested token not bound to a pod".into()));
+    }
+    let uid = text("/uid");
+    if uid.is_empty() {
+        return Err(refused("node requested token with a pod binding without a uid".into()));
+    }
+    let Some(pod) = pod else {
+        return Err(ApiError::not_found("", "pods", text("/name")));
+    };
+    if pod.pointer("/metadata/uid").and_then(Value::as_str) != Some(uid) {
+        return Err(refused(format!(
+            "the UID in the bound object reference ({uid}) does not match the UID in record. The object might have been deleted and then recreated"
+        )));
+    }
+    if !bound_to(node, Some(pod)) {
+        return Err(refused("node requested token bound to a pod scheduled on a different node".into()));
+    }
+    // ServiceAccountNodeAudienceRestriction (beta, on since 1.33).
+    let audiences: Vec<&str> = request
+        .pointer("/spec/audiences")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .filter_map(Value::as_str)
+        .collect();
+    let audience = match audiences.as_slice() {
+        [] => "",
+        [one] => one,
+        _ => return Err(refused("node may only request 0 or 1 audiences".into())),
+    };
+    let volumes = pod.pointer("/spec/volumes").and_then(Value::as_array).into_iter().flatten();
+    let projected = volumes
+        .filter_map(|v| v.pointer("/projected/sources").and_then(Value::as_array))
+        .flatten()
+        .filter_map(|source| source.get("serviceAccountToken"))
+        .any(|token| token.get("audience").and_then(Value::as_str).unwrap_or_default() == audience);
+    if projected || csi_audiences.iter().any(|a| a == audience) || may_request_audience(audience) {
+        return Ok(());
+    }
+    Err(refused(format!(
+        "audience {audience:?} not found in pod spec volume, {} is not authorized to request tokens for this audience",
+        user.name
+    )))
+}
+
 fn forbidden(a: &Attributes<'_>, reason: String) -> ApiError {
     ApiError::Forbidden {
         resource: GroupResource::new(a.group, a.plural),

@@ -28,6 +28,13 @@ async fn as_admin(server: &Server, method: &str, path: &str, body: &Value) -> Re
     Ok(status)
 }
 
+async fn uid(server: &Server, pod: &str) -> Result<String> {
+    let (_, _, text) =
+        server.request("GET", &format!("/api/v1/namespaces/default/pods/{pod}"), &[], b"").await?;
+    let pod: Value = serde_json::from_str(&text)?;
+    Ok(pod["metadata"]["uid"].as_str().unwrap_or_default().to_owned())
+}
+
 fn pod(name: &str, node: &str, secret: &str) -> Value {
     json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name}, "spec": {"nodeName": node,
         "containers": [{"name": "c", "image": "busybox"}],
@@ -85,6 +92,37 @@ async fn a_node_reads_and_writes_only_its_own() -> Result<()> {
     );
     let ready = json!({"status": {"conditions": [{"type": "Ready", "status": "True"}]}});
     ensure!(as_n1(&server, "PATCH", "/api/v1/nodes/n1/status", &ready).await?.0 == 200);
+
+    // Tokens: only bound to its own pod, for an audience that pod uses.
+    let (web, other) = (uid(&server, "web").await?, uid(&server, "other").await?);
+    let token = |pod: &str, uid: &str, audiences: Value| {
+        json!({"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest", "spec": {"audiences": audiences,
+            "boundObjectRef": {"apiVersion": "v1", "kind": "Pod", "name": pod, "uid": uid}}})
+    };
+    let path = "/api/v1/namespaces/default/serviceaccounts/default/token";
+    let (status, answer) = as_n1(&server, "POST", path, &token("web", &web, json!([]))).await?;
+    ensure!(status == 201 && answer["status"]["token"].is_string(), "{status} {answer}");
+    for (request, message) in [
+        (
+            token("other", &other, json!([])),
+            "node requested token bound to a pod scheduled on a different node",
+        ),
+        (
+            json!({"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest", "spec": {}}),
+            "node requested token not bound to a pod",
+        ),
+        (
+            token("web", &web, json!(["vault"])),
+            "audience \"vault\" not found in pod spec volume, system:node:n1 is not authorized to request tokens for this audience",
+        ),
+    ] {
+        let (status, refusal) = as_n1(&server, "POST", path, &request).await?;
+        ensure!(status == 403, "{status} {refusal}");
+        ensure!(
+            refusal["message"] == format!("serviceaccounts \"default\" is forbidden: {message}"),
+            "{refusal}"
+        );
+    }
 
     // Pods: no ordinary pod of its own making; deletes of its own pods only.
     let (status, refusal) =
