@@ -255,12 +255,20 @@ impl EtcdCluster {
         if root_password.is_empty() || root_password.contains(char::is_whitespace) {
             bail!("the etcd root password must be non-empty and without whitespace");
         }
-        let mut add = self.etcdctl();
-        add.args(["user", "add", &format!("root:{root_password}")]);
-        run_etcdctl(add).context("adding etcd user root")?;
-        let mut enable = self.etcdctl();
-        enable.args(["auth", "enable"]);
-        run_etcdctl(enable).context("enabling etcd authentication")?;
+        // The root role is granted here rather than left to `auth enable`, whose own
+        // add-role-and-retry loop runs inside one command timeout and ran out of it on a loaded
+        // machine ("root user does not have root role", then "context deadline exceeded").
+        let steps: [(&[&str], &str); 4] = [
+            (&["user", "add", &format!("root:{root_password}")], "adding etcd user root"),
+            (&["role", "add", "root"], "adding etcd role root"),
+            (&["user", "grant-role", "root", "root"], "granting etcd role root to root"),
+            (&["auth", "enable"], "enabling etcd authentication"),
+        ];
+        for (args, what) in steps {
+            let mut command = self.etcdctl();
+            command.arg("--command-timeout=30s").args(args);
+            run_etcdctl(command).context(what)?;
+        }
         self.root_password = Some(root_password.to_owned());
         Ok(())
     }
