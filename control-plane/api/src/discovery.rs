@@ -357,10 +357,18 @@ mod tests {
         );
         let groups = api_group_list();
         assert_eq!(groups.groups.last().map(|g| g.name.as_str()), Some("resource.k8s.io"));
-        // kube-apiserver lists networking.k8s.io after certificates.k8s.io (not served), before policy.
+        // kube-apiserver lists certificates.k8s.io after batch, then networking.k8s.io, policy.
         let order: Vec<&str> = groups.groups.iter().map(|g| g.name.as_str()).collect();
         let at = order.iter().position(|g| *g == "networking.k8s.io").unwrap();
-        assert_eq!(order[at - 1..=at + 1], ["batch", "networking.k8s.io", "policy"]);
+        assert_eq!(order[at - 2..=at + 1], ["batch", "certificates.k8s.io", "networking.k8s.io", "policy"]);
+        assert_eq!(
+            names("certificates.k8s.io"),
+            [
+                "certificatesigningrequests",
+                "certificatesigningrequests/approval",
+                "certificatesigningrequests/status"
+            ]
+        );
         assert_eq!(
             api_group("resource.k8s.io").preferred_version.map(|v| v.group_version),
             Some("resource.k8s.io/v1".to_owned())

@@ -812,7 +812,7 @@ fn aggregate(errors: Vec<String>) -> String {
 
 /// Go's `%q` of a string (`strconv.Quote`). Go's `unicode.IsPrint` is approximated: control
 /// characters, blanks other than the space, and the common invisible format characters are escaped.
-pub(crate) fn go_quote(s: &str) -> String {
+pub fn go_quote(s: &str) -> String {
     let mut out = String::with_capacity(s.len() + 2);
     out.push('"');
     for c in s.chars() {

@@ -5,6 +5,7 @@
 //! they serve ([`custom`]).
 //! Kubernetes 1.34 (k8s-openapi's `v1_34`).
 
+pub mod certificates;
 pub mod convert;
 pub mod crd;
 pub mod custom;

@@ -325,6 +325,29 @@ pub const RESOURCES: &[Resource] = &[
     // batch/v1
     sub(all(short(resource("batch", "CronJob", "cronjobs", "cronjob"), &["cj"])), &[status("CronJob")]),
     sub(all(resource("batch", "Job", "jobs", "job")), &[status("Job")]),
+    // certificates.k8s.io/v1: the approval subresource carries only the Approved/Denied
+    // conditions, status the certificate (upstream's csrApprovalStrategy and csrStatusStrategy).
+    sub(
+        short(
+            cluster(resource(
+                "certificates.k8s.io",
+                "CertificateSigningRequest",
+                "certificatesigningrequests",
+                "certificatesigningrequest",
+            )),
+            &["csr"],
+        ),
+        &[
+            Subresource {
+                name: "approval",
+                kind: "CertificateSigningRequest",
+                group: "",
+                version: "",
+                verbs: GET_PATCH_UPDATE,
+            },
+            status("CertificateSigningRequest"),
+        ],
+    ),
     // networking.k8s.io/v1: the multi-CIDR Service allocator's objects (GA in 1.33), which
     // kube-proxy's informers list; served as data (keel-apiserver allocates from its own holds).
     short(cluster(resource("networking.k8s.io", "IPAddress", "ipaddresses", "ipaddress")), &["ip"]),
@@ -486,6 +509,7 @@ mod tests {
                 "authentication.k8s.io",
                 "authorization.k8s.io",
                 "batch",
+                "certificates.k8s.io",
                 "networking.k8s.io",
                 "policy",
                 "rbac.authorization.k8s.io",

@@ -73,6 +73,10 @@ pub fn prepare_for_create(resource: &Resource, object: &mut Value) {
                 metadata.insert("generation".into(), 1.into());
             }
         }
+        // csrStrategy: an empty status (the requestor is set by the server: certificates).
+        ("certificates.k8s.io", "certificatesigningrequests") => {
+            map.insert("status".into(), json!({}));
+        }
         // upstream's serviceCIDRStrategy resets nothing: a status sent on create is kept.
         ("networking.k8s.io", "servicecidrs") => {}
         _ if has_status(resource) => {
@@ -103,6 +107,9 @@ pub fn prepare_for_update(resource: &Resource, old: &Value, new: &mut Value) {
             Some(status) => map.insert("status".into(), status.clone()),
             None => map.remove("status"),
         };
+    }
+    if resource.group == "certificates.k8s.io" && resource.plural == "certificatesigningrequests" {
+        crate::certificates::prepare_for_update(old, new);
     }
     if resource.group == "storage.k8s.io"
         && resource.plural == "csidrivers"

@@ -6,8 +6,8 @@
 use std::collections::BTreeSet;
 
 use k8s_openapi::api::{
-    apps, authentication, authorization, batch, coordination, core, discovery, events, networking, node,
-    policy, rbac, resource, scheduling, storage,
+    apps, authentication, authorization, batch, certificates, coordination, core, discovery, events,
+    networking, node, policy, rbac, resource, scheduling, storage,
 };
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
@@ -87,6 +87,7 @@ typed_resources! {
     "authorization.k8s.io" "subjectaccessreviews" => authorization::v1::SubjectAccessReview,
     "batch" "cronjobs" => batch::v1::CronJob,
     "batch" "jobs" => batch::v1::Job,
+    "certificates.k8s.io" "certificatesigningrequests" => certificates::v1::CertificateSigningRequest,
     "networking.k8s.io" "ipaddresses" => networking::v1::IPAddress,
     "networking.k8s.io" "servicecidrs" => networking::v1::ServiceCIDR,
     "policy" "poddisruptionbudgets" => policy::v1::PodDisruptionBudget,

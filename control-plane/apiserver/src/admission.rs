@@ -84,6 +84,7 @@ impl Handlers {
             object: Some(new),
             old,
         })?;
+        crate::certificates::admit(&self.authorizer, &ctx.user, request, old, new)?;
         self.check_escalation(ctx, request, new)
     }
 

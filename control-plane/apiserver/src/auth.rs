@@ -30,6 +30,8 @@ pub const ALL_UNAUTHENTICATED: &str = "system:unauthenticated";
 pub const ALL_AUTHENTICATED: &str = "system:authenticated";
 pub const SYSTEM_PRIVILEGED_GROUP: &str = "system:masters";
 pub const APISERVER_USER: &str = "system:apiserver";
+/// The extra key naming the credential a user authenticated with (a certificate's digest).
+pub const CREDENTIAL_ID: &str = "authentication.kubernetes.io/credential-id";
 
 impl User {
     /// A user of `name` in `groups`, no uid or extra.
@@ -138,7 +140,11 @@ pub fn certificate_user(certificate: &CertificateDer<'_>) -> Option<User> {
     let subject = parsed.subject();
     let name = subject.iter_common_name().next()?.as_str().ok()?.to_owned();
     let groups = subject.iter_organization().filter_map(|o| o.as_str().ok().map(str::to_owned)).collect();
-    Some(User { name, groups, ..User::default() })
+    // upstream's x509 authenticator (1.34) names the credential: the certificate's SHA-256.
+    let digest = ring::digest::digest(&ring::digest::SHA256, certificate);
+    let hex: String = digest.as_ref().iter().map(|b| format!("{b:02x}")).collect();
+    let extra = BTreeMap::from([(CREDENTIAL_ID.to_owned(), vec![format!("X509SHA256={hex}")])]);
+    Some(User { name, groups, extra, ..User::default() })
 }
 
 /// TLS for serving: the serving certificate, client certificates verified against the cluster CA

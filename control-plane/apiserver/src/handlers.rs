@@ -508,6 +508,17 @@ impl Handlers {
         }
         self.admit_create(resource, namespace, &mut object).await?;
         strategy::prepare_for_create(resource, &mut object);
+        if resource.group == "certificates.k8s.io" && resource.plural == "certificatesigningrequests" {
+            let user = &ctx.user;
+            let extra = user.extra.iter().map(|(k, v)| (k.clone(), serde_json::json!(v))).collect();
+            keel_api::certificates::prepare_for_create(
+                &mut object,
+                &user.name,
+                &user.uid,
+                &user.groups,
+                &extra,
+            );
+        }
         let mut object = crate::validation::typed(resource, &object)?;
         let causes = keel_api::validation::validate_create(resource, &object);
         if !causes.is_empty() {

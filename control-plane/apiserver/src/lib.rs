@@ -13,6 +13,7 @@ pub mod auth;
 pub mod authorization;
 pub mod binding;
 pub mod cache;
+pub mod certificates;
 pub mod chain;
 pub mod context;
 pub mod crd;
@@ -82,6 +83,8 @@ pub struct Config {
     pub service_accounts: tokens::ServiceAccountConfig,
     /// `--enable-bootstrap-token-auth`.
     pub bootstrap_tokens: bool,
+    /// The built-in CSR signers' CA and `--cluster-signing-duration`; none: CSRs are never issued.
+    pub signer: Option<certificates::signer::Signer>,
 }
 
 impl Config {
@@ -98,6 +101,7 @@ impl Config {
             limits: Limits::default(),
             service_accounts: tokens::ServiceAccountConfig::default(),
             bootstrap_tokens: true,
+            signer: None,
         }
     }
 }
@@ -151,6 +155,8 @@ pub struct ApiServer {
     _rbac: follow::Following,
     /// What keeps the Node authorizer's graph current, when it is a mode.
     _node_graph: Option<follow::Following>,
+    /// The CSR approving and signing controllers ([`certificates::controller`]).
+    _certificates: Option<follow::Following>,
 }
 
 impl ApiServer {
@@ -179,6 +185,7 @@ impl ApiServer {
             Some(node) => Some(node.follow(&handlers, written).await),
             None => None,
         };
+        let certificates = certificates::controller::start(handlers.clone(), config.signer, written).await;
         let accounts = tokens::service_account::ServiceAccounts::new(config.service_accounts)
             .map_err(|e| ApiError::Internal(format!("service account keys: {e}")))?;
         let accounts = Arc::new(accounts);
@@ -203,6 +210,7 @@ impl ApiServer {
             _crds: crds,
             _rbac: rbac,
             _node_graph: node_graph,
+            _certificates: certificates,
         });
         server.handlers.ensure_default_service_accounts().await?;
         server.handlers.ensure_kubernetes_service(config.address).await?;

@@ -97,6 +97,16 @@ struct Flags {
     /// single binary is set up as kubeadm sets up a control plane).
     #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
     enable_bootstrap_token_auth: bool,
+    /// The longest certificate the built-in CSR signers issue (kube-controller-manager's flag; its
+    /// signers run in keel-apiserver until keel-controller-manager does).
+    #[arg(long, default_value = "8760h", value_parser = parse_duration)]
+    cluster_signing_duration: std::time::Duration,
+    /// The CA certificate (PEM) the built-in signers sign with; default: the cluster CA in DATA_DIR/pki.
+    #[arg(long, requires = "cluster_signing_key_file")]
+    cluster_signing_cert_file: Option<PathBuf>,
+    /// The key of `--cluster-signing-cert-file`.
+    #[arg(long, requires = "cluster_signing_cert_file")]
+    cluster_signing_key_file: Option<PathBuf>,
 }
 
 /// The service account flags read, keys loaded (made in `pki_dir` when no signing key is given).
@@ -230,6 +240,19 @@ async fn main() -> Result<()> {
     config.services = services;
     config.service_accounts = service_accounts;
     config.bootstrap_tokens = flags.enable_bootstrap_token_auth;
+    let (ca, ca_key) = match (&flags.cluster_signing_cert_file, &flags.cluster_signing_key_file) {
+        (Some(cert), Some(key)) => (
+            std::fs::read_to_string(cert)
+                .with_context(|| format!("--cluster-signing-cert-file {}", cert.display()))?,
+            std::fs::read_to_string(key)
+                .with_context(|| format!("--cluster-signing-key-file {}", key.display()))?,
+        ),
+        _ => (pki.ca_pem.clone(), pki.ca_key_pem.clone()),
+    };
+    config.signer = Some(
+        keel_apiserver::certificates::signer::Signer::new(&ca, &ca_key, flags.cluster_signing_duration)
+            .map_err(|e| anyhow::anyhow!("the CSR signers' CA: {e}"))?,
+    );
     config.limits = keel_apiserver::Limits {
         max_requests_inflight: flags.max_requests_inflight,
         max_mutating_requests_inflight: flags.max_mutating_requests_inflight,

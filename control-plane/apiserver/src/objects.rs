@@ -115,7 +115,8 @@ pub fn validate_name(name: &str, resource: &Resource) -> Option<String> {
         ("networking.k8s.io", "ipaddresses") => {
             keel_api::validation::networking::ip_address_name(name).into_iter().next()
         }
-        ("rbac.authorization.k8s.io", _) => {
+        // ValidateCertificateRequestName allows any name: only the path segment rules apply.
+        ("rbac.authorization.k8s.io", _) | ("certificates.k8s.io", "certificatesigningrequests") => {
             if name == "." || name == ".." {
                 Some(format!("may not be '{name}'"))
             } else if name.contains('/') || name.contains('%') {

@@ -28,6 +28,8 @@ pub enum PkiError {
 #[derive(Debug)]
 pub struct Pki {
     pub ca_pem: String,
+    /// The CA's key (PEM), which the built-in CSR signers sign with.
+    pub ca_key_pem: String,
     pub serving_chain: Vec<CertificateDer<'static>>,
     pub serving_key: PrivateKeyDer<'static>,
     pub admin_cert_pem: String,
@@ -87,8 +89,8 @@ pub fn ensure(dir: &Path, hosts: &[String]) -> Result<Pki, PkiError> {
         write_file(&ca_path, &cert.pem(), false)?;
     }
     let ca_pem = read(&ca_path, "reading the CA certificate")?;
-    let ca_key =
-        KeyPair::from_pem(&read(&ca_key_path, "reading the CA key")?).map_err(cert_error("the CA key"))?;
+    let ca_key_pem = read(&ca_key_path, "reading the CA key")?;
+    let ca_key = KeyPair::from_pem(&ca_key_pem).map_err(cert_error("the CA key"))?;
     let issuer = Issuer::from_ca_cert_pem(&ca_pem, ca_key).map_err(cert_error("the CA certificate"))?;
 
     let (admin_path, admin_key_path) = (dir.join("admin.crt"), dir.join("admin.key"));
@@ -143,6 +145,7 @@ pub fn ensure(dir: &Path, hosts: &[String]) -> Result<Pki, PkiError> {
         admin_cert_pem: read(&admin_path, "reading the admin certificate")?,
         admin_key_pem: read(&admin_key_path, "reading the admin key")?,
         ca_pem,
+        ca_key_pem,
     })
 }
 

@@ -59,6 +59,10 @@ impl DeleteOptions {
     }
 }
 
+fn is_csr(resource: &Resource) -> bool {
+    resource.group == "certificates.k8s.io" && resource.plural == "certificatesigningrequests"
+}
+
 fn now() -> String {
     jiff::Timestamp::now().strftime("%Y-%m-%dT%H:%M:%SZ").to_string()
 }
@@ -175,11 +179,17 @@ impl Handlers {
             let mut object = crate::validation::typed(resource, &object)?;
             // Writes of the main resource only: subresources (status...) have rules of their own;
             // a custom resource's status is checked against its schema as the rest of it is.
-            if request.subresource.is_none() || resource.custom {
-                let causes = keel_api::validation::validate_update(resource, &existing, &object);
-                if !causes.is_empty() {
-                    return Err(ApiError::invalid(resource.group, resource.kind, name, causes));
+            let causes = match request.subresource.as_deref() {
+                None => keel_api::validation::validate_update(resource, &existing, &object),
+                Some(_) if resource.custom => {
+                    keel_api::validation::validate_update(resource, &existing, &object)
                 }
+                Some(sub) => {
+                    keel_api::validation::validate_subresource_update(resource, sub, &existing, &object)
+                }
+            };
+            if !causes.is_empty() {
+                return Err(ApiError::invalid(resource.group, resource.kind, name, causes));
             }
             let going = ready_to_go(resource, &object);
             let outcome = if !going && crate::services::is_services(resource) {
@@ -302,7 +312,7 @@ impl Handlers {
         crate::crd::check_patch(resource, matches!(body, SubresourceBody::Patch(PatchBody::Strategic(_))))?;
         let key = objects::key(resource, request.namespace.as_deref(), name);
         match (sub, body) {
-            ("status" | "finalize", SubresourceBody::None) | ("scale", SubresourceBody::None) => {
+            ("status" | "finalize" | "approval" | "scale", SubresourceBody::None) => {
                 let current = self.store.get(&key).await.map_err(store_error)?;
                 let current =
                     current.ok_or_else(|| ApiError::not_found(resource.group, resource.plural, name))?;
@@ -316,7 +326,24 @@ impl Handlers {
                 let updated = self
                     .guarded_update(request, name, dry_run, |existing| {
                         let new = crate::validation::typed(resource, &body.resolve(existing)?)?;
-                        let mut updated = strategy::status_update(existing, &new);
+                        let mut updated = if is_csr(resource) {
+                            keel_api::certificates::status_update(existing, &new, &now())
+                        } else {
+                            strategy::status_update(existing, &new)
+                        };
+                        crate::field_manager::track(ctx, request, Some(existing), &mut updated);
+                        self.validate_write(ctx, request, Some(existing), &updated)?;
+                        Ok((updated, changed_revision(existing, &new)?))
+                    })
+                    .await?;
+                Ok(Reply::Json(200, updated))
+            }
+            // A CSR's Approved and Denied conditions (csrApprovalStrategy).
+            ("approval", body) if is_csr(resource) => {
+                let updated = self
+                    .guarded_update(request, name, dry_run, |existing| {
+                        let new = crate::validation::typed(resource, &body.resolve(existing)?)?;
+                        let mut updated = keel_api::certificates::approval_update(existing, &new, &now());
                         crate::field_manager::track(ctx, request, Some(existing), &mut updated);
                         self.validate_write(ctx, request, Some(existing), &updated)?;
                         Ok((updated, changed_revision(existing, &new)?))

@@ -9,6 +9,7 @@ mod common;
 mod admission;
 mod bad_input;
 mod binary;
+mod certificates;
 mod crd;
 mod events;
 mod eviction;

@@ -233,6 +233,11 @@ impl KubeApiServer {
         Ok(KubeApiServer { daemon, etcd, address, pki, dir })
     }
 
+    /// A file of the PKI written for it (`ca.crt`, `ca.key`, `admin.crt`, ...).
+    pub fn pki_file(&self, name: &str) -> PathBuf {
+        pki_file(self.dir.path(), name)
+    }
+
     /// `127.0.0.1:PORT`, where it serves HTTPS.
     pub fn address(&self) -> SocketAddr {
         self.address
@@ -318,6 +323,8 @@ fn write_pki(dir: &Path, pki: &TestPki) -> Result<()> {
     std::fs::create_dir_all(&pki_dir).with_context(|| format!("creating {}", pki_dir.display()))?;
     for (name, contents) in [
         ("ca.crt", &pki.ca_pem),
+        // For kube-controller-manager's `--cluster-signing-key-file` (tests of the CSR signers).
+        ("ca.key", &pki.ca_key_pem),
         ("serving.crt", &pki.serving_cert_pem),
         ("serving.key", &pki.serving_key_pem),
         ("admin.crt", &pki.admin.cert_pem),

@@ -22,6 +22,7 @@
 
 mod apps;
 mod batch;
+mod certificates;
 mod cluster;
 mod core;
 mod csi;
@@ -217,6 +218,7 @@ enum Printer {
     StatefulSet,
     CronJob,
     Job,
+    CertificateSigningRequest,
     ServiceCidr,
     IpAddress,
     PodDisruptionBudget,
@@ -262,6 +264,7 @@ impl Printer {
             ("apps", "statefulsets") => Self::StatefulSet,
             ("batch", "cronjobs") => Self::CronJob,
             ("batch", "jobs") => Self::Job,
+            ("certificates.k8s.io", "certificatesigningrequests") => Self::CertificateSigningRequest,
             ("networking.k8s.io", "servicecidrs") => Self::ServiceCidr,
             ("networking.k8s.io", "ipaddresses") => Self::IpAddress,
             ("policy", "poddisruptionbudgets") => Self::PodDisruptionBudget,
@@ -304,6 +307,7 @@ impl Printer {
             Self::StatefulSet => apps::STATEFUL_SET_COLUMNS,
             Self::CronJob => batch::CRON_JOB_COLUMNS,
             Self::Job => batch::JOB_COLUMNS,
+            Self::CertificateSigningRequest => certificates::CERTIFICATE_SIGNING_REQUEST_COLUMNS,
             Self::ServiceCidr => networking::SERVICE_CIDR_COLUMNS,
             Self::IpAddress => networking::IP_ADDRESS_COLUMNS,
             Self::PodDisruptionBudget => cluster::POD_DISRUPTION_BUDGET_COLUMNS,
@@ -346,6 +350,7 @@ impl Printer {
             Self::StatefulSet => apps::stateful_set(object, now),
             Self::CronJob => batch::cron_job(object, now),
             Self::Job => batch::job(object, now),
+            Self::CertificateSigningRequest => certificates::certificate_signing_request(object, now),
             Self::ServiceCidr => networking::service_cidr(object, now),
             Self::IpAddress => networking::ip_address(object, now),
             Self::PodDisruptionBudget => cluster::pod_disruption_budget(object, now),

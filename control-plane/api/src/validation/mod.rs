@@ -9,6 +9,7 @@
 //! numbers as they are, maps and structs as JSON. Objects are validated after defaulting, so a field
 //! upstream defaults is never reported missing.
 
+pub mod certificates;
 mod config;
 mod dra;
 pub(crate) mod meta;
@@ -46,6 +47,9 @@ pub fn validate_create(resource: &Resource, object: &Value) -> Vec<FieldError> {
         ("apps", "daemonsets") => workloads::daemon_set(&object),
         ("batch", "jobs") => workloads::job(&object),
         ("batch", "cronjobs") => workloads::cron_job(&object),
+        ("certificates.k8s.io", "certificatesigningrequests") => {
+            certificates::certificate_signing_request(&object)
+        }
         ("networking.k8s.io", "servicecidrs") => networking::service_cidr(&object),
         ("networking.k8s.io", "ipaddresses") => networking::ip_address(&object),
         ("storage.k8s.io", "csidrivers") => storage::csi_driver(&object),
@@ -81,6 +85,9 @@ pub fn validate_update(resource: &Resource, old: &Value, new: &Value) -> Vec<Fie
         ("apps", "daemonsets") => workloads::daemon_set_update(&old, &new),
         ("batch", "jobs") => workloads::job_update(&old, &new),
         ("batch", "cronjobs") => workloads::cron_job(&new),
+        ("certificates.k8s.io", "certificatesigningrequests") => {
+            certificates::certificate_signing_request_update(&old, &new, certificates::Write::Update)
+        }
         ("networking.k8s.io", "servicecidrs") => networking::service_cidr_update(&old, &new),
         ("networking.k8s.io", "ipaddresses") => networking::ip_address_update(&old, &new),
         ("storage.k8s.io", "csidrivers") => storage::csi_driver_update(&old, &new),
@@ -91,6 +98,24 @@ pub fn validate_update(resource: &Resource, old: &Value, new: &Value) -> Vec<Fie
         ("resource.k8s.io", "resourceslices") => dra::resource_slice_update(&old, &new),
         _ => Vec::new(),
     });
+    errors
+}
+
+/// The field errors of a write through a subresource of `resource` from `old` to `new`, for the
+/// subresources whose strategies validate (a CSR's `/status` and `/approval`); none for others.
+pub fn validate_subresource_update(
+    resource: &Resource,
+    subresource: &str,
+    old: &Value,
+    new: &Value,
+) -> Vec<FieldError> {
+    let write = match (resource.group, resource.plural, subresource) {
+        ("certificates.k8s.io", "certificatesigningrequests", "status") => certificates::Write::Status,
+        ("certificates.k8s.io", "certificatesigningrequests", "approval") => certificates::Write::Approval,
+        _ => return Vec::new(),
+    };
+    let mut errors = meta::object_meta_update(old, new);
+    errors.extend(certificates::certificate_signing_request_update(old, new, write));
     errors
 }
 
