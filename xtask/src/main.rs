@@ -4,6 +4,7 @@ mod bench;
 mod build;
 mod codegen;
 mod deps;
+mod identities;
 mod peers;
 mod test;
 mod up;

@@ -205,7 +205,13 @@ fn print_state(state: &serde_json::Value, log_path: &Path, instance: &Instance) 
         text(&apiserver["local_address"])
     );
     let kubeconfig = text(&apiserver["kubeconfig"]);
-    println!("  kubeconfig: {kubeconfig}");
+    println!("  kubeconfig: {kubeconfig} (kubernetes-admin, system:masters)");
+    if let Some(identities) = state["kubeconfigs"].as_object() {
+        println!("  component identities (cluster address, for what runs on the fabric):");
+        for (component, path) in identities {
+            println!("    {component}: {}", text(path));
+        }
+    }
     println!(
         "Node agents (kubelet, runtime, proxy, CNI) are not started yet: later issues add them to `up`."
     );
@@ -281,6 +287,14 @@ pub fn supervise(args: &SuperviseArgs) -> Result<()> {
         apiserver_addr,
         api_forwarder.local_addr(),
     )?;
+    // Each component's own identity (kubeconfigs naming the cluster address the nodes reach).
+    let node_names: Vec<String> = (1..=nodes.len()).map(|i| format!("node{i}")).collect();
+    let identities = crate::identities::write_kubeconfigs(
+        &apiserver_data.join("pki"),
+        &format!("https://{apiserver_addr}"),
+        &dir.join("kubeconfigs"),
+        &node_names,
+    )?;
     let busybox = images::busybox_image()?;
     registry::push_oci_layout_to(
         &forwarder.local_addr().to_string(),
@@ -305,6 +319,7 @@ pub fn supervise(args: &SuperviseArgs) -> Result<()> {
             "kubeconfig": kubeconfig.display().to_string(),
             "pid": apiserver.pid(),
         },
+        "kubeconfigs": identities.iter().map(|(c, p)| (c.clone(), json!(p.display().to_string()))).collect::<serde_json::Map<_, _>>(),
         "nodes": nodes.iter().enumerate().map(|(i, node)| json!({
             "name": format!("node{}", i + 1),
             "netns": node.name(),

@@ -113,6 +113,55 @@ fn up_starts_the_cluster_network_and_down_removes_everything() {
         .unwrap();
     let namespaces = String::from_utf8_lossy(&get.stdout);
     assert!(namespaces.contains("namespace/default"), "{namespaces}{}", String::from_utf8_lossy(&get.stderr));
+    // Each component's kubeconfig authenticates as upstream's user for it; RBAC and the Node
+    // authorizer give it what upstream gives it. The kubeconfigs name the fabric address: they are
+    // used from inside the fabric namespace.
+    let fabric = open(state["fabric"].as_str().unwrap());
+    let kubectl = keel_testbed::kubectl::minor(31).unwrap();
+    let as_component = |component: &str, args: &[&str]| -> (bool, String) {
+        let path = state["kubeconfigs"][component].as_str().unwrap_or_else(|| panic!("{component}: {state}"));
+        let mut command = kubectl.command();
+        command.args(["--kubeconfig", path]).args(args);
+        fabric.enter_on_spawn(&mut command);
+        let output = command.output().unwrap();
+        (
+            output.status.success(),
+            format!("{}{}", String::from_utf8_lossy(&output.stdout), String::from_utf8_lossy(&output.stderr)),
+        )
+    };
+    for (component, user, groups) in [
+        ("kube-scheduler", "system:kube-scheduler", r#"["system:authenticated"]"#),
+        ("kube-controller-manager", "system:kube-controller-manager", r#"["system:authenticated"]"#),
+        ("kube-proxy", "system:kube-proxy", r#"["system:authenticated"]"#),
+        ("kubelet-node1", "system:node:node1", r#"["system:nodes","system:authenticated"]"#),
+        ("kubelet-node2", "system:node:node2", r#"["system:nodes","system:authenticated"]"#),
+    ] {
+        let (ok, out) = as_component(component, &["auth", "whoami", "-o", "json"]);
+        assert!(ok, "{component}: {out}");
+        let me: serde_json::Value = serde_json::from_str(&out).unwrap();
+        assert_eq!(me["status"]["userInfo"]["username"], user, "{out}");
+        assert_eq!(me["status"]["userInfo"]["groups"].to_string(), groups, "{out}");
+    }
+    for (component, args, allowed) in [
+        ("kube-scheduler", &["create", "pods", "--subresource=binding"][..], true),
+        ("kube-scheduler", &["create", "pods"][..], false),
+        (
+            "kube-controller-manager",
+            &["create", "serviceaccounts", "--subresource=token", "-n", "kube-system"][..],
+            true,
+        ),
+        ("kube-proxy", &["list", "endpointslices.discovery.k8s.io"][..], true),
+        ("kube-proxy", &["list", "secrets"][..], false),
+        ("kubelet-node1", &["get", "nodes/node1"][..], true),
+        ("kubelet-node1", &["list", "secrets"][..], false),
+    ] {
+        let mut all = vec!["auth", "can-i"];
+        all.extend_from_slice(args);
+        let (_, out) = as_component(component, &all);
+        // stdout's answer comes first; kubectl may add warnings on stderr after it.
+        let answer = out.lines().next().unwrap_or_default().trim();
+        assert_eq!(answer == "yes", allowed, "{component} {args:?}: {out}");
+    }
     let apiserver_pid = u32::try_from(state["apiserver"]["pid"].as_u64().unwrap()).unwrap();
     let apiserver_local = state["apiserver"]["local_address"].as_str().unwrap().to_owned();
 
