@@ -26,6 +26,7 @@ mod openapi;
 mod protobuf;
 mod python_client;
 mod rbac_bootstrap;
+mod rbac_clients;
 mod rbac_oracle;
 mod scheduler_resources;
 mod server_side_apply;
