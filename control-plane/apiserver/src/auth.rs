@@ -53,6 +53,29 @@ impl User {
         User::named(APISERVER_USER, &[SYSTEM_PRIVILEGED_GROUP, ALL_AUTHENTICATED])
     }
 
+    /// The user a SubjectAccessReview's or a CSR's spec names: `name_field` (`user`, `username`),
+    /// `uid`, `groups` and `extra` of `spec`.
+    pub fn from_spec(spec: &serde_json::Value, name_field: &str) -> User {
+        let strings = |value: &serde_json::Value| -> Vec<String> {
+            value
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter_map(serde_json::Value::as_str)
+                .map(str::to_owned)
+                .collect()
+        };
+        User {
+            name: spec[name_field].as_str().unwrap_or_default().to_owned(),
+            uid: spec["uid"].as_str().unwrap_or_default().to_owned(),
+            groups: strings(&spec["groups"]),
+            extra: spec["extra"]
+                .as_object()
+                .map(|extra| extra.iter().map(|(k, v)| (k.clone(), strings(v))).collect())
+                .unwrap_or_default(),
+        }
+    }
+
     /// As upstream's authentication filter leaves every authenticated user: in
     /// `system:authenticated` (once), anonymous excepted.
     pub fn authenticated(mut self) -> User {

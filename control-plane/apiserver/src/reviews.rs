@@ -247,18 +247,7 @@ fn field_selector(selector: &Value) -> String {
 /// Whom a SubjectAccessReview asks about: `spec.user`, `groups`, `uid`, `extra` (a user or a
 /// group is required).
 fn subject(spec: &Value, kind: &str) -> Result<User, ApiError> {
-    let strings = |value: &Value| -> Vec<String> {
-        value.as_array().into_iter().flatten().filter_map(Value::as_str).map(str::to_owned).collect()
-    };
-    let user = User {
-        name: spec["user"].as_str().unwrap_or_default().to_owned(),
-        uid: spec["uid"].as_str().unwrap_or_default().to_owned(),
-        groups: strings(&spec["groups"]),
-        extra: spec["extra"]
-            .as_object()
-            .map(|extra| extra.iter().map(|(k, v)| (k.clone(), strings(v))).collect())
-            .unwrap_or_default(),
-    };
+    let user = User::from_spec(spec, "user");
     if user.name.is_empty() && user.groups.is_empty() {
         return Err(invalid(
             kind,

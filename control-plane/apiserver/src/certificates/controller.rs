@@ -84,31 +84,6 @@ impl Follower for Controllers {
     }
 }
 
-/// The requestor a CSR records, as a SubjectAccessReview names it.
-fn requestor(object: &Value) -> User {
-    let strings = |value: Option<&Value>| -> Vec<String> {
-        value
-            .and_then(Value::as_array)
-            .into_iter()
-            .flatten()
-            .filter_map(Value::as_str)
-            .map(str::to_owned)
-            .collect()
-    };
-    let spec = &object["spec"];
-    User {
-        name: spec["username"].as_str().unwrap_or_default().to_owned(),
-        uid: spec["uid"].as_str().unwrap_or_default().to_owned(),
-        groups: strings(spec.get("groups")),
-        extra: spec["extra"]
-            .as_object()
-            .into_iter()
-            .flatten()
-            .map(|(k, v)| (k.clone(), strings(Some(v))))
-            .collect(),
-    }
-}
-
 impl Controllers {
     async fn handle(&self, object: &Value) -> Result<(), keel_api::status::ApiError> {
         if let Some(approved) = self.approve(object) {
@@ -143,7 +118,7 @@ impl Controllers {
         }
         let request = csr::parse(&csr::request_bytes(object)).ok()?;
         csr::validate_kubelet_client(&request, &csr::usages(object)).ok()?;
-        let user = requestor(object);
+        let user = User::from_spec(&object["spec"], "username");
         for (subresource, own, message) in RECOGNIZERS {
             if *own && user.name != request.common_name {
                 continue;
