@@ -222,9 +222,20 @@ async fn establish(handlers: &Handlers, crd: &Value, decided: &[Value]) -> Resul
     let mut wanted = crd.clone();
     wanted["status"]["acceptedNames"] = accepted;
     wanted["status"]["conditions"] = Value::Array(conditions);
+    // Served before Established is written, so a client that saw the condition finds the resource.
+    let serve = |crd: &Value| {
+        custom::serve(&name, crd::definitions(crd));
+        lock(&handlers.crds_served).insert(name.clone());
+        if let Some(resource) = custom::resource_of(&name) {
+            handlers.cache.start_custom(resource);
+        }
+    };
     let current = if wanted.get("status") == crd.get("status") {
         crd.clone()
     } else {
+        if established {
+            serve(&wanted);
+        }
         write_status(handlers, &name, &wanted).await?
     };
     if established {

@@ -294,7 +294,10 @@ async fn discovery_of_networking() -> Result<()> {
     let names: Vec<&str> =
         groups["groups"].as_array().into_iter().flatten().filter_map(|g| g["name"].as_str()).collect();
     let at = names.iter().position(|g| *g == "networking.k8s.io").context("networking.k8s.io listed")?;
-    ensure!(status == 200 && names[at - 1] == "batch" && names[at + 1] == "policy", "{names:?}");
+    ensure!(
+        status == 200 && names[at - 1] == "certificates.k8s.io" && names[at + 1] == "policy",
+        "{names:?}"
+    );
     let (status, list) = c.request("GET", "/apis/networking.k8s.io/v1", &Value::Null).await?;
     let resources: Vec<&str> =
         list["resources"].as_array().into_iter().flatten().filter_map(|r| r["name"].as_str()).collect();
