@@ -1,6 +1,7 @@
 //! The request path as upstream's handler chain (DefaultBuildHandlerChain), one step per filter,
 //! over one reading of the request ([`crate::request::info`]): authentication
-//! (WithAuthentication: client certificate, bearer token, else anonymous), the in-flight limits
+//! (WithAuthentication: client certificate, bearer token, else anonymous), auditing (WithAudit:
+//! [`crate::audit`], around everything after authentication), impersonation, the in-flight limits
 //! (WithMaxInFlightLimit), authorization (WithAuthorization), and the timeout of the handler
 //! (WithTimeoutForNonLongRunningRequests). Each step either passes the request on or answers it.
 
@@ -128,7 +129,26 @@ pub fn impersonate(headers: &HeaderMap, requestor: User, authorizer: &Authorizer
     Ok(user)
 }
 
-/// WithAuthorization: allowed, or Forbidden with upstream's message.
+/// WithAuthorization: allowed, or Forbidden with upstream's message; the decision and the
+/// authorizer's reason go into the request's audit event
+/// (`authorization.k8s.io/decision: allow|forbid`, `authorization.k8s.io/reason`).
+pub fn authorize_request(
+    authorizer: &Authorizer,
+    user: &User,
+    info: &RequestInfo,
+    audit: &crate::audit::Record,
+) -> Result<(), ApiError> {
+    let (decision, reason) = match authorizer.authorize(user, info) {
+        Decision::Allow(reason) => ("allow", reason),
+        Decision::Deny(reason) | Decision::NoOpinion(reason) => ("forbid", reason),
+    };
+    audit.annotate(crate::audit::DECISION_ANNOTATION, decision);
+    audit.annotate(crate::audit::REASON_ANNOTATION, &reason);
+    if decision == "allow" { Ok(()) } else { Err(Authorizer::forbidden(user, info, &reason)) }
+}
+
+/// One authorization check (impersonation's, for each part it asks to act as): allowed, or
+/// Forbidden with upstream's message.
 pub fn authorize(authorizer: &Authorizer, user: &User, info: &RequestInfo) -> Result<(), ApiError> {
     match authorizer.authorize(user, info) {
         Decision::Allow(_) => Ok(()),
