@@ -132,14 +132,22 @@ pub fn bearer_token(authorization: &str) -> Option<&str> {
     (scheme.eq_ignore_ascii_case("bearer") && !token.is_empty()).then_some(token)
 }
 
-/// The user a verified client certificate names: CN the user, each O a group.
+/// The user a verified client certificate names: CN the user, each O a group, and (as upstream's
+/// x509 authenticator adds it) the certificate's credential ID `X509SHA256=<hex SHA-256 of the
+/// DER>` in `authentication.kubernetes.io/credential-id`.
 pub fn certificate_user(certificate: &CertificateDer<'_>) -> Option<User> {
     let (_, parsed) = x509_parser::parse_x509_certificate(certificate).ok()?;
     let subject = parsed.subject();
     let name = subject.iter_common_name().next()?.as_str().ok()?.to_owned();
     let groups = subject.iter_organization().filter_map(|o| o.as_str().ok().map(str::to_owned)).collect();
-    Some(User { name, groups, ..User::default() })
+    let digest = ring::digest::digest(&ring::digest::SHA256, certificate.as_ref());
+    let hex: String = digest.as_ref().iter().map(|b| format!("{b:02x}")).collect();
+    let extra = BTreeMap::from([(CREDENTIAL_ID.to_owned(), vec![format!("X509SHA256={hex}")])]);
+    Some(User { name, groups, extra, ..User::default() })
 }
+
+/// upstream's CredentialIDKey: the user extra naming the credential a request authenticated with.
+pub const CREDENTIAL_ID: &str = "authentication.kubernetes.io/credential-id";
 
 /// TLS for serving: the serving certificate, client certificates verified against the cluster CA
 /// but not required (token users come without one), HTTP/2 and HTTP/1.1.
@@ -194,6 +202,8 @@ mod tests {
             (user.name.as_str(), user.groups.as_slice()),
             ("kubernetes-admin", &["system:masters".to_owned()][..])
         );
+        let id = &user.extra[CREDENTIAL_ID];
+        assert!(id.len() == 1 && id[0].starts_with("X509SHA256=") && id[0].len() == 11 + 64, "{id:?}");
         assert!(server_config(&pki).is_ok());
     }
 }

@@ -31,7 +31,7 @@ pub const POD_NAME: &str = "authentication.kubernetes.io/pod-name";
 pub const POD_UID: &str = "authentication.kubernetes.io/pod-uid";
 pub const NODE_NAME: &str = "authentication.kubernetes.io/node-name";
 pub const NODE_UID: &str = "authentication.kubernetes.io/node-uid";
-pub const CREDENTIAL_ID: &str = "authentication.kubernetes.io/credential-id";
+pub const CREDENTIAL_ID: &str = crate::auth::CREDENTIAL_ID;
 
 /// kube-apiserver's service account flags.
 #[derive(Debug, Clone)]
