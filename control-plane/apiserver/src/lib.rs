@@ -310,8 +310,8 @@ impl ApiServer {
         });
         let authenticated =
             chain::authenticate(&parts.headers, certificate_user, &self.authenticator, self.anonymous).await;
-        let user = match authenticated {
-            Ok(user) => user,
+        let (user, annotations) = match authenticated {
+            Ok(authenticated) => authenticated,
             Err(error) => {
                 if let (Some(audit), Some(incoming)) = (&self.audit, &incoming) {
                     audit.failed_authentication(&info, incoming, &error.to_json()).await;
@@ -323,6 +323,9 @@ impl ApiServer {
             (Some(audit), Some(incoming)) => audit.begin(&user, &info, incoming, info.is_long_running()),
             _ => audit::Record::default(),
         };
+        for (key, value) in &annotations {
+            record.annotate(key, value);
+        }
         if !record.received().await {
             let error = ApiError::Internal("failed to store audit event".into());
             return self.finish(&record, refused(&record, &error)).await;
