@@ -36,6 +36,7 @@ pub fn apply(resource: &Resource, object: &mut Value) {
         }
         ("", "services") => service(object),
         ("", "secrets") => secret(object),
+        ("", "namespaces") => namespace(object),
         ("", "replicationcontrollers") => replication_controller(object),
         ("storage.k8s.io", "storageclasses") => storage_class(object),
         ("storage.k8s.io", "csidrivers") => csi_driver(object),
@@ -161,6 +162,33 @@ fn resource_claim(object: &mut Value) {
     }
 }
 
+/// upstream's SetDefaults_Namespace and SetDefaults_NamespaceStatus: a named namespace carries the
+/// `kubernetes.io/metadata.name` label with its name, its phase is Active; spec and status are
+/// there even when empty (Go writes the structs).
+fn namespace(object: &mut Value) {
+    let Some(map) = object_mut(object) else { return };
+    let name = map
+        .get("metadata")
+        .and_then(|m| m.get("name"))
+        .and_then(Value::as_str)
+        .unwrap_or_default()
+        .to_owned();
+    if !name.is_empty()
+        && let Some(metadata) = map.get_mut("metadata").and_then(object_mut)
+    {
+        let labels = metadata.entry("labels").or_insert_with(|| json!({}));
+        if !labels.is_object() {
+            *labels = json!({});
+        }
+        labels["kubernetes.io/metadata.name"] = name.into();
+    }
+    or_insert(map, "spec", json!({}));
+    let status = map.entry("status").or_insert_with(|| json!({}));
+    if let Some(status) = object_mut(status) {
+        or_insert(status, "phase", json!("Active"));
+    }
+}
+
 /// A Secret's `stringData` merged into `data` (base64), over what `data` holds for the same keys,
 /// and dropped: it is write-only. Upstream does this in the v1 → internal conversion, so on every
 /// write; `type` defaults to Opaque.
@@ -270,6 +298,25 @@ mod tests {
             (&pod["spec"]["restartPolicy"], &pod["spec"]["containers"][0]["imagePullPolicy"]),
             (&json!("Always"), &json!("IfNotPresent"))
         );
+    }
+
+    #[test]
+    fn namespaces_carry_their_name_label() {
+        let namespaces = crate::resources::find("", "v1", "namespaces").unwrap();
+        let mut object = json!({"metadata": {"name": "dev", "labels": {"team": "a"}}});
+        apply(namespaces, &mut object);
+        assert_eq!(
+            object,
+            json!({"metadata": {"name": "dev", "labels": {"team": "a", "kubernetes.io/metadata.name": "dev"}},
+                   "spec": {}, "status": {"phase": "Active"}})
+        );
+        let mut renamed = json!({"metadata": {"name": "dev", "labels": {"kubernetes.io/metadata.name": "x"}}, "status": {"phase": "Terminating"}});
+        apply(namespaces, &mut renamed);
+        assert_eq!(renamed["metadata"]["labels"], json!({"kubernetes.io/metadata.name": "dev"}));
+        assert_eq!(renamed["status"]["phase"], "Terminating");
+        let mut unnamed = json!({"metadata": {"generateName": "dev-"}});
+        apply(namespaces, &mut unnamed);
+        assert!(unnamed["metadata"].get("labels").is_none());
     }
 
     #[test]

@@ -37,6 +37,35 @@ pub fn generation_starts_on_update(resource: &Resource) -> bool {
     resource.group == "storage.k8s.io" && resource.plural == "csidrivers"
 }
 
+/// Whether a DELETE that removed the object answers with the object (upstream's stores with
+/// ReturnDeletedObject, 1.34) rather than a Success Status naming it.
+pub fn returns_deleted_object(resource: &Resource) -> bool {
+    matches!(
+        (resource.group, resource.plural),
+        (
+            "",
+            "namespaces"
+                | "persistentvolumes"
+                | "persistentvolumeclaims"
+                | "pods"
+                | "podtemplates"
+                | "resourcequotas"
+                | "services"
+                | "serviceaccounts"
+        ) | (
+            "resource.k8s.io",
+            "deviceclasses"
+                | "devicetaintrules"
+                | "resourceclaims"
+                | "resourceclaimtemplates"
+                | "resourceslices"
+        ) | (
+            "storage.k8s.io",
+            "csidrivers" | "csinodes" | "storageclasses" | "volumeattachments" | "volumeattributesclasses"
+        )
+    )
+}
+
 /// Resets what a client may not set on create (PrepareForCreate): the status of resources with a
 /// status subresource starts empty — pods start Pending, namespaces Active with the `kubernetes`
 /// finalizer.

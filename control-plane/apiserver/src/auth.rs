@@ -157,7 +157,9 @@ pub fn bearer_token(authorization: &str) -> Option<&str> {
     (scheme.eq_ignore_ascii_case("bearer") && !token.is_empty()).then_some(token)
 }
 
-/// The user a verified client certificate names: CN the user, each O a group.
+/// The user a verified client certificate names: CN the user, each O a group, and (as upstream's
+/// x509 authenticator adds it) the certificate's credential ID `X509SHA256=<hex SHA-256 of the
+/// DER>` in `authentication.kubernetes.io/credential-id`.
 pub fn certificate_user(certificate: &CertificateDer<'_>) -> Option<User> {
     let (_, parsed) = x509_parser::parse_x509_certificate(certificate).ok()?;
     let subject = parsed.subject();
@@ -223,6 +225,8 @@ mod tests {
             (user.name.as_str(), user.groups.as_slice()),
             ("kubernetes-admin", &["system:masters".to_owned()][..])
         );
+        let id = &user.extra[CREDENTIAL_ID];
+        assert!(id.len() == 1 && id[0].starts_with("X509SHA256=") && id[0].len() == 11 + 64, "{id:?}");
         assert!(server_config(&pki).is_ok());
     }
 }

@@ -1,6 +1,7 @@
 //! The request path as upstream's handler chain (DefaultBuildHandlerChain), one step per filter,
 //! over one reading of the request ([`crate::request::info`]): authentication
-//! (WithAuthentication: client certificate, bearer token, else anonymous), the in-flight limits
+//! (WithAuthentication: client certificate, bearer token, else anonymous), auditing (WithAudit:
+//! [`crate::audit`], around everything after authentication), impersonation, the in-flight limits
 //! (WithMaxInFlightLimit), authorization (WithAuthorization), and the timeout of the handler
 //! (WithTimeoutForNonLongRunningRequests). Each step either passes the request on or answers it.
 
@@ -19,27 +20,28 @@ use crate::tokens::TokenAuthenticator;
 /// WithAuthentication: the certificate's user, else the bearer token's (the token file, service
 /// account tokens, bootstrap tokens: [`TokenAuthenticator`]); a token that names no one is a 401
 /// (as upstream's bearer authenticator fails rather than falls through); no credentials at all is
-/// system:anonymous when anonymous requests are allowed, else a 401.
+/// system:anonymous when anonymous requests are allowed, else a 401. With the user, the audit
+/// annotations its authenticator added (a legacy service account token's).
 pub async fn authenticate(
     headers: &HeaderMap,
     certificate_user: Option<User>,
     tokens: &TokenAuthenticator,
     anonymous: bool,
-) -> Result<User, ApiError> {
+) -> Result<(User, Vec<(String, String)>), ApiError> {
     if let Some(user) = certificate_user {
-        return Ok(user.authenticated());
+        return Ok((user.authenticated(), Vec::new()));
     }
     let authorization = headers.get(http::header::AUTHORIZATION).and_then(|v| v.to_str().ok());
     if let Some(token) = authorization.and_then(crate::auth::bearer_token) {
         return match tokens.authenticate(token, None).await {
-            Ok(authenticated) => Ok(authenticated.user.authenticated()),
+            Ok(authenticated) => Ok((authenticated.user.authenticated(), authenticated.annotations)),
             Err(reason) => {
                 tracing::debug!(%reason, "bearer token refused");
                 Err(ApiError::Unauthorized)
             }
         };
     }
-    if anonymous { Ok(User::anonymous()) } else { Err(ApiError::Unauthorized) }
+    if anonymous { Ok((User::anonymous(), Vec::new())) } else { Err(ApiError::Unauthorized) }
 }
 
 /// One thing a request asks to act as, and the attributes authorizing it (`impersonate` on users,
@@ -128,7 +130,26 @@ pub fn impersonate(headers: &HeaderMap, requestor: User, authorizer: &Authorizer
     Ok(user)
 }
 
-/// WithAuthorization: allowed, or Forbidden with upstream's message.
+/// WithAuthorization: allowed, or Forbidden with upstream's message; the decision and the
+/// authorizer's reason go into the request's audit event
+/// (`authorization.k8s.io/decision: allow|forbid`, `authorization.k8s.io/reason`).
+pub fn authorize_request(
+    authorizer: &Authorizer,
+    user: &User,
+    info: &RequestInfo,
+    audit: &crate::audit::Record,
+) -> Result<(), ApiError> {
+    let (decision, reason) = match authorizer.authorize(user, info) {
+        Decision::Allow(reason) => ("allow", reason),
+        Decision::Deny(reason) | Decision::NoOpinion(reason) => ("forbid", reason),
+    };
+    audit.annotate(crate::audit::DECISION_ANNOTATION, decision);
+    audit.annotate(crate::audit::REASON_ANNOTATION, &reason);
+    if decision == "allow" { Ok(()) } else { Err(Authorizer::forbidden(user, info, &reason)) }
+}
+
+/// One authorization check (impersonation's, for each part it asks to act as): allowed, or
+/// Forbidden with upstream's message.
 pub fn authorize(authorizer: &Authorizer, user: &User, info: &RequestInfo) -> Result<(), ApiError> {
     match authorizer.authorize(user, info) {
         Decision::Allow(_) => Ok(()),
@@ -229,14 +250,14 @@ mod tests {
     async fn authentication_steps() {
         let tokens = crate::tokens::TokenAuthenticator::for_tests(Tokens::parse("abc,alice,1\n").unwrap());
         let mut headers = HeaderMap::new();
-        let anonymous = authenticate(&headers, None, &tokens, true).await.unwrap();
+        let (anonymous, _) = authenticate(&headers, None, &tokens, true).await.unwrap();
         assert_eq!(
             (anonymous.name.as_str(), anonymous.groups.as_slice()),
             ("system:anonymous", &["system:unauthenticated".to_owned()][..])
         );
         assert_eq!(authenticate(&headers, None, &tokens, false).await, Err(ApiError::Unauthorized));
         headers.insert(http::header::AUTHORIZATION, "Bearer abc".parse().unwrap());
-        let alice = authenticate(&headers, None, &tokens, true).await.unwrap();
+        let (alice, _) = authenticate(&headers, None, &tokens, true).await.unwrap();
         assert_eq!(alice.groups, ["system:authenticated"]);
         headers.insert(http::header::AUTHORIZATION, "Bearer nope".parse().unwrap());
         assert_eq!(
@@ -245,10 +266,10 @@ mod tests {
             "a bad token is no anonymous request"
         );
         headers.insert(http::header::AUTHORIZATION, "Basic abc".parse().unwrap());
-        assert_eq!(authenticate(&headers, None, &tokens, true).await.unwrap().name, "system:anonymous");
+        assert_eq!(authenticate(&headers, None, &tokens, true).await.unwrap().0.name, "system:anonymous");
         let admin = User::named("kubernetes-admin", &["system:masters"]);
         assert_eq!(
-            authenticate(&headers, Some(admin), &tokens, true).await.unwrap().groups,
+            authenticate(&headers, Some(admin), &tokens, true).await.unwrap().0.groups,
             ["system:masters", "system:authenticated"]
         );
     }

@@ -1,7 +1,7 @@
 //! A request's context, as upstream's request context carries it through the handler chain: who is
 //! asking (set by authentication and impersonation), the manager its writes are recorded under in
 //! managedFields, what a patch asked for unknown fields, and the warnings the request collects for
-//! its `Warning` headers. The chain ([`crate::chain`]) makes one per request and passes it to every
+//! its `Warning` headers, and its audit record (annotations and bodies for its audit event). The chain ([`crate::chain`]) makes one per request and passes it to every
 //! handler that writes; the server's own writes (objects it makes at start, the work of controllers
 //! that run inside it) have one of their own ([`Context::internal`]).
 
@@ -21,6 +21,8 @@ pub struct Context {
     /// retries on a conflict see it too).
     pub field_validation: FieldValidation,
     warnings: Mutex<Vec<String>>,
+    /// The request's audit event in the making (disabled when it is not audited).
+    pub audit: crate::audit::Record,
 }
 
 impl Context {
@@ -30,12 +32,13 @@ impl Context {
         user_agent: Option<&str>,
         field_manager: Option<String>,
         field_validation: FieldValidation,
+        audit: crate::audit::Record,
     ) -> Context {
         let manager = match field_manager {
             Some(manager) if !manager.is_empty() => manager,
             _ => user_agent.unwrap_or_default().split('/').next().unwrap_or_default().to_owned(),
         };
-        Context { user, manager, field_validation, warnings: Mutex::new(Vec::new()) }
+        Context { user, manager, field_validation, warnings: Mutex::new(Vec::new()), audit }
     }
 
     /// The server's own write, recorded under `manager` (`kube-apiserver` for what it makes at
@@ -46,6 +49,7 @@ impl Context {
             manager: manager.to_owned(),
             field_validation: FieldValidation::default(),
             warnings: Mutex::new(Vec::new()),
+            audit: crate::audit::Record::default(),
         }
     }
 
@@ -76,13 +80,23 @@ mod tests {
     #[test]
     fn manager_and_warnings() {
         let user = User::apiserver();
-        let ctx =
-            Context::new(user.clone(), Some("kubectl/v1.33.0 (linux/amd64)"), None, FieldValidation::Warn);
+        let ctx = Context::new(
+            user.clone(),
+            Some("kubectl/v1.33.0 (linux/amd64)"),
+            None,
+            FieldValidation::Warn,
+            Default::default(),
+        );
         assert_eq!(ctx.manager(), "kubectl");
-        let ctx =
-            Context::new(user.clone(), Some("kubectl/v1.33"), Some("mine".into()), FieldValidation::Warn);
+        let ctx = Context::new(
+            user.clone(),
+            Some("kubectl/v1.33"),
+            Some("mine".into()),
+            FieldValidation::Warn,
+            Default::default(),
+        );
         assert_eq!(ctx.manager(), "mine");
-        let ctx = Context::new(user, None, Some(String::new()), FieldValidation::Warn);
+        let ctx = Context::new(user, None, Some(String::new()), FieldValidation::Warn, Default::default());
         assert_eq!(ctx.manager(), "");
         ctx.warn("a".into());
         ctx.warn("b".into());

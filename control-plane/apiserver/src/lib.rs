@@ -9,6 +9,7 @@
 //! /openapi/v2 and /openapi/v3 are served from documents built at start ([`openapi`]).
 
 pub mod admission;
+pub mod audit;
 pub mod auth;
 pub mod authorization;
 pub mod binding;
@@ -42,7 +43,7 @@ use std::convert::Infallible;
 use std::sync::Arc;
 
 use bytes::Bytes;
-use futures::StreamExt;
+use futures::{FutureExt, StreamExt};
 use http::{Request, Response, StatusCode, header};
 use http_body_util::combinators::UnsyncBoxBody;
 use http_body_util::{BodyExt, Full, Limited, StreamBody};
@@ -85,6 +86,9 @@ pub struct Config {
     pub bootstrap_tokens: bool,
     /// The built-in CSR signers' CA and `--cluster-signing-duration`; none: CSRs are never issued.
     pub signer: Option<certificates::signer::Signer>,
+    /// `--audit-policy-file` with `--audit-log-path`: what is audited and where it is written;
+    /// `None` audits nothing (as upstream without a policy or a backend).
+    pub audit: Option<audit::Audit>,
 }
 
 impl Config {
@@ -102,6 +106,7 @@ impl Config {
             service_accounts: tokens::ServiceAccountConfig::default(),
             bootstrap_tokens: true,
             signer: None,
+            audit: None,
         }
     }
 }
@@ -144,6 +149,8 @@ pub struct ApiServer {
     /// The service account issuer's discovery documents (an https issuer only).
     discovery: Option<tokens::oidc::Discovery>,
     anonymous: bool,
+    /// The audit policy and log ([`audit`]).
+    audit: Option<audit::Audit>,
     inflight: chain::InFlight,
     authorizer: Arc<authorization::Authorizer>,
     request_timeout: std::time::Duration,
@@ -203,6 +210,7 @@ impl ApiServer {
             authenticator,
             discovery,
             anonymous: config.anonymous,
+            audit: config.audit,
             inflight: chain::InFlight::new(&config.limits),
             authorizer,
             request_timeout: config.limits.request_timeout,
@@ -259,7 +267,7 @@ impl ApiServer {
                     .and_then(auth::certificate_user);
                 let service = hyper::service::service_fn(move |request| {
                     let (server, user) = (server.clone(), user.clone());
-                    async move { Ok::<_, Infallible>(server.handle(request, user).await) }
+                    async move { Ok::<_, Infallible>(server.handle(request, user, peer.ip()).await) }
                 });
                 let mut builder = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new());
                 builder
@@ -273,29 +281,117 @@ impl ApiServer {
         }
     }
 
-    /// The handler chain ([`chain`]): authentication, impersonation, the in-flight limits, authorization, then
-    /// the request served within its timeout.
-    async fn handle(&self, request: Request<Incoming>, certificate_user: Option<User>) -> Response<Body> {
+    /// The handler chain ([`chain`]): the audit ID (WithAuditInit, echoed as `Audit-Id`),
+    /// authentication, auditing around the rest ([`audit`]), impersonation, the in-flight limits,
+    /// authorization, then the request served within its timeout.
+    async fn handle(
+        &self,
+        request: Request<Incoming>,
+        certificate_user: Option<User>,
+        peer: std::net::IpAddr,
+    ) -> Response<Body> {
+        let received = jiff::Timestamp::now();
         let (parts, body) = request.into_parts();
+        let audit_id = audit::audit_id(&parts.headers);
+        let mut response = self.audited(parts, body, certificate_user, peer, &audit_id, received).await;
+        if let Ok(value) = http::HeaderValue::from_str(&audit_id) {
+            response.headers_mut().insert(audit::HEADER_AUDIT_ID, value);
+        }
+        response
+    }
+
+    /// Authentication, then (WithAudit) the request's audit record around the rest of the chain:
+    /// RequestReceived before it, ResponseStarted/ResponseComplete as the response goes, Panic if
+    /// the handler panics.
+    async fn audited(
+        &self,
+        parts: http::request::Parts,
+        body: Incoming,
+        certificate_user: Option<User>,
+        peer: std::net::IpAddr,
+        audit_id: &Arc<str>,
+        received: jiff::Timestamp,
+    ) -> Response<Body> {
         let info = request::info(&parts.method, parts.uri.path(), parts.uri.query());
+        let incoming = self.audit.as_ref().map(|_| {
+            audit::Incoming::read(audit_id.clone(), received, &parts.uri, &parts.headers, Some(peer))
+        });
         let authenticated =
             chain::authenticate(&parts.headers, certificate_user, &self.authenticator, self.anonymous).await;
-        let user = match authenticated {
-            Ok(user) => user,
-            Err(error) => return error_response(&error),
+        let (user, annotations) = match authenticated {
+            Ok(authenticated) => authenticated,
+            Err(error) => {
+                if let (Some(audit), Some(incoming)) = (&self.audit, &incoming) {
+                    audit.failed_authentication(&info, incoming, &error.to_json()).await;
+                }
+                return error_response(&error);
+            }
         };
+        let record = match (&self.audit, &incoming) {
+            (Some(audit), Some(incoming)) => audit.begin(&user, &info, incoming, info.is_long_running()),
+            _ => audit::Record::default(),
+        };
+        for (key, value) in &annotations {
+            record.annotate(key, value);
+        }
+        if !record.received().await {
+            let error = ApiError::Internal("failed to store audit event".into());
+            return self.finish(&record, refused(&record, &error)).await;
+        }
+        let served = std::panic::AssertUnwindSafe(self.authorized(&parts, &info, user, body, &record))
+            .catch_unwind()
+            .await;
+        match served {
+            Ok(response) => self.finish(&record, response).await,
+            Err(panic) => {
+                let message = panic
+                    .downcast_ref::<&str>()
+                    .map(|m| (*m).to_owned())
+                    .or_else(|| panic.downcast_ref::<String>().cloned())
+                    .unwrap_or_else(|| "unknown panic".into());
+                record.panicked(&message);
+                std::panic::resume_unwind(panic)
+            }
+        }
+    }
+
+    /// The response leaving: its code in the audit event, ResponseComplete (or ResponseStarted,
+    /// and ResponseComplete once the body is done, for a long-running request).
+    async fn finish(&self, record: &audit::Record, response: Response<Body>) -> Response<Body> {
+        match record.responding(response.status().as_u16()).await {
+            None => response,
+            Some(completion) => {
+                response.map(|body| BodyExt::boxed_unsync(Completing { body, _completion: completion }))
+            }
+        }
+    }
+
+    /// Impersonation, the in-flight limits and authorization over the authenticated `user`, then
+    /// the request served.
+    async fn authorized(
+        &self,
+        parts: &http::request::Parts,
+        info: &request::RequestInfo,
+        user: User,
+        body: Incoming,
+        record: &audit::Record,
+    ) -> Response<Body> {
+        let impersonating = parts.headers.contains_key("impersonate-user");
         let user = match chain::impersonate(&parts.headers, user, &self.authorizer) {
             Ok(user) => user,
-            Err(error) => return error_response(&error),
+            Err(error) => return refused(record, &error),
         };
-        let _permit = match self.inflight.admit(&info) {
-            Ok(permit) => permit,
-            Err(error) => return error_response(&error),
-        };
-        if let Err(error) = chain::authorize(&self.authorizer, &user, &info) {
-            return error_response(&error);
+        if impersonating {
+            record.impersonated(&user);
         }
-        self.respond(&parts, &info, user, body).await
+        let _permit = match self.inflight.admit(info) {
+            Ok(permit) => permit,
+            Err(error) => return refused(record, &error),
+        };
+        if let Err(error) = chain::authorize_request(&self.authorizer, &user, info, record) {
+            return refused(record, &error);
+        }
+        self.respond(parts, info, user, body, record).await
     }
 
     /// An authorized request: negotiated, routed, and its reply shaped into the form asked for.
@@ -305,6 +401,7 @@ impl ApiServer {
         info: &request::RequestInfo,
         user: User,
         body: Incoming,
+        record: &audit::Record,
     ) -> Response<Body> {
         let (path, query) = (parts.uri.path(), parts.uri.query());
         if let Some(response) = self.openapi.serve(&parts.method, path, query, &parts.headers) {
@@ -338,7 +435,7 @@ impl ApiServer {
         let offer = negotiate::Offer { table: true, aggregated, protobuf };
         let format = match negotiate::response_format(header(header::ACCEPT), offer) {
             Ok(format) => format,
-            Err(error) => return error_response(&error),
+            Err(error) => return refused(record, &error),
         };
         if let Format::AggregatedDiscovery(version) = format {
             return aggregated_discovery(root == "/api", version);
@@ -355,7 +452,7 @@ impl ApiServer {
                     Ok(include) => {
                         Some((r.resource, table::TableOptions { include, version, no_headers: false }))
                     }
-                    Err(error) => return error_response(&error),
+                    Err(error) => return refused(record, &error),
                 }
             }
             _ => None,
@@ -367,12 +464,21 @@ impl ApiServer {
         let fields = match resource
             .map(|_| validation::FieldValidation::parse(query_param(query, "fieldValidation").as_deref()))
         {
-            Some(Err(error)) => return error_response(&error),
+            Some(Err(error)) => return refused(record, &error),
             Some(Ok(fields)) => fields,
             None => validation::FieldValidation::default(),
         };
-        let ctx = Context::new(user, header(header::USER_AGENT), query_param(query, "fieldManager"), fields);
+        let ctx = Context::new(
+            user,
+            header(header::USER_AGENT),
+            query_param(query, "fieldManager"),
+            fields,
+            record.clone(),
+        );
         let content_type = header(header::CONTENT_TYPE);
+        // As upstream: /version and the health checks are written raw, not as API objects, so
+        // their responses are not logged.
+        let logs_object = !matches!(target, Ok(Target::Version | Target::Health(_)));
         let routed = self.route(&ctx, path, target, query, content_type, body);
         let result = chain::within_timeout(info, self.request_timeout, routed).await;
         let warnings = ctx.take_warnings();
@@ -417,6 +523,7 @@ impl ApiServer {
             }
             (result, _) => result,
         };
+        log_response(record, &result, logs_object);
         let mut response = match result {
             result if format.is_protobuf() => protobuf::respond(result),
             Ok(Reply::Json(code, value)) if format == Format::Yaml => yaml_response(code, &value),
@@ -484,26 +591,34 @@ impl ApiServer {
             let body = match request.verb {
                 Verb::Get => SubresourceBody::None,
                 Verb::Update if request.subresource.as_deref() == Some("scale") => {
-                    SubresourceBody::Replace(read_body(body, content_type).await?)
+                    let scale = read_body(body, content_type).await?;
+                    log_request_object(ctx, &request, &scale);
+                    SubresourceBody::Replace(scale)
                 }
                 Verb::Update => {
-                    SubresourceBody::Replace(read_checked(ctx, body, content_type, &request, fields).await?.1)
+                    let object = read_checked(ctx, body, content_type, &request, fields).await?.1;
+                    log_request_object(ctx, &request, &object);
+                    SubresourceBody::Replace(object)
                 }
                 Verb::Patch if field_manager::is_apply(content_type) => {
                     let bytes = read_bytes(body).await?;
+                    log_request_patch(ctx, &request, &bytes, content_type);
                     return self.handlers.apply(ctx, &request, &name, &bytes, raw_query, query.dry_run).await;
                 }
                 Verb::Patch => {
                     field_manager::check_patch_options(raw_query, false)?;
                     let bytes = read_bytes(body).await?;
+                    log_request_patch(ctx, &request, &bytes, content_type);
                     SubresourceBody::Patch(handlers::PatchBody::parse(&bytes, content_type)?)
                 }
                 Verb::Create if request.subresource.as_deref() == Some("binding") => {
                     let binding = read_body(body, content_type).await?;
+                    log_request_object(ctx, &request, &binding);
                     return self.handlers.bind(&request, &name, &binding, query.dry_run).await;
                 }
                 Verb::Create if request.subresource.as_deref() == Some("token") => {
                     let body = read_body(body, content_type).await?;
+                    log_request_object(ctx, &request, &body);
                     let namespace = request.namespace.as_deref().unwrap_or_default();
                     self.handlers.admit_token_request(ctx, namespace, &name, &body).await?;
                     let accounts = self.authenticator.service_accounts();
@@ -514,6 +629,7 @@ impl ApiServer {
                 }
                 Verb::Create if request.subresource.as_deref() == Some("eviction") => {
                     let eviction = read_body(body, content_type).await?;
+                    log_request_object(ctx, &request, &eviction);
                     self.handlers.admit_removal(ctx, &request, &name).await?;
                     return self.handlers.evict(&request, &name, &eviction, &query).await;
                 }
@@ -523,6 +639,7 @@ impl ApiServer {
         }
         if request.resource.is_review() {
             let (_, review) = read_checked(ctx, body, content_type, &request, fields).await?;
+            log_request_object(ctx, &request, &review);
             let reviewer = reviews::Reviewer { authorizer: &self.authorizer, tokens: &self.authenticator };
             return Ok(Reply::Json(201, reviewer.answer(&ctx.user, &request, review).await?));
         }
@@ -532,19 +649,23 @@ impl ApiServer {
             Verb::Watch => self.handlers.watch(&request, &query).await,
             Verb::Create => {
                 let (_, object) = read_checked(ctx, body, content_type, &request, fields).await?;
+                log_request_object(ctx, &request, &object);
                 self.handlers.create(ctx, &request, object, query.dry_run).await
             }
             Verb::Update => {
                 let (_, object) = read_checked(ctx, body, content_type, &request, fields).await?;
+                log_request_object(ctx, &request, &object);
                 self.handlers.update(ctx, &request, &name, object, query.dry_run).await
             }
             Verb::Patch if field_manager::is_apply(content_type) => {
                 let bytes = read_bytes(body).await?;
+                log_request_patch(ctx, &request, &bytes, content_type);
                 self.handlers.apply(ctx, &request, &name, &bytes, raw_query, query.dry_run).await
             }
             Verb::Patch => {
                 field_manager::check_patch_options(raw_query, false)?;
                 let bytes = read_bytes(body).await?;
+                log_request_patch(ctx, &request, &bytes, content_type);
                 let patch = handlers::PatchBody::parse(&bytes, content_type)?;
                 self.handlers.patch(ctx, &request, &name, &patch, query.dry_run).await
             }
@@ -552,6 +673,9 @@ impl ApiServer {
                 let bytes = read_bytes(body).await?;
                 let options_body =
                     if bytes.is_empty() { None } else { Some(objects::decode(&bytes, content_type)?) };
+                if let Some(options) = &options_body {
+                    ctx.audit.request_body(concerning(&request), audit::RequestBody::DeleteOptions, options);
+                }
                 let options = DeleteOptions::from(options_body.as_ref(), &query);
                 if request.verb == Verb::Delete {
                     self.handlers.admit_removal(ctx, &request, &name).await?;
@@ -562,6 +686,49 @@ impl ApiServer {
             }
         }
     }
+}
+
+/// What a logged body concerns, for [`audit::redact`].
+fn concerning(request: &request::ResourceRequest) -> audit::Concerning<'_> {
+    audit::Concerning {
+        group: request.resource.group,
+        resource: request.resource.plural,
+        subresource: request.subresource.as_deref(),
+    }
+}
+
+/// upstream's LogRequestObject: the body as decoded — with the defaults decoding applies upstream
+/// (a main resource's or its status's), before the server's own fields are set.
+fn log_request_object(ctx: &Context, request: &request::ResourceRequest, object: &Value) {
+    let level = ctx.audit.level();
+    if level == audit::Level::None {
+        return;
+    }
+    let of_the_kind = matches!(request.subresource.as_deref(), None | Some("status"));
+    if level >= audit::Level::Request && of_the_kind && !request.resource.is_review() {
+        let mut defaulted = object.clone();
+        keel_api::defaults::apply(request.resource, &mut defaulted);
+        ctx.audit.request_body(concerning(request), audit::RequestBody::Object, &defaulted);
+    } else {
+        ctx.audit.request_body(concerning(request), audit::RequestBody::Object, object);
+    }
+}
+
+/// upstream's LogRequestPatch: the patch as sent (an apply's YAML as its JSON).
+fn log_request_patch(
+    ctx: &Context,
+    request: &request::ResourceRequest,
+    bytes: &[u8],
+    content_type: Option<&str>,
+) {
+    if ctx.audit.level() < audit::Level::Request {
+        return;
+    }
+    let patch = serde_json::from_slice::<Value>(bytes)
+        .or_else(|_| serde_yaml_ng::from_slice::<Value>(bytes).map_err(|_| ()))
+        .unwrap_or_else(|()| Value::String(String::from_utf8_lossy(bytes).into_owned()));
+    let json_patch = content_type.is_some_and(|t| t.starts_with("application/json-patch+json"));
+    ctx.audit.request_body(concerning(request), audit::RequestBody::Patch { json_patch }, &patch);
 }
 
 async fn read_bytes(body: Incoming) -> Result<Bytes, ApiError> {
@@ -649,6 +816,63 @@ fn aggregated_discovery(core: bool, version: &str) -> Response<Body> {
         response.headers_mut().insert(header::CONTENT_TYPE, value);
     }
     response
+}
+
+/// A refused request's Status, recorded in its audit event as the response.
+fn refused(record: &audit::Record, error: &ApiError) -> Response<Body> {
+    if record.level() != audit::Level::None {
+        let status = error.to_json();
+        record.log_response(Some(&status), || Some(status.clone()));
+    }
+    error_response(error)
+}
+
+/// upstream's LogResponseObject for what the handler answered: a Status's fields, and at
+/// RequestResponse the object as served (after Table and metadata-only conversions, before
+/// encoding; watches log none).
+fn log_response(record: &audit::Record, result: &Result<Reply, ApiError>, logs_object: bool) {
+    if record.level() == audit::Level::None {
+        return;
+    }
+    match result {
+        Ok(Reply::Json(_, value)) if logs_object => {
+            let is_status = value.get("kind").and_then(Value::as_str) == Some("Status");
+            record.log_response(is_status.then_some(value), || Some(value.clone()));
+        }
+        Ok(Reply::Raw(_, bytes)) => record.log_raw_response(bytes),
+        Ok(_) => {}
+        Err(error) => {
+            let status = error.to_json();
+            record.log_response(Some(&status), || Some(status.clone()));
+        }
+    }
+}
+
+/// A long-running response's body, which records the request's ResponseComplete once hyper is
+/// done with it (sent whole, or the client gone).
+struct Completing {
+    body: Body,
+    _completion: audit::Completion,
+}
+
+impl hyper::body::Body for Completing {
+    type Data = Bytes;
+    type Error = Infallible;
+
+    fn poll_frame(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Result<Frame<Bytes>, Infallible>>> {
+        hyper::body::Body::poll_frame(std::pin::Pin::new(&mut self.body), cx)
+    }
+
+    fn is_end_stream(&self) -> bool {
+        hyper::body::Body::is_end_stream(&self.body)
+    }
+
+    fn size_hint(&self) -> hyper::body::SizeHint {
+        hyper::body::Body::size_hint(&self.body)
+    }
 }
 
 /// A refused request's Status; a 429 says when to try again (upstream's tooManyRequests: Retry-After).

@@ -107,6 +107,110 @@ struct Flags {
     /// The key of `--cluster-signing-cert-file`.
     #[arg(long, requires = "cluster_signing_cert_file")]
     cluster_signing_key_file: Option<PathBuf>,
+    /// The audit policy (audit.k8s.io/v1 Policy, YAML or JSON); without it nothing is audited.
+    #[arg(long)]
+    audit_policy_file: Option<PathBuf>,
+    /// Where audit events are written, one per line; `-` is standard output. Without it there is no
+    /// audit log.
+    #[arg(long)]
+    audit_log_path: Option<String>,
+    /// `json` (audit.k8s.io/v1 Events) or `legacy` (one line of text each).
+    #[arg(long, default_value = "json")]
+    audit_log_format: String,
+    /// The API group and version events are written in (only audit.k8s.io/v1).
+    #[arg(long, default_value = "audit.k8s.io/v1")]
+    audit_log_version: String,
+    /// `blocking` (no event dropped: a request waits when the writer is a whole buffer behind),
+    /// `blocking-strict` (also refuse a request whose first event cannot be queued) or `batch`
+    /// (drop events when the buffer is full).
+    #[arg(long, default_value = "blocking")]
+    audit_log_mode: String,
+    /// Events queued for the writer at most.
+    #[arg(long, default_value_t = 10_000, allow_negative_numbers = true)]
+    audit_log_batch_buffer_size: i64,
+    /// Megabytes the log grows to before it is rotated (0: 100).
+    #[arg(long, default_value_t = 0, allow_negative_numbers = true)]
+    audit_log_maxsize: i64,
+    /// Rotated logs kept (0: all).
+    #[arg(long, default_value_t = 0, allow_negative_numbers = true)]
+    audit_log_maxbackup: i64,
+    /// Days a rotated log is kept (0: no limit).
+    #[arg(long, default_value_t = 0, allow_negative_numbers = true)]
+    audit_log_maxage: i64,
+    /// Gzip rotated logs.
+    #[arg(long, default_value_t = false, action = clap::ArgAction::Set)]
+    audit_log_compress: bool,
+}
+
+/// The audit flags checked, the policy read and the log opened, as kube-apiserver's audit
+/// options do; `None` when there is no policy or no log (nothing is audited then).
+fn audit(flags: &Flags) -> Result<Option<keel_apiserver::audit::Audit>> {
+    use keel_apiserver::audit::log::{Destination, Format, LogBackend, LogOptions, Mode};
+    use keel_apiserver::audit::rotate::Rotation;
+    let path = flags.audit_log_path.as_deref().filter(|p| !p.is_empty());
+    let mut format = Format::Json;
+    let mut mode = Mode::Blocking;
+    if path.is_some() {
+        let mut errors = Vec::new();
+        match Mode::parse(&flags.audit_log_mode) {
+            Ok(parsed) => mode = parsed,
+            Err(error) => errors.push(error),
+        }
+        if mode == Mode::Batch && flags.audit_log_batch_buffer_size <= 0 {
+            errors.push(format!(
+                "invalid audit batch log buffer size {}, must be a positive number",
+                flags.audit_log_batch_buffer_size
+            ));
+        }
+        if flags.audit_log_version != "audit.k8s.io/v1" {
+            errors.push("invalid group version, allowed versions are \"[audit.k8s.io/v1]\"".to_owned());
+        }
+        match Format::parse(&flags.audit_log_format) {
+            Ok(parsed) => format = parsed,
+            Err(error) => errors.push(error),
+        }
+        for (flag, value) in [
+            ("--audit-log-maxage", flags.audit_log_maxage),
+            ("--audit-log-maxbackup", flags.audit_log_maxbackup),
+            ("--audit-log-maxsize", flags.audit_log_maxsize),
+        ] {
+            if value < 0 {
+                errors.push(format!("{flag} {value} can't be a negative number"));
+            }
+        }
+        match errors.as_slice() {
+            [] => {}
+            [one] => anyhow::bail!("{one}"),
+            many => anyhow::bail!("[{}]", many.join(", ")),
+        }
+    }
+    let policy = match &flags.audit_policy_file {
+        Some(file) => {
+            let loaded = keel_apiserver::audit::Policy::load(file)
+                .map_err(|e| anyhow::anyhow!("loading audit policy file: {e}"))?;
+            if let Some(warning) = loaded.warning {
+                eprintln!(
+                    "warning: Audit policy contains errors, falling back to lenient decoding: {warning}"
+                );
+            }
+            Some(loaded.policy)
+        }
+        None => None,
+    };
+    let (Some(policy), Some(path)) = (policy, path) else { return Ok(None) };
+    let destination = if path == "-" { Destination::Stdout } else { Destination::File(PathBuf::from(path)) };
+    let mut options = LogOptions::new(destination);
+    options.format = format;
+    options.mode = mode;
+    options.buffer_size = usize::try_from(flags.audit_log_batch_buffer_size).unwrap_or(1).max(1);
+    options.rotation = Rotation {
+        max_size_mb: flags.audit_log_maxsize.unsigned_abs(),
+        max_backups: usize::try_from(flags.audit_log_maxbackup).unwrap_or(0),
+        max_age_days: flags.audit_log_maxage.unsigned_abs(),
+        compress: flags.audit_log_compress,
+    };
+    let backend = LogBackend::start(options).with_context(|| format!("ensureLogFile: {path}"))?;
+    Ok(Some(keel_apiserver::audit::Audit::new(policy, backend)))
 }
 
 /// The service account flags read, keys loaded (made in `pki_dir` when no signing key is given).
@@ -205,6 +309,8 @@ async fn main() -> Result<()> {
     .map_err(|e| anyhow::anyhow!("--service-cluster-ip-range / --service-node-port-range: {e}"))?;
     let authorization = keel_apiserver::authorization::Mode::parse_list(&flags.authorization_mode)
         .map_err(|e| anyhow::anyhow!("--authorization-mode: {e}"))?;
+    let audit = audit(&flags)?;
+    let audit_log = audit.as_ref().map(|a| a.backend().clone());
     std::fs::create_dir_all(&flags.data_dir)
         .with_context(|| format!("creating {}", flags.data_dir.display()))?;
     let advertise = flags.advertise_address.unwrap_or(if flags.bind_address.is_unspecified() {
@@ -253,6 +359,7 @@ async fn main() -> Result<()> {
         keel_apiserver::certificates::signer::Signer::new(&ca, &ca_key, flags.cluster_signing_duration)
             .map_err(|e| anyhow::anyhow!("the CSR signers' CA: {e}"))?,
     );
+    config.audit = audit;
     config.limits = keel_apiserver::Limits {
         max_requests_inflight: flags.max_requests_inflight,
         max_mutating_requests_inflight: flags.max_mutating_requests_inflight,
@@ -264,6 +371,10 @@ async fn main() -> Result<()> {
         served = server.serve(listener, tls) => served.context("serving")?,
         _ = tokio::signal::ctrl_c() => {}
         _ = terminated() => {}
+    }
+    // As upstream's backend shutdown: what is queued is written before the process ends.
+    if let Some(log) = audit_log {
+        log.flush().await;
     }
     Ok(())
 }

@@ -388,13 +388,40 @@ impl Handlers {
         }
     }
 
-    /// DELETE of one object.
+    /// DELETE of one object: the object while something still holds it (finalizers, a grace
+    /// period); once it is gone, the object for the resources whose upstream store returns it
+    /// (`strategy::returns_deleted_object`), else upstream's Success Status naming it.
     pub async fn delete(
         &self,
         request: &ResourceRequest,
         name: &str,
         options: &DeleteOptions,
     ) -> Result<Reply, ApiError> {
+        let resource = request.resource;
+        let (object, gone) = self.delete_object(request, name, options).await?;
+        if !gone || strategy::returns_deleted_object(resource) {
+            return Ok(Reply::Json(200, object));
+        }
+        let mut details = json!({"name": name, "kind": resource.plural});
+        if !resource.group.is_empty() {
+            details["group"] = resource.group.into();
+        }
+        if let Some(uid) = object.pointer("/metadata/uid").filter(|u| u.is_string()) {
+            details["uid"] = uid.clone();
+        }
+        Ok(Reply::Json(
+            200,
+            json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success", "details": details}),
+        ))
+    }
+
+    /// The deletion itself: the object as deleted, and whether it is gone (else held, marked).
+    async fn delete_object(
+        &self,
+        request: &ResourceRequest,
+        name: &str,
+        options: &DeleteOptions,
+    ) -> Result<(Value, bool), ApiError> {
         let resource = request.resource;
         // NamespaceLifecycle: the namespaces the cluster itself needs stay.
         if resource.group.is_empty()
@@ -456,7 +483,7 @@ impl Handlers {
                     // Graceful only in name (nothing holds it): gone now.
                     None
                 } else if options.dry_run {
-                    return Ok(Reply::Json(200, object));
+                    return Ok((object, false));
                 } else {
                     let stored = objects::stored(resource, &object)?;
                     match self
@@ -474,15 +501,15 @@ impl Handlers {
             };
             if let Some(revision) = revision {
                 objects::set_resource_version(&mut object, revision);
-                return Ok(Reply::Json(200, object));
+                return Ok((object, false));
             }
             if options.dry_run {
-                return Ok(Reply::Json(200, object));
+                return Ok((object, true));
             }
             match self.remove(resource, &key, &object, current.mod_revision).await? {
                 Outcome::Written { revision, .. } => {
                     objects::set_resource_version(&mut object, revision);
-                    return Ok(Reply::Json(200, object));
+                    return Ok((object, true));
                 }
                 Outcome::Conflict { current: None } => {
                     return Err(ApiError::not_found(resource.group, resource.plural, name));
@@ -533,10 +560,10 @@ impl Handlers {
             let mut one = request.clone();
             one.namespace = object.pointer("/metadata/namespace").and_then(Value::as_str).map(str::to_owned);
             one.name = Some(name.clone());
-            match self.delete(&one, &name, options).await {
-                Ok(Reply::Json(_, object)) => deleted.push(object),
-                Err(ApiError::Forbidden { .. }) => {}
-                Ok(Reply::Watch(_) | Reply::Raw(..)) | Err(ApiError::NotFound { .. }) => {}
+            // As upstream's DeleteCollection: the objects as deleted, not Statuses.
+            match self.delete_object(&one, &name, options).await {
+                Ok((object, _)) => deleted.push(object),
+                Err(ApiError::Forbidden { .. } | ApiError::NotFound { .. }) => {}
                 Err(error) => return Err(error),
             }
         }

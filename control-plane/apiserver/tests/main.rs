@@ -7,6 +7,7 @@
 mod common;
 
 mod admission;
+mod audit;
 mod bad_input;
 mod binary;
 mod certificates;

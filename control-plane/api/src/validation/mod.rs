@@ -21,6 +21,7 @@ mod service;
 mod storage;
 mod workloads;
 
+pub use names::dns1123_subdomain;
 use serde_json::{Map, Value};
 
 use crate::resources::Resource;

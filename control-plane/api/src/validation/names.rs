@@ -121,8 +121,8 @@ pub(super) fn dns1123_label(value: &str) -> Vec<String> {
     errors
 }
 
-/// IsDNS1123Subdomain.
-pub(crate) fn dns1123_subdomain(value: &str) -> Vec<String> {
+/// IsDNS1123Subdomain: upstream's messages, none when `value` is a valid subdomain.
+pub fn dns1123_subdomain(value: &str) -> Vec<String> {
     let mut errors = Vec::new();
     if value.len() > 253 {
         errors.push(max_len(253));

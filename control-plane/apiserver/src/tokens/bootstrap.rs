@@ -56,6 +56,7 @@ pub async fn authenticate(token: &str, now: i64, objects: &dyn LiveObjects) -> V
             audiences: Vec::new(),
             depends_on: vec![Dependency { resource, key, revision: entry.revision }],
             valid_until_ms: valid_until.saturating_mul(1000),
+            annotations: Vec::new(),
         }),
         None => Verdict::NotMine,
     }

@@ -140,6 +140,7 @@ mod tests {
             audiences: Vec::new(),
             depends_on: Vec::new(),
             valid_until_ms,
+            annotations: Vec::new(),
         })
     }
 

@@ -84,6 +84,9 @@ pub struct Authenticated {
     /// Until when (Unix milliseconds) the result holds even if nothing changes (the token's
     /// expiry, a bound object's deletion plus the leeway, a bootstrap token's expiration).
     pub valid_until_ms: i64,
+    /// The audit annotations the authenticator adds (a legacy token's, a stale token's), kept with
+    /// the cached result as upstream's cached authenticator keeps them.
+    pub annotations: Vec<(String, String)>,
 }
 
 /// Why a token was refused; `permanent` when no later moment or change of objects could accept it
@@ -123,6 +126,16 @@ pub struct LiveObject {
     /// A Secret's data (base64).
     #[serde(default)]
     pub data: BTreeMap<String, String>,
+    /// A ServiceAccount's `secrets` (the legacy token Secrets made for it).
+    #[serde(default)]
+    pub secrets: Vec<NameRef>,
+}
+
+/// A reference by name (`{name: ...}`).
+#[derive(Debug, Default, Deserialize)]
+pub struct NameRef {
+    #[serde(default)]
+    pub name: String,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -315,6 +328,7 @@ fn agnostic(
         audiences,
         depends_on: Vec::new(),
         valid_until_ms: now_ms.saturating_add(i64::MAX / 2),
+        annotations: Vec::new(),
     })
 }
 

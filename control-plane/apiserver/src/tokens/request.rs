@@ -20,6 +20,8 @@ use crate::handlers::{Handlers, store_error};
 
 const GROUP: &str = "authentication.k8s.io";
 const KIND: &str = "TokenRequest";
+/// upstream's IssuedCredentialIDAuditAnnotationKey.
+const ISSUED_CREDENTIAL_ID: &str = "authentication.kubernetes.io/issued-credential-id";
 /// upstream's MinTokenAgeSec.
 pub const MIN_EXPIRATION_SECONDS: i64 = 10 * 60;
 const MAX_EXPIRATION_SECONDS: i64 = 1 << 32;
@@ -246,6 +248,7 @@ impl Handlers {
             warn_after = expiration;
             signed_for = EXTENDED_EXPIRATION_SECONDS;
         }
+        let jti = uuid::Uuid::new_v4().to_string();
         let token = accounts
             .issue(&TokenSpec {
                 namespace,
@@ -255,9 +258,11 @@ impl Handlers {
                 expiration_seconds: signed_for,
                 warn_after_seconds: warn_after,
                 now,
-                jti: uuid::Uuid::new_v4().to_string(),
+                jti: jti.clone(),
             })
             .map_err(ApiError::Internal)?;
+        // As upstream's TokenREST: the token's credential ID in the request's audit event.
+        ctx.audit.annotate(ISSUED_CREDENTIAL_ID, &format!("JTI={jti}"));
 
         let mut metadata = json!({
             "name": name, "namespace": namespace, "uid": account_uid, "creationTimestamp": time(now),
