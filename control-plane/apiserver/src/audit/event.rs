@@ -251,7 +251,19 @@ pub struct MicroTime(pub jiff::Timestamp);
 
 impl std::fmt::Display for MicroTime {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{}", self.0.strftime("%Y-%m-%dT%H:%M:%S.%6fZ"))
+        // By hand: strftime reads its format on every call, twice per event.
+        let t = jiff::tz::Offset::UTC.to_datetime(self.0);
+        write!(
+            f,
+            "{:04}-{:02}-{:02}T{:02}:{:02}:{:02}.{:06}Z",
+            t.year(),
+            t.month(),
+            t.day(),
+            t.hour(),
+            t.minute(),
+            t.second(),
+            t.subsec_nanosecond() / 1000
+        )
     }
 }
 
@@ -336,6 +348,10 @@ mod tests {
         assert_eq!(line["responseStatus"], serde_json::json!({"metadata": {}, "code": 201}));
         assert_eq!(line["requestObject"], serde_json::json!({"kind": "ConfigMap"}));
         assert_eq!(line["stageTimestamp"], "2026-12-02T11:02:29.000000Z");
+        assert_eq!(
+            MicroTime(at("0987-01-02T03:04:05.000006999Z")).to_string(),
+            "0987-01-02T03:04:05.000006Z"
+        );
         let text = String::from_utf8(event.to_json_line()).unwrap();
         assert!(text.ends_with(
             "\"annotations\":{\"authorization.k8s.io/decision\":\"allow\",\"authorization.k8s.io/reason\":\"\"}}\n"
