@@ -139,8 +139,8 @@ pub fn check_signature(request: &Request) -> Result<(), String> {
     .to_owned())
 }
 
-/// `spec.usages` as a set.
-pub fn usages(object: &Value) -> BTreeSet<String> {
+/// `spec.usages` in order.
+pub fn usage_list(object: &Value) -> Vec<String> {
     object
         .pointer("/spec/usages")
         .and_then(Value::as_array)
@@ -149,6 +149,11 @@ pub fn usages(object: &Value) -> BTreeSet<String> {
         .filter_map(Value::as_str)
         .map(str::to_owned)
         .collect()
+}
+
+/// `spec.usages` as a set.
+pub fn usages(object: &Value) -> BTreeSet<String> {
+    usage_list(object).into_iter().collect()
 }
 
 fn is(usages: &BTreeSet<String>, expected: &[&str]) -> bool {

@@ -259,14 +259,14 @@ impl LogBackend {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use crate::audit::policy::Level;
     use std::sync::Mutex;
 
-    /// A writer into shared memory.
+    /// A writer into shared memory (the audit module's tests use it too).
     #[derive(Clone, Default)]
-    struct Shared(Arc<Mutex<Vec<u8>>>);
+    pub(crate) struct Shared(pub(crate) Arc<Mutex<Vec<u8>>>);
 
     impl Write for Shared {
         fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {

@@ -485,20 +485,8 @@ mod tests {
     use super::*;
     use crate::audit::log::{Destination, LogOptions};
     use serde_json::json;
-    use std::io::Write;
 
-    #[derive(Clone, Default)]
-    struct Shared(Arc<Mutex<Vec<u8>>>);
-
-    impl Write for Shared {
-        fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
-            self.0.lock().unwrap().extend_from_slice(bytes);
-            Ok(bytes.len())
-        }
-        fn flush(&mut self) -> std::io::Result<()> {
-            Ok(())
-        }
-    }
+    use crate::audit::log::tests::Shared;
 
     fn audit(policy: &str) -> (Audit, Shared) {
         let shared = Shared::default();

@@ -74,15 +74,8 @@ impl Signer {
             return Decision::Skip;
         }
         let Ok(request) = csr::parse(&csr::request_bytes(object)) else { return Decision::Skip };
-        let usages: Vec<String> = object
-            .pointer("/spec/usages")
-            .and_then(Value::as_array)
-            .into_iter()
-            .flatten()
-            .filter_map(Value::as_str)
-            .map(str::to_owned)
-            .collect();
-        let set = usages.iter().cloned().collect();
+        let usages = csr::usage_list(object);
+        let set = csr::usages(object);
         let allowed = match signer {
             KUBE_APISERVER_CLIENT => csr::validate_apiserver_client_usages(&usages),
             KUBE_APISERVER_CLIENT_KUBELET => csr::validate_kubelet_client(&request, &set),
