@@ -597,7 +597,13 @@ impl Handlers {
                 random,
             )?;
             let stored = objects::for_storage(&candidate)?;
-            if dry_run || prior.as_ref().is_some_and(|p| holds.is_empty() && stored == p.stored) {
+            let unchanged = match &prior {
+                Some(p) if holds.is_empty() && stored == p.stored => {
+                    !self.store.is_stale(key, p.revision).await.map_err(store_error)?
+                }
+                _ => false,
+            };
+            if dry_run || unchanged {
                 *service = candidate;
                 return Ok(None);
             }

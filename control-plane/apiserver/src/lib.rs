@@ -18,6 +18,7 @@ pub mod certificates;
 pub mod chain;
 pub mod context;
 pub mod crd;
+pub mod encryption;
 pub mod eviction;
 pub mod field_manager;
 pub mod filter;

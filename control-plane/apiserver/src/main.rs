@@ -107,6 +107,10 @@ struct Flags {
     /// The key of `--cluster-signing-cert-file`.
     #[arg(long, requires = "cluster_signing_cert_file")]
     cluster_signing_key_file: Option<PathBuf>,
+    /// How resources are encrypted in the store (apiserver.config.k8s.io/v1 EncryptionConfiguration:
+    /// aesgcm, aescbc, secretbox and identity providers); without it everything is stored as it is.
+    #[arg(long)]
+    encryption_provider_config: Option<PathBuf>,
     /// The audit policy (audit.k8s.io/v1 Policy, YAML or JSON); without it nothing is audited.
     #[arg(long)]
     audit_policy_file: Option<PathBuf>,
@@ -310,6 +314,12 @@ async fn main() -> Result<()> {
     let authorization = keel_apiserver::authorization::Mode::parse_list(&flags.authorization_mode)
         .map_err(|e| anyhow::anyhow!("--authorization-mode: {e}"))?;
     let audit = audit(&flags)?;
+    let encryption = match &flags.encryption_provider_config {
+        Some(path) => {
+            Some(keel_apiserver::encryption::Transformers::load(path).map_err(|e| anyhow::anyhow!(e))?)
+        }
+        None => None,
+    };
     let audit_log = audit.as_ref().map(|a| a.backend().clone());
     std::fs::create_dir_all(&flags.data_dir)
         .with_context(|| format!("creating {}", flags.data_dir.display()))?;
@@ -330,7 +340,10 @@ async fn main() -> Result<()> {
         Some(path) => Tokens::from_file(path)?,
         None => Tokens::default(),
     };
-    let store = open_store(&flags).await?;
+    let mut store = open_store(&flags).await?;
+    if let Some(transformers) = encryption {
+        store = Arc::new(keel_apiserver::encryption::EncryptedStore::new(store, transformers));
+    }
     let listener = tokio::net::TcpListener::bind(SocketAddr::new(flags.bind_address, flags.secure_port))
         .await
         .with_context(|| format!("listening on {}:{}", flags.bind_address, flags.secure_port))?;

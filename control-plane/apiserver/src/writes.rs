@@ -207,7 +207,11 @@ impl Handlers {
                 let stored = objects::stored(resource, &object)?;
                 // A dry run writes nothing, nor does an update that changes nothing (no new
                 // revision, no event: upstream's GuaranteedUpdate).
-                if dry_run || (!going && stored == current.value.as_ref()) {
+                // A value read with an old encryption key is written again all the same.
+                let unchanged = !going
+                    && stored == current.value.as_ref()
+                    && !self.store.is_stale(&key, current.mod_revision).await.map_err(store_error)?;
+                if dry_run || unchanged {
                     objects::set_resource_version(&mut object, current.mod_revision);
                     return Ok(object);
                 }

@@ -36,6 +36,11 @@ pub enum StoreError {
     Engine(String),
     #[error("the store is closed")]
     Closed,
+    /// A value could not be transformed to or from its stored form (encryption at rest: a key
+    /// that is gone, a value that was changed). The message is upstream's for the operation: the
+    /// reason alone for a read or write of one key, `unable to transform key "K": reason` in a list.
+    #[error("{0}")]
+    Transform(String),
 }
 
 pub type Result<T, E = StoreError> = std::result::Result<T, E>;

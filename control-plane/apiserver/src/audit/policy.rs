@@ -243,7 +243,7 @@ impl Policy {
 }
 
 /// Go's words for an IO error (`open /x: no such file or directory`).
-fn io_error(error: &std::io::Error) -> String {
+pub(crate) fn io_error(error: &std::io::Error) -> String {
     match error.kind() {
         std::io::ErrorKind::NotFound => "no such file or directory".into(),
         std::io::ErrorKind::PermissionDenied => "permission denied".into(),
