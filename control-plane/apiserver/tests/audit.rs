@@ -12,7 +12,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use anyhow::{Context, Result, bail, ensure};
+use anyhow::{Context, Result, ensure};
 use keel_testbed::kube_apiserver::{KubeApiServer, KubeApiServerOptions};
 use keel_testbed::kubectl::{self, Kubectl};
 use keel_testbed::loopback::free_port;
@@ -654,40 +654,9 @@ fn wait_for(path: &Path, done: impl Fn(&Value) -> bool) -> Result<Vec<Value>> {
     }
 }
 
-/// The error a binary exits with for `flags`: keel's `Error: ...` line, kube-apiserver's
-/// `"command failed" err="..."` unquoted.
-fn start_error(mut command: Command) -> Result<String> {
-    let output = command.output()?;
-    ensure!(!output.status.success(), "{command:?} started");
-    let stderr = String::from_utf8_lossy(&output.stderr).into_owned();
-    if let Some(line) = stderr.lines().find_map(|l| l.strip_prefix("Error: ")) {
-        return Ok(line.to_owned());
-    }
-    let Some(quoted) = stderr.lines().find_map(|l| l.split_once("\"command failed\" err=\"").map(|(_, q)| q))
-    else {
-        bail!("no error in {stderr}");
-    };
-    let mut out = String::new();
-    let mut chars = quoted.chars();
-    while let Some(c) = chars.next() {
-        match c {
-            '\\' => out.extend(chars.next()),
-            '"' => break,
-            c => out.push(c),
-        }
-    }
-    Ok(out)
-}
-
 #[test]
 fn bad_policy_files_refused_as_kube_apiserver_refuses_them() -> Result<()> {
     let dir = tempfile::tempdir()?;
-    let kube = keel_testbed::peers::path("kube-apiserver")?;
-    let pki = keel_testbed::kube_apiserver::TestPki::new()?;
-    let sa = dir.path().join("sa.pub");
-    let sa_key = dir.path().join("sa.key");
-    std::fs::write(&sa, &pki.service_account_public_pem)?;
-    std::fs::write(&sa_key, &pki.service_account_key_pem)?;
     let header = "apiVersion: audit.k8s.io/v1\nkind: Policy\n";
     let cases = [
         ("level", format!("{header}rules:\n- level: Foo\n")),
@@ -718,18 +687,13 @@ fn bad_policy_files_refused_as_kube_apiserver_refuses_them() -> Result<()> {
     for (name, text) in &cases {
         let file = dir.path().join(format!("{name}.yaml"));
         std::fs::write(&file, text)?;
-        // A policy that loads would let kube-apiserver start: `timeout` ends it then.
-        let mut upstream = Command::new("timeout");
-        upstream
-            .arg("60")
-            .arg(&kube)
-            .arg(format!("--audit-policy-file={}", file.display()))
-            .arg(format!("--audit-log-path={}", dir.path().join("kube.log").display()))
-            .args(["--etcd-servers=http://127.0.0.1:1", "--service-account-issuer=https://x"])
-            .arg(format!("--secure-port={}", free_port()?))
-            .arg(format!("--service-account-key-file={}", sa.display()))
-            .arg(format!("--service-account-signing-key-file={}", sa_key.display()))
-            .arg(format!("--cert-dir={}", dir.path().join("certs").display()));
+        let upstream = common::kube_apiserver_refusing(
+            dir.path(),
+            &[
+                format!("--audit-policy-file={}", file.display()),
+                format!("--audit-log-path={}", dir.path().join("kube.log").display()),
+            ],
+        )?;
         let mut keel = Command::new(env!("CARGO_BIN_EXE_keel-apiserver"));
         keel.arg("--data-dir")
             .arg(dir.path().join("data"))
@@ -737,7 +701,7 @@ fn bad_policy_files_refused_as_kube_apiserver_refuses_them() -> Result<()> {
             .arg(&file)
             .arg("--audit-log-path")
             .arg(dir.path().join("keel.log"));
-        let (kube_error, keel_error) = (start_error(upstream)?, start_error(keel)?);
+        let (kube_error, keel_error) = (common::start_error(upstream)?, common::start_error(keel)?);
         // Both name the file as given.
         assert_eq!(keel_error, kube_error, "{name}: {text:?}");
     }
@@ -746,7 +710,7 @@ fn bad_policy_files_refused_as_kube_apiserver_refuses_them() -> Result<()> {
     let mut keel = Command::new(env!("CARGO_BIN_EXE_keel-apiserver"));
     keel.arg("--data-dir").arg(dir.path().join("data")).arg("--audit-policy-file").arg(&missing);
     assert_eq!(
-        start_error(keel)?,
+        common::start_error(keel)?,
         format!(
             "loading audit policy file: failed to read file path {:?}: open {}: no such file or directory",
             missing.display().to_string(),
@@ -766,7 +730,7 @@ fn bad_policy_files_refused_as_kube_apiserver_refuses_them() -> Result<()> {
     ] {
         let mut keel = Command::new(env!("CARGO_BIN_EXE_keel-apiserver"));
         keel.arg("--data-dir").arg(dir.path().join("data")).arg("--audit-log-path").arg("-").args(flags);
-        assert_eq!(start_error(keel)?, error, "{flags:?}");
+        assert_eq!(common::start_error(keel)?, error, "{flags:?}");
     }
     Ok(())
 }

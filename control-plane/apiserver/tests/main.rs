@@ -12,6 +12,7 @@ mod bad_input;
 mod binary;
 mod certificates;
 mod crd;
+mod encryption;
 mod events;
 mod eviction;
 mod invariants;

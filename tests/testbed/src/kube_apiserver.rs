@@ -172,6 +172,10 @@ pub struct KubeApiServerOptions {
     /// A flag given here replaces the fixture's flag of the same name (kube-apiserver would append
     /// repeated list flags such as `--authorization-mode` instead of replacing them).
     pub args: Vec<String>,
+    /// Started once `/livez` answers 200 rather than `/readyz`: for a server that is expected
+    /// not to become ready (a stored object its configuration cannot read keeps that resource's
+    /// cache, and so `/readyz`, from ever succeeding).
+    pub live_only: bool,
 }
 
 impl KubeApiServerOptions {
@@ -183,6 +187,12 @@ impl KubeApiServerOptions {
     /// Adds one flag, `--name=value` or `--name`.
     pub fn arg(mut self, arg: impl Into<String>) -> KubeApiServerOptions {
         self.args.push(arg.into());
+        self
+    }
+
+    /// Waits for `/livez` instead of `/readyz` (see [`KubeApiServerOptions::live_only`]).
+    pub fn live_only(mut self) -> KubeApiServerOptions {
+        self.live_only = true;
         self
     }
 }
@@ -220,7 +230,7 @@ impl KubeApiServer {
             let port = free_port()?;
             let address = SocketAddr::from((Ipv4Addr::LOCALHOST, port));
             let command = command(&binary, dir.path(), &etcd, port, &options.args);
-            match start_daemon(command, address, dir.path()) {
+            match start_daemon(command, address, dir.path(), probe(options)) {
                 Err(error)
                     if attempt < PORT_RETRIES && format!("{error:#}").contains("address already in use") =>
                 {
@@ -231,6 +241,17 @@ impl KubeApiServer {
             }
         };
         Ok(KubeApiServer { daemon, etcd, address, pki, dir })
+    }
+
+    /// Stops kube-apiserver and starts it again with `options` on the same etcd, PKI and port
+    /// (what is stored stays; a changed flag such as `--encryption-provider-config` takes effect).
+    pub fn restart_with(&mut self, options: &KubeApiServerOptions) -> Result<()> {
+        self.daemon.stop().context("stopping kube-apiserver")?;
+        let binary = crate::peers::path("kube-apiserver")?;
+        let command = command(&binary, self.dir.path(), &self.etcd, self.address.port(), &options.args);
+        self.daemon = start_daemon(command, self.address, self.dir.path(), probe(options))
+            .context("restarting kube-apiserver")?;
+        Ok(())
     }
 
     /// A file of the PKI written for it (`ca.crt`, `ca.key`, `admin.crt`, ...).
@@ -371,8 +392,13 @@ fn merge_args(defaults: Vec<String>, extra: &[String]) -> Vec<String> {
     defaults.into_iter().filter(|arg| !overridden(arg)).chain(extra.iter().cloned()).collect()
 }
 
-/// Spawns kube-apiserver, waits for its port, then for `/readyz` to answer 200.
-fn start_daemon(command: Command, address: SocketAddr, dir: &Path) -> Result<Daemon> {
+/// The health path a start waits for: `/readyz`, or `/livez` for [`KubeApiServerOptions::live_only`].
+fn probe(options: &KubeApiServerOptions) -> &'static str {
+    if options.live_only { "/livez" } else { "/readyz" }
+}
+
+/// Spawns kube-apiserver, waits for its port, then for `probe` (`/readyz`) to answer 200.
+fn start_daemon(command: Command, address: SocketAddr, dir: &Path, probe: &str) -> Result<Daemon> {
     let started = Instant::now();
     let daemon = Daemon::start("kube-apiserver", command, Readiness::Tcp(address), READY_TIMEOUT)?;
     let deadline = started + READY_TIMEOUT;
@@ -380,19 +406,19 @@ fn start_daemon(command: Command, address: SocketAddr, dir: &Path) -> Result<Dae
     loop {
         if !daemon.is_running() {
             bail!(
-                "kube-apiserver exited before /readyz answered 200 (last: {last}); last log lines of {}:\n{}",
+                "kube-apiserver exited before {probe} answered 200 (last: {last}); last log lines of {}:\n{}",
                 daemon.log_path().display(),
                 daemon.log_tail(200)
             );
         }
-        match readyz(address, dir) {
+        match health(address, dir, probe) {
             Ok((200, _)) => return Ok(daemon),
             Ok((status, body)) => last = format!("{status}: {}", body.trim()),
             Err(error) => last = format!("{error:#}"),
         }
         if Instant::now() >= deadline {
             bail!(
-                "kube-apiserver on {address} did not answer GET /readyz with 200 within {READY_TIMEOUT:?} \
+                "kube-apiserver on {address} did not answer GET {probe} with 200 within {READY_TIMEOUT:?} \
                  (last: {last}); last log lines of {}:\n{}",
                 daemon.log_path().display(),
                 daemon.log_tail(200)
@@ -402,8 +428,8 @@ fn start_daemon(command: Command, address: SocketAddr, dir: &Path) -> Result<Dae
     }
 }
 
-/// `GET /readyz` as the admin through curl; the status and body.
-fn readyz(address: SocketAddr, dir: &Path) -> Result<(u16, String)> {
+/// `GET probe` (`/readyz`, `/livez`) as the admin through curl; the status and body.
+fn health(address: SocketAddr, dir: &Path, probe: &str) -> Result<(u16, String)> {
     let output = Command::new("curl")
         .args(["--silent", "--show-error", "--max-time", "2", "--write-out", "\n%{http_code}"])
         .arg("--cacert")
@@ -412,12 +438,12 @@ fn readyz(address: SocketAddr, dir: &Path) -> Result<(u16, String)> {
         .arg(pki_file(dir, "admin.crt"))
         .arg("--key")
         .arg(pki_file(dir, "admin.key"))
-        .arg(format!("https://{address}/readyz"))
+        .arg(format!("https://{address}{probe}"))
         .output()
         .context("running curl (is curl installed?)")?;
     if !output.status.success() {
         bail!(
-            "curl GET /readyz exited with {}: {}",
+            "curl GET {probe} exited with {}: {}",
             output.status,
             String::from_utf8_lossy(&output.stderr).trim()
         );

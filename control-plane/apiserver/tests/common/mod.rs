@@ -264,3 +264,51 @@ pub fn causes(status: &serde_json::Value) -> Vec<String> {
         })
         .collect()
 }
+
+/// The error a binary exits with for `flags`: keel's `Error: ...` line, kube-apiserver's
+/// `"command failed" err="..."` unquoted.
+pub fn start_error(mut command: std::process::Command) -> Result<String> {
+    let output = command.output()?;
+    anyhow::ensure!(!output.status.success(), "{command:?} started");
+    let stderr = String::from_utf8_lossy(&output.stderr).into_owned();
+    if let Some(line) = stderr.lines().find_map(|l| l.strip_prefix("Error: ")) {
+        return Ok(line.to_owned());
+    }
+    let Some(quoted) = stderr.lines().find_map(|l| l.split_once("\"command failed\" err=\"").map(|(_, q)| q))
+    else {
+        anyhow::bail!("no error in {stderr}");
+    };
+    let mut out = String::new();
+    let mut chars = quoted.chars();
+    while let Some(c) = chars.next() {
+        match c {
+            '\\' => out.extend(chars.next()),
+            '"' => break,
+            c => out.push(c),
+        }
+    }
+    Ok(out)
+}
+
+/// kube-apiserver with `args` and just enough else to get past flag checking (no etcd to reach),
+/// for tests of what it refuses at start; `timeout` ends it should it start after all.
+pub fn kube_apiserver_refusing(dir: &std::path::Path, args: &[String]) -> Result<std::process::Command> {
+    let kube = keel_testbed::peers::path("kube-apiserver")?;
+    let (sa, sa_key) = (dir.join("refusing-sa.pub"), dir.join("refusing-sa.key"));
+    if !sa.exists() {
+        let pki = keel_testbed::kube_apiserver::TestPki::new()?;
+        std::fs::write(&sa, &pki.service_account_public_pem)?;
+        std::fs::write(&sa_key, &pki.service_account_key_pem)?;
+    }
+    let mut command = std::process::Command::new("timeout");
+    command
+        .arg("60")
+        .arg(&kube)
+        .args(args)
+        .args(["--etcd-servers=http://127.0.0.1:1", "--service-account-issuer=https://x"])
+        .arg(format!("--secure-port={}", keel_testbed::loopback::free_port()?))
+        .arg(format!("--service-account-key-file={}", sa.display()))
+        .arg(format!("--service-account-signing-key-file={}", sa_key.display()))
+        .arg(format!("--cert-dir={}", dir.join("refusing-certs").display()));
+    Ok(command)
+}
