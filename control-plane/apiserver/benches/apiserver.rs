@@ -16,20 +16,18 @@
 //!
 //! `-- ROUNDS` (default 3) repeats the create and watch measurements.
 
+mod common;
+
 use std::net::SocketAddr;
 use std::process::Command;
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use bytes::Bytes;
-use http_body_util::{BodyExt, Full};
-use hyper::client::conn::http2::SendRequest;
-use hyper_util::rt::{TokioExecutor, TokioIo};
+use common::Endpoint;
+use http_body_util::BodyExt;
 use keel_testbed::bench::{Report, Samples, ms};
 use keel_testbed::etcd::{EtcdCluster, EtcdConfig, EtcdRelease};
 use keel_testbed::loopback::free_port;
 use keel_testbed::process::{Daemon, Readiness};
-use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName, pem::PemObject};
 
 /// What runs the API.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -54,8 +52,7 @@ impl Kind {
 
 struct Server {
     daemon: Daemon,
-    address: SocketAddr,
-    tls: Arc<rustls::ClientConfig>,
+    endpoint: Endpoint,
     etcd: Option<EtcdCluster>,
     _dir: tempfile::TempDir,
 }
@@ -126,38 +123,16 @@ fn start(kind: Kind) -> Server {
             .expect("start")
     };
     let read = |name: &str| std::fs::read(pki.join(name)).expect("pki file");
-    let mut roots = rustls::RootCertStore::empty();
-    roots.add(CertificateDer::from_pem_slice(&read("ca.crt")).expect("ca")).expect("root");
-    let provider = Arc::new(rustls::crypto::ring::default_provider());
-    let mut tls = rustls::ClientConfig::builder_with_provider(provider)
-        .with_safe_default_protocol_versions()
-        .expect("tls versions")
-        .with_root_certificates(roots)
-        .with_client_auth_cert(
-            vec![CertificateDer::from_pem_slice(&read("admin.crt")).expect("cert")],
-            PrivateKeyDer::from_pem_slice(&read("admin.key")).expect("key"),
-        )
-        .expect("client auth");
-    tls.alpn_protocols = vec![b"h2".to_vec()];
-    Server { daemon, address: SocketAddr::from(([127, 0, 0, 1], port)), tls: Arc::new(tls), etcd, _dir: dir }
+    let endpoint = Endpoint {
+        address: SocketAddr::from(([127, 0, 0, 1], port)),
+        tls: common::client_tls(&read("ca.crt"), Some((&read("admin.crt"), &read("admin.key")))),
+        bearer: None,
+        pids: vec![],
+    };
+    Server { daemon, endpoint, etcd, _dir: dir }
 }
 
 impl Server {
-    async fn connect(&self) -> SendRequest<Full<Bytes>> {
-        let tcp = tokio::net::TcpStream::connect(self.address).await.expect("connect");
-        // As client-go has it (Go's net package sets TCP_NODELAY): with Nagle on, a request written
-        // in pieces waits for the server's delayed ACK, 40 ms, and that is what p99 would measure.
-        tcp.set_nodelay(true).expect("TCP_NODELAY");
-        let tls = tokio_rustls::TlsConnector::from(self.tls.clone())
-            .connect(ServerName::try_from("127.0.0.1").expect("name").to_owned(), tcp)
-            .await
-            .expect("tls");
-        let (sender, connection) =
-            hyper::client::conn::http2::handshake(TokioExecutor::new(), TokioIo::new(tls)).await.expect("h2");
-        tokio::spawn(connection);
-        sender
-    }
-
     /// CPU time and resident memory of the server process plus its store's (the etcd member).
     fn usage(&self) -> (Duration, u64) {
         let (cpu, rss) = keel_testbed::bench::process_usage(self.daemon.pid());
@@ -166,95 +141,13 @@ impl Server {
         });
         (cpu + store_cpu, rss + store_rss)
     }
-
-    /// Waits until the server answers `GET /readyz` with 200 (kube-apiserver binds before its
-    /// post-start hooks are done).
-    async fn ready(&self) {
-        let deadline = Instant::now() + Duration::from_secs(60);
-        loop {
-            let mut sender = self.connect().await;
-            let response = sender.send_request(request("GET", "/readyz", Vec::new())).await.expect("readyz");
-            if response.status() == 200 {
-                return;
-            }
-            assert!(Instant::now() < deadline, "not ready after 60 s: {}", response.status());
-            tokio::time::sleep(Duration::from_millis(200)).await;
-        }
-    }
-
-    /// Creates what a pod create needs that no controller makes here: the `default` ServiceAccount
-    /// (kube-apiserver's ServiceAccount admission plugin refuses pods without it).
-    async fn prepare(&self) {
-        let mut sender = self.connect().await;
-        let body = br#"{"metadata":{"name":"default"}}"#.to_vec();
-        let response = sender
-            .send_request(request("POST", "/api/v1/namespaces/default/serviceaccounts", body))
-            .await
-            .expect("serviceaccount");
-        assert!([201, 409].contains(&response.status().as_u16()), "serviceaccount: {}", response.status());
-    }
-}
-
-fn request(method: &str, path: &str, body: Vec<u8>) -> hyper::Request<Full<Bytes>> {
-    hyper::Request::builder()
-        .method(method)
-        .uri(format!("https://127.0.0.1{path}"))
-        .header("content-type", "application/json")
-        .body(Full::new(Bytes::from(body)))
-        .expect("request")
-}
-
-fn pod(name: &str) -> Vec<u8> {
-    format!(r#"{{"metadata":{{"name":"{name}","labels":{{"app":"bench"}}}},"spec":{{"containers":[{{"name":"c","image":"busybox:1.36"}}]}}}}"#)
-        .into_bytes()
-}
-
-/// `count` pod creates from 64 streams over 8 connections: per-create latencies and the wall time.
-async fn creates(server: &Server, prefix: &str, count: usize) -> (Samples, Duration) {
-    let mut senders = Vec::new();
-    for _ in 0..8 {
-        senders.push(server.connect().await);
-    }
-    let started = Instant::now();
-    let mut tasks = Vec::new();
-    for stream in 0..64 {
-        let mut sender = senders[stream % 8].clone();
-        let prefix = prefix.to_owned();
-        tasks.push(tokio::spawn(async move {
-            let mut samples = Samples::default();
-            for i in (stream..count).step_by(64) {
-                let start = Instant::now();
-                sender.ready().await.expect("ready");
-                let response = sender
-                    .send_request(request(
-                        "POST",
-                        "/api/v1/namespaces/default/pods",
-                        pod(&format!("{prefix}-{i}")),
-                    ))
-                    .await
-                    .expect("create");
-                assert_eq!(response.status(), 201);
-                let _ = response.into_body().collect().await;
-                samples.push(start.elapsed());
-            }
-            samples
-        }));
-    }
-    let mut all = Samples::default();
-    for task in tasks {
-        all.extend(&task.await.expect("writer"));
-    }
-    (all, started.elapsed())
 }
 
 async fn list_all(server: &Server) -> Duration {
-    let mut sender = server.connect().await;
+    let mut sender = server.endpoint.connect().await;
     let start = Instant::now();
-    let response = sender
-        .send_request(request("GET", "/api/v1/namespaces/default/pods", Vec::new()))
-        .await
-        .expect("list");
-    let body = response.into_body().collect().await.expect("body").to_bytes();
+    let (_, body) =
+        server.endpoint.send(&mut sender, "GET", "/api/v1/namespaces/default/pods", Vec::new()).await;
     let took = start.elapsed();
     assert!(body.len() > 1_000_000, "the list is too small: {} bytes", body.len());
     took
@@ -264,7 +157,7 @@ async fn list_all(server: &Server) -> Duration {
 async fn watchers(server: &Server, rounds: usize) -> Samples {
     let mut connections = Vec::new();
     for _ in 0..20 {
-        connections.push(server.connect().await);
+        connections.push(server.endpoint.connect().await);
     }
     let (events, mut seen) = tokio::sync::mpsc::unbounded_channel::<Instant>();
     for w in 0..1000 {
@@ -272,7 +165,7 @@ async fn watchers(server: &Server, rounds: usize) -> Samples {
         let events = events.clone();
         sender.ready().await.expect("ready");
         let response = sender
-            .send_request(request(
+            .send_request(server.endpoint.request(
                 "GET",
                 "/api/v1/namespaces/default/pods?watch=true&labelSelector=watched%3Dyes&resourceVersion=0",
                 Vec::new(),
@@ -288,18 +181,18 @@ async fn watchers(server: &Server, rounds: usize) -> Samples {
             }
         });
     }
-    let mut sender = server.connect().await;
+    let mut sender = server.endpoint.connect().await;
     let mut samples = Samples::default();
     for round in 0..rounds {
         let body = format!(
             r#"{{"metadata":{{"name":"watched-{round}","labels":{{"watched":"yes"}}}},"spec":{{"containers":[{{"name":"c","image":"busybox"}}]}}}}"#
         );
         let start = Instant::now();
-        let response = sender
-            .send_request(request("POST", "/api/v1/namespaces/default/pods", body.into_bytes()))
-            .await
-            .expect("create");
-        assert_eq!(response.status(), 201);
+        let (status, _) = server
+            .endpoint
+            .send(&mut sender, "POST", "/api/v1/namespaces/default/pods", body.into_bytes())
+            .await;
+        assert_eq!(status, 201);
         for _ in 0..1000 {
             let at = tokio::time::timeout(Duration::from_secs(30), seen.recv())
                 .await
@@ -321,8 +214,8 @@ fn main() {
         for kind in [Kind::KeelEmbedded, Kind::KeelEtcd, Kind::Upstream] {
             let name = kind.name();
             let server = start(kind);
-            server.ready().await;
-            server.prepare().await;
+            server.endpoint.ready().await;
+            server.endpoint.prepare().await;
             tokio::time::sleep(Duration::from_millis(500)).await;
             let (_, idle_rss) = server.usage();
             let mut rates = Vec::new();
@@ -331,14 +224,14 @@ fn main() {
             let mut created = 0;
             for round in 0..rounds {
                 let (cpu_before, _) = server.usage();
-                let (samples, wall) = creates(&server, &format!("r{round}"), 3200).await;
+                let (samples, wall, _) = server.endpoint.creates(&format!("r{round}"), 3200).await;
                 let (cpu_after, _) = server.usage();
                 created += samples.len();
                 rates.push(samples.len() as f64 / wall.as_secs_f64());
                 cpu_per_create.push((cpu_after - cpu_before).as_secs_f64() * 1000.0 / samples.len() as f64);
                 latencies.extend(&samples);
             }
-            let (_, _) = creates(&server, "fill", 10_000 - created.min(10_000)).await;
+            server.endpoint.creates("fill", 10_000 - created.min(10_000)).await;
             rates.sort_by(f64::total_cmp);
             cpu_per_create.sort_by(f64::total_cmp);
             let key = |k: &str| format!("{name}_{k}");

@@ -8,21 +8,14 @@
 //!
 //! `-- ROUNDS` (default 3).
 
-use std::net::SocketAddr;
-use std::path::Path;
-use std::process::Command;
-use std::sync::Arc;
-use std::time::{Duration, Instant};
+mod common;
 
-use bytes::Bytes;
-use http_body_util::{BodyExt, Full};
-use hyper::client::conn::http2::SendRequest;
-use hyper_util::rt::{TokioExecutor, TokioIo};
+use std::path::Path;
+
+use common::{Endpoint, median};
 use keel_testbed::bench::Report;
 use keel_testbed::kube_apiserver::{KubeApiServer, KubeApiServerOptions};
-use keel_testbed::loopback::free_port;
-use keel_testbed::process::{Daemon, Readiness};
-use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName, pem::PemObject};
+use keel_testbed::process::Daemon;
 
 const POLICY: &str = "apiVersion: audit.k8s.io/v1\nkind: Policy\nrules:\n- level: Metadata\n";
 const CREATES: usize = 3200;
@@ -30,186 +23,66 @@ const CREATES: usize = 3200;
 /// One server under test.
 struct Server {
     name: &'static str,
-    address: SocketAddr,
-    tls: Arc<rustls::ClientConfig>,
-    pid: u32,
-    etcd_pid: Option<u32>,
+    endpoint: Endpoint,
     log: Option<std::path::PathBuf>,
     _keel: Option<Daemon>,
     _kube: Option<KubeApiServer>,
 }
 
-fn client_tls(ca: &[u8], cert: &[u8], key: &[u8]) -> Arc<rustls::ClientConfig> {
-    let mut roots = rustls::RootCertStore::empty();
-    roots.add(CertificateDer::from_pem_slice(ca).expect("ca")).expect("root");
-    let provider = Arc::new(rustls::crypto::ring::default_provider());
-    let mut tls = rustls::ClientConfig::builder_with_provider(provider)
-        .with_safe_default_protocol_versions()
-        .expect("tls versions")
-        .with_root_certificates(roots)
-        .with_client_auth_cert(
-            vec![CertificateDer::from_pem_slice(cert).expect("cert")],
-            PrivateKeyDer::from_pem_slice(key).expect("key"),
-        )
-        .expect("client auth");
-    tls.alpn_protocols = vec![b"h2".to_vec()];
-    Arc::new(tls)
+/// The audit flags for `name` under `dir` (`--audit-policy-file`, `--audit-log-path`) and its log.
+fn audit_flags(name: &str, dir: &Path) -> (Vec<String>, std::path::PathBuf) {
+    let policy = dir.join("policy.yaml");
+    std::fs::write(&policy, POLICY).expect("policy");
+    let log = dir.join(format!("{name}.log"));
+    let flags = vec![
+        format!("--audit-policy-file={}", policy.display()),
+        format!("--audit-log-path={}", log.display()),
+    ];
+    (flags, log)
 }
 
-fn keel(name: &'static str, dir: &Path, audited: bool) -> Server {
-    let data = dir.join(name);
-    let port = free_port().expect("port");
-    let mut command = Command::new(env!("CARGO_BIN_EXE_keel-apiserver"));
-    command.arg("--data-dir").arg(&data).args([
-        "--bind-address",
-        "127.0.0.1",
-        "--secure-port",
-        &port.to_string(),
-    ]);
-    let log = audited.then(|| {
-        let policy = dir.join("policy.yaml");
-        std::fs::write(&policy, POLICY).expect("policy");
-        let log = dir.join(format!("{name}.log"));
-        command.arg("--audit-policy-file").arg(&policy).arg("--audit-log-path").arg(&log);
-        log
-    });
-    let mut probe = Command::new("test");
-    probe.arg("-s").arg(data.join("admin.kubeconfig"));
-    let daemon =
-        Daemon::start(name, command, Readiness::Command(probe), Duration::from_secs(60)).expect("start");
-    let read = |file: &str| std::fs::read(data.join("pki").join(file)).expect("pki file");
-    Server {
-        name,
-        address: SocketAddr::from(([127, 0, 0, 1], port)),
-        tls: client_tls(&read("ca.crt"), &read("admin.crt"), &read("admin.key")),
-        pid: daemon.pid(),
-        etcd_pid: None,
-        log,
-        _keel: Some(daemon),
-        _kube: None,
-    }
+async fn keel(name: &'static str, dir: &Path, audited: bool) -> Server {
+    let (flags, log) = if audited { Some(audit_flags(name, dir)) } else { None }.unzip();
+    let (daemon, endpoint) = common::keel(name, &dir.join(name), &flags.unwrap_or_default()).await;
+    Server { name, endpoint, log, _keel: Some(daemon), _kube: None }
 }
 
 fn kube(name: &'static str, dir: &Path, audited: bool) -> Server {
     let mut options = KubeApiServerOptions::new();
     let log = audited.then(|| {
-        let policy = dir.join("policy.yaml");
-        std::fs::write(&policy, POLICY).expect("policy");
-        let log = dir.join(format!("{name}.log"));
-        options = options.clone().arg(format!("--audit-policy-file={}", policy.display()));
-        options = options.clone().arg(format!("--audit-log-path={}", log.display()));
+        let (flags, log) = audit_flags(name, dir);
+        options.args.extend(flags);
         log
     });
     let server = KubeApiServer::start_with(&options).expect("kube-apiserver");
-    let admin = server.admin();
-    Server {
-        name,
-        address: server.address(),
-        tls: client_tls(server.ca_pem().as_bytes(), admin.cert_pem.as_bytes(), admin.key_pem.as_bytes()),
-        pid: server.daemon().pid(),
-        etcd_pid: server.etcd().pid(0).ok(),
-        log,
-        _keel: None,
-        _kube: Some(server),
-    }
+    Server { name, endpoint: common::kube_admin(&server), log, _keel: None, _kube: Some(server) }
 }
 
 impl Server {
-    async fn connect(&self) -> SendRequest<Full<Bytes>> {
-        let tcp = tokio::net::TcpStream::connect(self.address).await.expect("connect");
-        tcp.set_nodelay(true).expect("TCP_NODELAY");
-        let tls = tokio_rustls::TlsConnector::from(self.tls.clone())
-            .connect(ServerName::try_from("127.0.0.1").expect("name").to_owned(), tcp)
-            .await
-            .expect("tls");
-        let (sender, connection) =
-            hyper::client::conn::http2::handshake(TokioExecutor::new(), TokioIo::new(tls)).await.expect("h2");
-        tokio::spawn(connection);
-        sender
-    }
-
-    fn cpu(&self) -> Duration {
-        let (cpu, _) = keel_testbed::bench::process_usage(self.pid);
-        cpu + self.etcd_pid.map_or(Duration::ZERO, |pid| keel_testbed::bench::process_usage(pid).0)
-    }
-
-    /// The `default` ServiceAccount (no controller makes it for kube-apiserver here).
-    async fn prepare(&self) {
-        let mut sender = self.connect().await;
-        let body = br#"{"metadata":{"name":"default"}}"#.to_vec();
-        let response = sender
-            .send_request(request("POST", "/api/v1/namespaces/default/serviceaccounts", body))
-            .await
-            .expect("serviceaccount");
-        assert!([201, 409].contains(&response.status().as_u16()), "serviceaccount: {}", response.status());
-    }
-
-    /// `count` pod creates from 64 streams over 8 connections: creates/s and CPU per create (ms).
+    /// `count` pod creates: creates/s and server CPU per create (ms).
     async fn creates(&self, prefix: &str, count: usize) -> (f64, f64) {
-        let mut senders = Vec::new();
-        for _ in 0..8 {
-            senders.push(self.connect().await);
-        }
-        let cpu = self.cpu();
-        let started = Instant::now();
-        let mut tasks = Vec::new();
-        for stream in 0..64 {
-            let mut sender = senders[stream % 8].clone();
-            let prefix = prefix.to_owned();
-            tasks.push(tokio::spawn(async move {
-                for i in (stream..count).step_by(64) {
-                    sender.ready().await.expect("ready");
-                    let name = format!("{prefix}-{i}");
-                    let body = format!(
-                        r#"{{"metadata":{{"name":"{name}","labels":{{"app":"bench"}}}},"spec":{{"containers":[{{"name":"c","image":"busybox:1.36"}}]}}}}"#
-                    );
-                    let response = sender
-                        .send_request(request("POST", "/api/v1/namespaces/default/pods", body.into_bytes()))
-                        .await
-                        .expect("create");
-                    assert_eq!(response.status(), 201);
-                    let _ = response.into_body().collect().await;
-                }
-            }));
-        }
-        for task in tasks {
-            task.await.expect("writer");
-        }
-        let wall = started.elapsed();
-        let cpu = self.cpu() - cpu;
+        let (_, wall, cpu) = self.endpoint.creates(prefix, count).await;
         (count as f64 / wall.as_secs_f64(), cpu.as_secs_f64() * 1000.0 / count as f64)
     }
-}
-
-fn request(method: &str, path: &str, body: Vec<u8>) -> hyper::Request<Full<Bytes>> {
-    hyper::Request::builder()
-        .method(method)
-        .uri(format!("https://127.0.0.1{path}"))
-        .header("content-type", "application/json")
-        .body(Full::new(Bytes::from(body)))
-        .expect("request")
-}
-
-fn median(values: &mut [f64]) -> f64 {
-    values.sort_by(f64::total_cmp);
-    values[values.len() / 2]
 }
 
 fn main() {
     let rounds: usize = std::env::args().skip(1).find_map(|a| a.parse().ok()).unwrap_or(3);
     let dir = tempfile::tempdir().expect("temp dir");
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().expect("runtime");
-    let servers = [
-        keel("keel", dir.path(), false),
-        keel("keel_audited", dir.path(), true),
-        kube("kube_apiserver", dir.path(), false),
-        kube("kube_apiserver_audited", dir.path(), true),
-    ];
+    let servers = runtime.block_on(async {
+        [
+            keel("keel", dir.path(), false).await,
+            keel("keel_audited", dir.path(), true).await,
+            kube("kube_apiserver", dir.path(), false),
+            kube("kube_apiserver_audited", dir.path(), true),
+        ]
+    });
     let mut report = Report::new("audit");
     let mut figures: Vec<(f64, f64)> = Vec::new();
     runtime.block_on(async {
         for server in &servers {
-            server.prepare().await;
+            server.endpoint.prepare().await;
         }
         let mut rates = vec![Vec::new(); servers.len()];
         let mut cpus = vec![Vec::new(); servers.len()];

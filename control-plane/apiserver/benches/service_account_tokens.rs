@@ -15,27 +15,21 @@
 //!
 //! `-- ROUNDS` (default 2000 in process; a quarter of it over HTTPS).
 
+mod common;
+
 use std::collections::HashMap;
-use std::net::SocketAddr;
-use std::process::Command;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use bytes::Bytes;
+use common::{Endpoint, Sender};
 use futures::future::BoxFuture;
-use http_body_util::{BodyExt, Full};
-use hyper::client::conn::http2::SendRequest;
-use hyper_util::rt::{TokioExecutor, TokioIo};
 use keel_api::resources::Resource;
 use keel_apiserver::cache::Entry;
 use keel_apiserver::tokens::jwt::ObjectRef;
 use keel_apiserver::tokens::service_account::{Bound, ServiceAccounts, TokenSpec};
 use keel_apiserver::tokens::{LiveObjects, ServiceAccountConfig, TokenAuthenticator};
-use keel_testbed::bench::{Report, Samples, cpu_time, process_usage};
+use keel_testbed::bench::{Report, Samples, cpu_time};
 use keel_testbed::kube_apiserver::KubeApiServer;
-use keel_testbed::loopback::free_port;
-use keel_testbed::process::{Daemon, Readiness};
-use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName, pem::PemObject};
 use serde_json::{Value, json};
 
 #[global_allocator]
@@ -127,59 +121,9 @@ fn in_process(report: &mut Report, rounds: usize) {
     report.figure("cold_target_100us", "target: cold <= 100 µs", met(cold, 100));
 }
 
-/// One server over HTTP/2 as its admin, with what counts its CPU.
-struct Remote {
-    address: SocketAddr,
-    tls: Arc<rustls::ClientConfig>,
-    pids: Vec<u32>,
-}
-
-impl Remote {
-    fn new(address: SocketAddr, ca: &[u8], cert: &[u8], key: &[u8], pids: Vec<u32>) -> Remote {
-        let mut roots = rustls::RootCertStore::empty();
-        roots.add(CertificateDer::from_pem_slice(ca).expect("ca")).expect("root");
-        let provider = Arc::new(rustls::crypto::ring::default_provider());
-        let mut tls = rustls::ClientConfig::builder_with_provider(provider)
-            .with_safe_default_protocol_versions()
-            .expect("tls versions")
-            .with_root_certificates(roots)
-            .with_client_auth_cert(
-                vec![CertificateDer::from_pem_slice(cert).expect("cert")],
-                PrivateKeyDer::from_pem_slice(key).expect("key"),
-            )
-            .expect("client auth");
-        tls.alpn_protocols = vec![b"h2".to_vec()];
-        Remote { address, tls: Arc::new(tls), pids }
-    }
-
-    async fn connect(&self) -> SendRequest<Full<Bytes>> {
-        let tcp = tokio::net::TcpStream::connect(self.address).await.expect("connect");
-        tcp.set_nodelay(true).expect("TCP_NODELAY");
-        let tls = tokio_rustls::TlsConnector::from(self.tls.clone())
-            .connect(ServerName::try_from("127.0.0.1").expect("name").to_owned(), tcp)
-            .await
-            .expect("tls");
-        let (sender, connection) =
-            hyper::client::conn::http2::handshake(TokioExecutor::new(), TokioIo::new(tls)).await.expect("h2");
-        tokio::spawn(connection);
-        sender
-    }
-
-    fn cpu(&self) -> Duration {
-        self.pids.iter().map(|pid| process_usage(*pid).0).sum()
-    }
-}
-
-async fn post(sender: &mut SendRequest<Full<Bytes>>, path: &str, body: &Value) -> (u16, Value) {
-    let request = hyper::Request::builder()
-        .method("POST")
-        .uri(format!("https://127.0.0.1{path}"))
-        .header("content-type", "application/json")
-        .body(Full::new(Bytes::from(body.to_string())))
-        .expect("request");
-    let response = sender.send_request(request).await.expect("response");
-    let status = response.status().as_u16();
-    let bytes = response.into_body().collect().await.expect("body").to_bytes();
+/// POSTs `body` as JSON; the status and the answer.
+async fn post(remote: &Endpoint, sender: &mut Sender, path: &str, body: &Value) -> (u16, Value) {
+    let (status, bytes) = remote.send(sender, "POST", path, body.to_string().into_bytes()).await;
     (status, serde_json::from_slice(&bytes).unwrap_or(Value::Null))
 }
 
@@ -192,8 +136,8 @@ fn review(token: &str) -> Value {
 
 /// Server CPU per request of `bodies` sent one after another; the latencies.
 async fn measure(
-    remote: &Remote,
-    sender: &mut SendRequest<Full<Bytes>>,
+    remote: &Endpoint,
+    sender: &mut Sender,
     path: &str,
     bodies: &[Value],
 ) -> (Duration, Samples) {
@@ -201,7 +145,7 @@ async fn measure(
     let before = remote.cpu();
     for body in bodies {
         let start = Instant::now();
-        let (status, answer) = post(sender, path, body).await;
+        let (status, answer) = post(remote, sender, path, body).await;
         samples.push(start.elapsed());
         assert!(status == 201 && answer["status"]["error"].is_null(), "{path}: {status} {answer}");
     }
@@ -209,9 +153,10 @@ async fn measure(
 }
 
 /// TokenRequest, warm and cold TokenReview and the baseline on one server: CPU per request each.
-async fn over_https(remote: &Remote, rounds: usize) -> [Duration; 4] {
+async fn over_https(remote: &Endpoint, rounds: usize) -> [Duration; 4] {
     let mut sender = remote.connect().await;
     let (status, answer) = post(
+        remote,
         &mut sender,
         "/api/v1/namespaces/default/serviceaccounts",
         &json!({"metadata": {"name": "bench"}}),
@@ -222,11 +167,11 @@ async fn over_https(remote: &Remote, rounds: usize) -> [Duration; 4] {
     let (issue, _) = measure(remote, &mut sender, TOKEN_PATH, &vec![token_request.clone(); rounds]).await;
     let mut tokens = Vec::new();
     for _ in 0..rounds {
-        let (_, answer) = post(&mut sender, TOKEN_PATH, &token_request).await;
+        let (_, answer) = post(remote, &mut sender, TOKEN_PATH, &token_request).await;
         tokens.push(review(answer["status"]["token"].as_str().expect("token")));
     }
     // Settle the watch cache (keel's live objects) and both servers' caches with one review first.
-    post(&mut sender, REVIEW_PATH, &tokens[0]).await;
+    post(remote, &mut sender, REVIEW_PATH, &tokens[0]).await;
     let (warm, _) = measure(remote, &mut sender, REVIEW_PATH, &vec![tokens[0].clone(); rounds]).await;
     let (cold, _) = measure(remote, &mut sender, REVIEW_PATH, &tokens[1..]).await;
     let whoami = json!({"apiVersion": "authentication.k8s.io/v1", "kind": "SelfSubjectReview"});
@@ -240,32 +185,6 @@ async fn over_https(remote: &Remote, rounds: usize) -> [Duration; 4] {
     [issue, warm, cold, baseline]
 }
 
-fn keel_binary() -> (Daemon, Remote, tempfile::TempDir) {
-    let dir = tempfile::tempdir().expect("temp dir");
-    let data = dir.path().join("data");
-    let port = free_port().expect("port");
-    let mut command = Command::new(env!("CARGO_BIN_EXE_keel-apiserver"));
-    command.arg("--data-dir").arg(&data).args([
-        "--bind-address",
-        "127.0.0.1",
-        "--secure-port",
-        &port.to_string(),
-    ]);
-    let mut probe = Command::new("test");
-    probe.arg("-s").arg(data.join("admin.kubeconfig"));
-    let daemon = Daemon::start("keel-apiserver", command, Readiness::Command(probe), Duration::from_secs(60))
-        .expect("start");
-    let read = |name: &str| std::fs::read(data.join("pki").join(name)).expect("pki file");
-    let remote = Remote::new(
-        SocketAddr::from(([127, 0, 0, 1], port)),
-        &read("ca.crt"),
-        &read("admin.crt"),
-        &read("admin.key"),
-        vec![daemon.pid()],
-    );
-    (daemon, remote, dir)
-}
-
 fn main() {
     let rounds: usize = std::env::args().skip(1).find_map(|a| a.parse().ok()).unwrap_or(2000);
     let mut report = Report::new("service_account_tokens");
@@ -274,15 +193,10 @@ fn main() {
     let http_rounds = (rounds / 4).max(10);
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().expect("runtime");
     let kube = KubeApiServer::start().expect("kube-apiserver (cargo xtask peers)");
-    let kube_remote = Remote::new(
-        kube.address(),
-        kube.ca_pem().as_bytes(),
-        kube.admin().cert_pem.as_bytes(),
-        kube.admin().key_pem.as_bytes(),
-        vec![kube.daemon().pid(), kube.etcd().pid(0).expect("etcd pid")],
-    );
-    let (_keel, keel_remote, _dir) = keel_binary();
+    let kube_remote = common::kube_admin(&kube);
+    let dir = tempfile::tempdir().expect("temp dir");
     let (keel, upstream) = runtime.block_on(async {
+        let (_keel, keel_remote) = common::keel("keel-apiserver", &dir.path().join("data"), &[]).await;
         (over_https(&keel_remote, http_rounds).await, over_https(&kube_remote, http_rounds).await)
     });
     let names = ["token_request", "review_warm", "review_cold", "baseline_whoami"];
