@@ -172,6 +172,11 @@ impl Source {
 
     fn edges(self, bytes: &[u8]) -> Edges {
         match self {
+            // Most pod writes before scheduling (and every create) leave a pod without a node, and
+            // such a pod adds no edge: read only its node name first, not the whole Pod.
+            Source::Pods if parse::<Scheduled>(bytes).is_none_or(|pod| pod.spec.node_name.is_none()) => {
+                Vec::new()
+            }
             Source::Pods => parse::<Pod>(bytes).map(|pod| pod_edges(&pod)).unwrap_or_default(),
             Source::PersistentVolumes => {
                 parse::<PersistentVolume>(bytes).map(|pv| pv_edges(&pv)).unwrap_or_default()
@@ -193,6 +198,19 @@ impl Source {
                 .unwrap_or_default(),
         }
     }
+}
+
+/// A pod read only as far as its node (every other field skipped unread).
+#[derive(Debug, serde::Deserialize)]
+struct Scheduled {
+    #[serde(default)]
+    spec: ScheduledSpec,
+}
+
+#[derive(Debug, Default, serde::Deserialize)]
+struct ScheduledSpec {
+    #[serde(rename = "nodeName", default)]
+    node_name: Option<serde::de::IgnoredAny>,
 }
 
 fn parse<T: DeserializeOwned>(bytes: &[u8]) -> Option<T> {
@@ -523,6 +541,10 @@ mod tests {
         put(&mut graph, Source::Pods, "/registry/pods/ns/mirror", &mirror);
         assert!(!graph.has_path("n1", &secret("ns", "s")));
         assert!(graph.has_path("n1", &Vertex::new(Kind::Pod, "ns", "mirror")));
+        // Bound later (the binding's write), the pending pod's secret leads to its node.
+        let uses = json!({"volumes": [{"name": "s", "secret": {"secretName": "s"}}]});
+        put(&mut graph, Source::Pods, "/registry/pods/ns/pending", &pod("pending", Some("n1"), uses));
+        assert!(graph.has_path("n1", &secret("ns", "s")));
     }
 
     #[test]
