@@ -562,6 +562,29 @@ async fn forged_expired_foreign_and_unsigned_tokens_are_refused() -> Result<()> 
         status == 201 && me["status"]["userInfo"]["username"] == "system:serviceaccount:dev:robot",
         "{status} {me}"
     );
+    // The use is recorded on the Secret as upstream records it (the day, UTC), once a day: a
+    // second use writes nothing.
+    let secret_path = "/api/v1/namespaces/dev/secrets/robot-token";
+    let today = jiff::Timestamp::now().strftime("%Y-%m-%d").to_string();
+    let (_, secret) = api.admin("GET", secret_path, &Value::Null).await?;
+    ensure!(
+        secret["metadata"]["labels"]["kubernetes.io/legacy-token-last-used"] == today.as_str(),
+        "{secret}"
+    );
+    ensure!(
+        secret["metadata"]["managedFields"]
+            .as_array()
+            .is_some_and(|m| m.iter().any(|f| f["manager"] == "kube-apiserver")),
+        "{secret}"
+    );
+    cache_caught_up(&api).await?;
+    let (status, _) = api.whoami(&legacy).await?;
+    ensure!(status == 201);
+    let (_, again) = api.admin("GET", secret_path, &Value::Null).await?;
+    ensure!(
+        again["metadata"]["resourceVersion"] == secret["metadata"]["resourceVersion"],
+        "a second use the same day relabelled the Secret: {again}"
+    );
     api.admin("DELETE", "/api/v1/namespaces/dev/secrets/robot-token", &Value::Null).await?;
     cache_caught_up(&api).await?;
     let (status, body) = api.bearer(&legacy, "GET", "/version", &Value::Null).await?;

@@ -25,7 +25,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use futures::future::BoxFuture;
-use keel_api::resources::Resource;
+use keel_api::resources::{self, Resource};
 use serde::Deserialize;
 
 use crate::auth::{Tokens, User};
@@ -42,6 +42,14 @@ pub trait LiveObjects: Send + Sync + std::fmt::Debug {
         resource: &'static Resource,
         key: &'a str,
     ) -> BoxFuture<'a, Result<Option<Arc<Entry>>, String>>;
+
+    /// Labels the `kubernetes.io/service-account-token` Secret `namespace/name` with the day
+    /// (`YYYY-MM-DD`, UTC) its legacy token was used, as upstream's legacy token validator does
+    /// when the label says another day. A failure is logged, not the request's.
+    fn legacy_token_used<'a>(&'a self, namespace: &'a str, name: &'a str, day: &'a str) -> BoxFuture<'a, ()> {
+        let _ = (namespace, name, day);
+        Box::pin(async {})
+    }
 }
 
 /// The server's objects: the watch cache's, else (not in the cache yet, or the cache not serving)
@@ -60,6 +68,29 @@ impl LiveObjects for crate::handlers::Handlers {
                 Ok(Some(kv)) => Ok(Some(Entry::new(kv.key, kv.value, kv.mod_revision))),
                 Ok(None) => Ok(None),
                 Err(error) => Err(format!("reading {key}: {error}")),
+            }
+        })
+    }
+
+    fn legacy_token_used<'a>(&'a self, namespace: &'a str, name: &'a str, day: &'a str) -> BoxFuture<'a, ()> {
+        Box::pin(async move {
+            let Some(resource) = resources::find("", "v1", "secrets") else { return };
+            let request = crate::request::ResourceRequest {
+                resource,
+                namespace: Some(namespace.to_owned()),
+                name: Some(name.to_owned()),
+                subresource: None,
+                verb: crate::request::Verb::Patch,
+            };
+            // upstream writes through its loopback client: the manager is kube-apiserver.
+            let ctx = crate::context::Context::internal("kube-apiserver");
+            let patch = crate::handlers::PatchBody::Merge(
+                serde_json::json!({"metadata": {"labels": {service_account::LAST_USED_LABEL: day}}}),
+            );
+            if let Err(error) = self.patch(&ctx, &request, name, &patch, false).await {
+                tracing::error!(
+                    "Failed to label legacy service account token secret with last-used date: {error}"
+                );
             }
         })
     }

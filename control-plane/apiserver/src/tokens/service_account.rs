@@ -20,6 +20,10 @@ use crate::auth::User;
 pub const LEGACY_ISSUER: &str = "kubernetes/serviceaccount";
 /// The issuer kubeadm configures, Keel's default.
 pub const DEFAULT_ISSUER: &str = "https://kubernetes.default.svc.cluster.local";
+/// The type of the Secrets that hold legacy tokens.
+const SERVICE_ACCOUNT_TOKEN_TYPE: &str = "kubernetes.io/service-account-token";
+/// The day a legacy token was last used, on its Secret (upstream's LastUsedLabelKey).
+pub const LAST_USED_LABEL: &str = "kubernetes.io/legacy-token-last-used";
 /// A secret label that retires its legacy token (upstream's InvalidSinceLabelKey).
 pub const INVALID_SINCE_LABEL: &str = "kubernetes.io/legacy-token-invalid-since";
 /// upstream's WarnOnlyBoundTokenExpirationSeconds: a pod-bound token asked for this long is issued
@@ -228,7 +232,7 @@ impl ServiceAccounts {
         // upstream's audit annotations: a legacy token's subject and the kind of Secret holding
         // it; a pod-bound token used past its warnafter.
         let checked = if legacy {
-            validate_legacy(token, &claims, objects).await.map(|(checked, secret_kind)| {
+            validate_legacy(token, &claims, now, objects).await.map(|(checked, secret_kind)| {
                 let annotations = vec![
                     ("authentication.k8s.io/legacy-token".to_owned(), claims.sub.clone()),
                     (secret_kind.to_owned(), claims.legacy_secret_name.clone()),
@@ -388,6 +392,7 @@ async fn validate_bound(claims: &Claims, now: i64, objects: &dyn LiveObjects) ->
 async fn validate_legacy(
     token: &str,
     claims: &Claims,
+    now: i64,
     objects: &dyn LiveObjects,
 ) -> Result<(Checked, &'static str), Refusal> {
     let missing = |what: &str| Err(Refusal::permanent(format!("{what} claim is missing")));
@@ -446,6 +451,16 @@ async fn validate_legacy(
     } else {
         "authentication.k8s.io/legacy-token-manual-secret"
     };
+    // Once a day a use is recorded on the Secret (its next revision makes the cached result
+    // checked again, which then finds today's label and writes nothing).
+    let today =
+        jiff::Timestamp::from_second(now).map(|t| t.strftime("%Y-%m-%d").to_string()).unwrap_or_default();
+    if secret.object.secret_type == SERVICE_ACCOUNT_TOKEN_TYPE
+        && !today.is_empty()
+        && secret.object.metadata.labels.get(LAST_USED_LABEL) != Some(&today)
+    {
+        objects.legacy_token_used(namespace, secret_name, &today).await;
+    }
     let checked =
         (user(namespace, account, account_uid), vec![secret.dependency, found.dependency], i64::MAX / 2);
     Ok((checked, kind))
