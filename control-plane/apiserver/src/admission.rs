@@ -83,6 +83,7 @@ impl Handlers {
             name: objects::name(new),
             object: Some(new),
             old,
+            own_node: self.own_node(ctx, request, old.is_none()),
         })?;
         crate::certificates::admit(&self.authorizer, &ctx.user, request, old, new)?;
         self.check_escalation(ctx, request, new)
@@ -114,7 +115,32 @@ impl Handlers {
             name,
             object: None,
             old: Some(&current),
+            own_node: Ok(None),
         })
+    }
+
+    /// A node's own Node from the watch cache, for NodeRestriction's check of a mirror pod's owner
+    /// (upstream reads its nodes lister); only for a node creating a pod.
+    fn own_node(
+        &self,
+        ctx: &Context,
+        request: &ResourceRequest,
+        create: bool,
+    ) -> Result<Option<Value>, String> {
+        let Some(node) = node_identity(&ctx.user) else { return Ok(None) };
+        let pod_create = create
+            && request.resource.group.is_empty()
+            && request.resource.plural == "pods"
+            && request.subresource.is_none();
+        let Some(nodes) = resources::find("", "v1", "nodes").filter(|_| pod_create) else { return Ok(None) };
+        let key = objects::key(nodes, None, node);
+        match self.cache.of(nodes).and_then(|cache| cache.get(&key)) {
+            Some(Some(entry)) => {
+                objects::from_storage(&entry.value, entry.revision).map(Some).map_err(|e| e.to_string())
+            }
+            Some(None) => Ok(None),
+            None => Err("the node cache is not serving yet".into()),
+        }
     }
 
     /// NodeRestriction on a TokenRequest (`serviceaccounts/<name>/token`): for a node, the pod it

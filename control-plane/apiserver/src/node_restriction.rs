@@ -42,7 +42,14 @@ pub struct Attributes<'a> {
     pub name: &'a str,
     pub object: Option<&'a Value>,
     pub old: Option<&'a Value>,
+    /// The requesting node's own Node as the server's cache holds it (upstream's nodes lister),
+    /// for a mirror pod's owner reference: `Ok(None)` when there is none, `Err` when it could not
+    /// be read. Looked up only for a node's pod create.
+    pub own_node: Result<Option<Value>, String>,
 }
+
+/// Marks a refusal that is the requesting node's absence (a 404, as upstream's lister answers).
+const NODE_NOT_FOUND: &str = "\u{0}node-not-found";
 
 /// upstream's Plugin.Admit: `Ok` when the request may go on.
 pub fn admit(a: &Attributes<'_>) -> Result<(), ApiError> {
@@ -53,7 +60,14 @@ pub fn admit(a: &Attributes<'_>) -> Result<(), ApiError> {
     }
     match (a.group, a.plural) {
         ("", "pods") => match a.subresource {
-            "" => pod(node, a).map_err(refused),
+            // upstream returns its nodes lister's NotFound as it is (404, resource `node`).
+            "" => pod(node, a).map_err(|reason| {
+                if reason == NODE_NOT_FOUND {
+                    ApiError::NotFound { resource: GroupResource::new("", "node"), name: node.to_owned() }
+                } else {
+                    refused(reason)
+                }
+            }),
             "status" => pod_status(node, a).map_err(refused),
             "eviction" => bound_to(node, a.old).then_some(()).ok_or_else(|| {
                 refused(format!("node {node} can only evict pods with spec.nodeName set to itself"))
@@ -200,7 +214,7 @@ fn named_after(node: &str, a: &Attributes<'_>, reason: &str) -> Result<(), Strin
 /// upstream's admitPod: a node creates only mirror pods of its own, and deletes only its pods.
 fn pod(node: &str, a: &Attributes<'_>) -> Result<(), String> {
     match a.operation {
-        Operation::Create => mirror_pod(node, a.object.unwrap_or(&Value::Null)),
+        Operation::Create => mirror_pod(node, a.object.unwrap_or(&Value::Null), &a.own_node),
         Operation::Delete => {
             if bound_to(node, a.old) {
                 Ok(())
@@ -216,7 +230,7 @@ fn pod(node: &str, a: &Attributes<'_>) -> Result<(), String> {
 }
 
 /// upstream's admitPodCreate.
-fn mirror_pod(node: &str, pod: &Value) -> Result<(), String> {
+fn mirror_pod(node: &str, pod: &Value, own_node: &Result<Option<Value>, String>) -> Result<(), String> {
     if pod.pointer("/metadata/annotations").and_then(|a| a.get(MIRROR_POD_ANNOTATION)).is_none() {
         return Err(format!(
             "pod does not have {MIRROR_POD_ANNOTATION:?} annotation, node {node:?} can only create mirror pods"
@@ -242,6 +256,20 @@ fn mirror_pod(node: &str, pod: &Value) -> Result<(), String> {
             }
             if owner["blockOwnerDeletion"] == true {
                 return Err(format!("node {node:?} must not set blockOwnerDeletion on an owner reference"));
+            }
+            // The owner must be this node, not an earlier one of the same name.
+            let found = match own_node {
+                Ok(Some(found)) => found,
+                Ok(None) => return Err(NODE_NOT_FOUND.to_owned()),
+                Err(error) => return Err(format!("error looking up node {node} to verify uid: {error}")),
+            };
+            let (owner_uid, node_uid) = (
+                owner["uid"].as_str().unwrap_or_default(),
+                found.pointer("/metadata/uid").and_then(Value::as_str).unwrap_or_default(),
+            );
+            if owner_uid != node_uid {
+                // upstream's words, its order: "expected" is the owner's, "got" the node's.
+                return Err(format!("node {node} UID mismatch: expected {owner_uid} got {node_uid}"));
             }
         }
         _ => {
@@ -435,7 +463,18 @@ mod tests {
         object: Option<&'a Value>,
         old: Option<&'a Value>,
     ) -> Attributes<'a> {
-        Attributes { user, operation, group, plural, subresource, namespace: "ns", name, object, old }
+        Attributes {
+            user,
+            operation,
+            group,
+            plural,
+            subresource,
+            namespace: "ns",
+            name,
+            object,
+            old,
+            own_node: Ok(Some(json!({"metadata": {"name": "n1", "uid": "u"}}))),
+        }
     }
 
     fn detail(result: Result<(), ApiError>) -> String {
@@ -518,6 +557,23 @@ mod tests {
         assert_eq!(
             detail(create(&elsewhere)),
             "node \"n1\" can only create pods with spec.nodeName set to itself"
+        );
+        // The owner's uid is checked against the node's own: another's, a missing node (404, as
+        // upstream's lister answers), a node that could not be read.
+        let with_node = |own_node: Result<Option<Value>, String>| {
+            let pod = mirror(json!({}));
+            let mut a = attributes(&n1, Operation::Create, ("", "pods", ""), "etcd-n1", None, None);
+            a.own_node = own_node;
+            admit(&Attributes { object: Some(&pod), ..a }).map_err(|e| e.to_string())
+        };
+        assert_eq!(
+            with_node(Ok(Some(json!({"metadata": {"uid": "v"}})))),
+            Err("pods \"etcd-n1\" is forbidden: node n1 UID mismatch: expected u got v".into())
+        );
+        assert_eq!(with_node(Ok(None)), Err("node \"n1\" not found".into()));
+        assert_eq!(
+            with_node(Err("the node cache is not serving yet".into())),
+            Err("pods \"etcd-n1\" is forbidden: error looking up node n1 to verify uid: the node cache is not serving yet".into())
         );
     }
 

@@ -142,5 +142,28 @@ async fn a_node_reads_and_writes_only_its_own() -> Result<()> {
     );
     ensure!(as_admin(&server, "GET", "/api/v1/namespaces/default/pods/other", &Value::Null).await? == 200);
     ensure!(as_n1(&server, "DELETE", "/api/v1/namespaces/default/pods/web", &Value::Null).await?.0 == 200);
+
+    // A mirror pod owned by the node must name this node's uid, not an earlier node's of its name.
+    let (_, _, text) = server.request("GET", "/api/v1/nodes/n1", &[], b"").await?;
+    let node_uid =
+        serde_json::from_str::<Value>(&text)?["metadata"]["uid"].as_str().unwrap_or_default().to_owned();
+    let mirror = |name: &str, uid: &str| {
+        json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name,
+            "annotations": {"kubernetes.io/config.mirror": "hash"},
+            "ownerReferences": [{"apiVersion": "v1", "kind": "Node", "name": "n1", "uid": uid, "controller": true}]},
+            "spec": {"nodeName": "n1", "containers": [{"name": "c", "image": "busybox"}]}})
+    };
+    let pods = "/api/v1/namespaces/default/pods";
+    let (status, refusal) = as_n1(&server, "POST", pods, &mirror("static-old", "an-earlier-node")).await?;
+    ensure!(status == 403, "{status} {refusal}");
+    ensure!(
+        refusal["message"]
+            == format!(
+                "pods \"static-old\" is forbidden: node n1 UID mismatch: expected an-earlier-node got {node_uid}"
+            ),
+        "{refusal}"
+    );
+    let (status, created) = as_n1(&server, "POST", pods, &mirror("static-web", &node_uid)).await?;
+    ensure!(status == 201, "{status} {created}");
     Ok(())
 }
