@@ -80,6 +80,7 @@ pub fn admit(a: &Attributes<'_>) -> Result<(), ApiError> {
         ("", "persistentvolumeclaims") if a.subresource != "status" => {
             Err(refused("may only update PVC status".into()))
         }
+        ("", "persistentvolumeclaims") => pvc_status(node, a).map_err(refused),
         ("coordination.k8s.io", "leases") => {
             if a.namespace != NODE_LEASE_NAMESPACE {
                 return Err(refused(format!(
@@ -303,6 +304,56 @@ fn mirror_pod(node: &str, pod: &Value, own_node: &Result<Option<Value>, String>)
         return Err(uses("resourceclaims"));
     }
     Ok(())
+}
+
+/// upstream's admitPVCStatus: a claim's status write changes only `status.capacity`,
+/// `status.conditions` and the allocated resources (volume expansion's recovery, GA in 1.34);
+/// resourceVersion and managedFields aside, the rest must stay as it is.
+fn pvc_status(node: &str, a: &Attributes<'_>) -> Result<(), String> {
+    if a.operation != Operation::Update {
+        return Err(format!("unexpected operation {:?}", a.operation.upstream()));
+    }
+    let comparable = |claim: Option<&Value>| {
+        let mut claim = claim.cloned().unwrap_or(Value::Null);
+        if let Some(metadata) = claim.get_mut("metadata").and_then(Value::as_object_mut) {
+            metadata.remove("resourceVersion");
+            metadata.remove("managedFields");
+        }
+        if let Some(status) = claim.get_mut("status").and_then(Value::as_object_mut) {
+            for field in ["capacity", "conditions", "allocatedResourceStatuses", "allocatedResources"] {
+                status.remove(field);
+            }
+        }
+        claim
+    };
+    let (old, new) = (comparable(a.old), comparable(a.object));
+    if old == new {
+        return Ok(());
+    }
+    // upstream prints cmp.Diff of the two claims after its message; here the fields that differ.
+    Err(format!(
+        "node {node:?} is not allowed to update fields other than status.capacity and status.conditions: {}",
+        differing_fields(&old, &new, "").join(", ")
+    ))
+}
+
+/// The JSON paths at which two values differ (objects compared key by key).
+fn differing_fields(old: &Value, new: &Value, path: &str) -> Vec<String> {
+    match (old, new) {
+        (Value::Object(o), Value::Object(n)) => {
+            let mut keys: Vec<&String> = o.keys().chain(n.keys()).collect();
+            keys.sort();
+            keys.dedup();
+            keys.into_iter()
+                .flat_map(|k| {
+                    let (a, b) = (o.get(k).unwrap_or(&Value::Null), n.get(k).unwrap_or(&Value::Null));
+                    differing_fields(a, b, &format!("{path}.{k}"))
+                })
+                .collect()
+        }
+        (a, b) if a == b => Vec::new(),
+        _ => vec![path.trim_start_matches('.').to_owned()],
+    }
 }
 
 /// upstream's admitPodStatus: only its own pods' status, labels and claim statuses left alone.
@@ -574,6 +625,38 @@ mod tests {
         assert_eq!(
             with_node(Err("the node cache is not serving yet".into())),
             Err("pods \"etcd-n1\" is forbidden: error looking up node n1 to verify uid: the node cache is not serving yet".into())
+        );
+    }
+
+    #[test]
+    fn a_node_writes_only_capacity_and_conditions_of_a_claims_status() {
+        let n1 = node("n1");
+        let old = json!({"metadata": {"name": "data", "resourceVersion": "5", "labels": {"a": "b"}},
+            "spec": {"resources": {"requests": {"storage": "1Gi"}}},
+            "status": {"phase": "Bound", "capacity": {"storage": "1Gi"}}});
+        let status = |new: &Value| {
+            let a = attributes(
+                &n1,
+                Operation::Update,
+                ("", "persistentvolumeclaims", "status"),
+                "data",
+                Some(new),
+                Some(&old),
+            );
+            admit(&a)
+        };
+        let mut grown = old.clone();
+        grown["metadata"]["resourceVersion"] = json!("");
+        grown["status"]["capacity"]["storage"] = json!("2Gi");
+        grown["status"]["conditions"] = json!([{"type": "Resizing", "status": "True"}]);
+        grown["status"]["allocatedResources"] = json!({"storage": "2Gi"});
+        assert!(status(&grown).is_ok());
+        let mut relabelled = grown.clone();
+        relabelled["metadata"]["labels"]["a"] = json!("c");
+        relabelled["status"]["phase"] = json!("Lost");
+        assert_eq!(
+            detail(status(&relabelled)),
+            "node \"n1\" is not allowed to update fields other than status.capacity and status.conditions: metadata.labels.a, status.phase"
         );
     }
 
