@@ -13,15 +13,13 @@ use crate::common;
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
-use std::process::Command;
 use std::time::Duration;
 
 use anyhow::{Context, Result, bail, ensure};
 use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD;
 use keel_testbed::kube_apiserver::{KubeApiServer, KubeApiServerOptions};
-use keel_testbed::loopback::free_port;
-use keel_testbed::process::{Daemon, Readiness};
+use keel_testbed::process::Daemon;
 use rcgen::{CertificateParams, DnType, KeyPair};
 use serde_json::{Value, json};
 use x509_parser::extensions::ParsedExtension;
@@ -442,17 +440,11 @@ fn pem_block(label: &str, der: &[u8]) -> String {
 
 /// kube-controller-manager with the CSR approving and signing controllers only.
 fn csr_controllers(upstream: &KubeApiServer, kubeconfig: &Path) -> Result<Daemon> {
-    let kcm = keel_testbed::peers::path("kube-controller-manager")?;
-    let port = free_port()?;
-    let mut command = Command::new(kcm);
-    command
-        .arg(format!("--kubeconfig={}", kubeconfig.display()))
-        .args(["--controllers=csrapproving,csrsigning", "--leader-elect=false", "--bind-address=127.0.0.1"])
-        .arg(format!("--cluster-signing-cert-file={}", upstream.pki_file("ca.crt").display()))
-        .arg(format!("--cluster-signing-key-file={}", upstream.pki_file("ca.key").display()))
-        .arg(format!("--secure-port={port}"));
-    let ready = Readiness::Tcp(SocketAddr::from(([127, 0, 0, 1], port)));
-    Daemon::start("kube-controller-manager", command, ready, Duration::from_secs(30))
+    let signing = [
+        format!("--cluster-signing-cert-file={}", upstream.pki_file("ca.crt").display()),
+        format!("--cluster-signing-key-file={}", upstream.pki_file("ca.key").display()),
+    ];
+    common::kube_controller_manager(kubeconfig, "csrapproving,csrsigning", &signing)
 }
 
 #[tokio::test]
@@ -465,23 +457,13 @@ async fn certificate_signing_requests_as_kube_apiserver_with_its_controllers() -
 
     let dir = tempfile::tempdir()?;
     let data = dir.path().join("data");
-    let port = free_port()?;
-    let mut command = Command::new(env!("CARGO_BIN_EXE_keel-apiserver"));
-    command.arg("--data-dir").arg(&data).args([
-        "--bind-address",
-        "127.0.0.1",
-        "--secure-port",
-        &port.to_string(),
-    ]);
-    let mut probe = Command::new("test");
-    probe.arg("-s").arg(data.join("admin.kubeconfig"));
-    let _keel = Daemon::start("keel-apiserver", command, Readiness::Command(probe), Duration::from_secs(60))?;
+    let binary = common::keel_binary(&data, &[])?;
     let read =
         |name: &str| std::fs::read_to_string(data.join("pki").join(name)).with_context(|| name.to_owned());
 
     let keel = Side {
         name: "keel-apiserver",
-        address: SocketAddr::from(([127, 0, 0, 1], port)),
+        address: binary.address,
         ca: read("ca.crt")?,
         ca_key: read("ca.key")?,
         admin: (read("admin.crt")?, read("admin.key")?),

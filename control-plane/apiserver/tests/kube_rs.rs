@@ -2,14 +2,13 @@
 //! watcher-fed reflectors over pods (list-then-watch, and streaming lists) that go on through an
 //! apiserver restart, on the embedded store and on etcd.
 
-use std::process::Command;
+use crate::common;
+
 use std::time::Duration;
 
 use anyhow::{Context, Result, ensure};
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::Pod;
-use keel_testbed::loopback::free_port;
-use keel_testbed::process::{Daemon, Readiness};
 use kube::api::{Api, DeleteParams, ListParams, PostParams};
 use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::runtime::{WatchStreamExt, reflector, watcher};
@@ -50,23 +49,10 @@ async fn reflector_over_pods_survives_an_apiserver_restart_on_etcd() -> Result<(
 async fn reflectors(etcd: Option<&keel_testbed::etcd::EtcdCluster>) -> Result<()> {
     let dir = tempfile::tempdir()?;
     let data = dir.path().join("data");
-    let port = free_port()?;
-    let mut command = Command::new(env!("CARGO_BIN_EXE_keel-apiserver"));
-    if let Some(etcd) = etcd {
-        command.arg("--etcd-servers").arg(etcd.client_urls().join(","));
-    }
-    command.arg("--data-dir").arg(&data).args([
-        "--bind-address",
-        "127.0.0.1",
-        "--secure-port",
-        &port.to_string(),
-    ]);
-    let kubeconfig_path = data.join("admin.kubeconfig");
-    // Ready once it has written its admin kubeconfig (after binding; the file appears whole).
-    let mut probe = Command::new("test");
-    probe.arg("-s").arg(&kubeconfig_path);
-    let ready = Readiness::Command(probe);
-    let mut server = Daemon::start("keel-apiserver", command, ready, Duration::from_secs(30))?;
+    let args: Vec<String> =
+        etcd.map(|etcd| format!("--etcd-servers={}", etcd.client_urls().join(","))).into_iter().collect();
+    let common::KeelBinary { daemon: mut server, kubeconfig: kubeconfig_path, .. } =
+        tokio::task::block_in_place(|| common::keel_binary(&data, &args))?;
 
     let kubeconfig = Kubeconfig::read_from(&kubeconfig_path)?;
     let config = kube::Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default()).await?;

@@ -14,6 +14,8 @@
 //!
 //! A service account with a real token (TokenRequest) asks `kubectl auth can-i` on both too.
 
+use crate::common;
+
 use std::collections::BTreeSet;
 use std::path::Path;
 use std::process::Command;
@@ -22,8 +24,7 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, Result, bail, ensure};
 use keel_testbed::kube_apiserver::KubeApiServer;
 use keel_testbed::kubectl;
-use keel_testbed::loopback::free_port;
-use keel_testbed::process::{Daemon, Readiness};
+use keel_testbed::process::Daemon;
 use kube::config::{KubeConfigOptions, Kubeconfig};
 use serde_json::{Value, json};
 
@@ -364,15 +365,7 @@ fn kubectl_output(kubectl: &Path, kubeconfig: &Path, args: &[&str]) -> Result<St
 
 /// kube-controller-manager with only the clusterrole-aggregation controller, on `kubeconfig`.
 fn aggregation_controller(kubeconfig: &Path) -> Result<Daemon> {
-    let kcm = keel_testbed::peers::path("kube-controller-manager")?;
-    let port = free_port()?;
-    let mut command = Command::new(kcm);
-    command
-        .arg(format!("--kubeconfig={}", kubeconfig.display()))
-        .args(["--controllers=clusterrole-aggregation", "--leader-elect=false", "--bind-address=127.0.0.1"])
-        .arg(format!("--secure-port={port}"));
-    let ready = Readiness::Tcp(std::net::SocketAddr::from(([127, 0, 0, 1], port)));
-    Daemon::start("kube-controller-manager", command, ready, Duration::from_secs(30))
+    common::kube_controller_manager(kubeconfig, "clusterrole-aggregation", &[])
 }
 
 #[tokio::test]
@@ -384,17 +377,7 @@ async fn decisions_and_rules_equal_kube_apiserver() -> Result<()> {
 
     let dir = tempfile::tempdir()?;
     let data = dir.path().join("data");
-    let port = free_port()?;
-    let mut command = Command::new(env!("CARGO_BIN_EXE_keel-apiserver"));
-    command.arg("--data-dir").arg(&data).args([
-        "--bind-address",
-        "127.0.0.1",
-        "--secure-port",
-        &port.to_string(),
-    ]);
-    let mut probe = Command::new("test");
-    probe.arg("-s").arg(data.join("admin.kubeconfig"));
-    let _keel = Daemon::start("keel-apiserver", command, Readiness::Command(probe), Duration::from_secs(60))?;
+    let _keel = common::keel_binary(&data, &[])?;
 
     let sides = [
         Side::new("keel", &data.join("admin.kubeconfig")).await?,

@@ -20,8 +20,6 @@ use keel_apiserver::tokens::keys::SigningKey;
 use keel_apiserver::tokens::service_account::{Bound, ServiceAccounts, TokenSpec};
 use keel_apiserver::tokens::{ServiceAccountConfig, now_ms};
 use keel_testbed::kube_apiserver::KubeApiServer;
-use keel_testbed::loopback::free_port;
-use keel_testbed::process::{Daemon, Readiness};
 use serde_json::{Value, json};
 
 /// One API server as a plain HTTPS client sees it: as the admin (client certificate) or with a
@@ -687,23 +685,8 @@ fn the_binary_keeps_its_signing_key_over_a_restart() -> Result<()> {
     let kubectl = keel_testbed::kubectl::minor(33)?;
     let dir = tempfile::tempdir()?;
     let data = dir.path().join("data");
-    let port = free_port()?;
-    let mut command = std::process::Command::new(env!("CARGO_BIN_EXE_keel-apiserver"));
-    command.arg("--data-dir").arg(&data).args([
-        "--bind-address",
-        "127.0.0.1",
-        "--secure-port",
-        &port.to_string(),
-    ]);
-    let address = SocketAddr::from(([127, 0, 0, 1], port));
-    let mut server =
-        Daemon::start("keel-apiserver", command, Readiness::Tcp(address), Duration::from_secs(30))?;
-    let admin = data.join("admin.kubeconfig");
-    let deadline = std::time::Instant::now() + Duration::from_secs(30);
-    while !admin.exists() {
-        ensure!(std::time::Instant::now() < deadline, "no admin.kubeconfig after 30 s");
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    let common::KeelBinary { daemon: mut server, address, kubeconfig: admin } =
+        common::keel_binary(&data, &[])?;
     let run = |kubeconfig: &Path, args: &[&str]| -> Result<String> {
         let output = kubectl.command().arg("--kubeconfig").arg(kubeconfig).args(args).output()?;
         ensure!(output.status.success(), "kubectl {args:?}: {}", String::from_utf8_lossy(&output.stderr));

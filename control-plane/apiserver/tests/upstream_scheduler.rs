@@ -7,14 +7,14 @@
 //! with `PodScheduled=False, reason Unschedulable`. The scheduler's log must show no failed watch
 //! or list of a resource the server does not serve.
 
-use std::net::SocketAddr;
+use crate::common;
+
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail, ensure};
 use keel_testbed::kubectl::{self, Kubectl};
-use keel_testbed::loopback::free_port;
 use keel_testbed::process::{Daemon, Readiness};
 use serde_json::Value;
 
@@ -71,23 +71,8 @@ fn wait_for<T>(what: &str, mut check: impl FnMut() -> Result<(Option<T>, String)
 
 /// keel-apiserver from this build, on a free loopback port, and its admin kubeconfig.
 fn start_apiserver(data: &Path) -> Result<(Daemon, PathBuf)> {
-    let port = free_port()?;
-    let mut command = Command::new(env!("CARGO_BIN_EXE_keel-apiserver"));
-    command.arg("--data-dir").arg(data).args([
-        "--bind-address",
-        "127.0.0.1",
-        "--secure-port",
-        &port.to_string(),
-    ]);
-    let address = SocketAddr::from(([127, 0, 0, 1], port));
-    let server = Daemon::start("keel-apiserver", command, Readiness::Tcp(address), Duration::from_secs(30))?;
-    let admin = data.join("admin.kubeconfig");
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while !admin.exists() {
-        ensure!(Instant::now() < deadline, "no admin.kubeconfig after 30 s");
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    Ok((server, admin))
+    let binary = common::keel_binary(data, &[])?;
+    Ok((binary.daemon, binary.kubeconfig))
 }
 
 const NODE: &str = r#"{"apiVersion": "v1", "kind": "Node",

@@ -312,3 +312,87 @@ pub fn kube_apiserver_refusing(dir: &std::path::Path, args: &[String]) -> Result
         .arg(format!("--cert-dir={}", dir.join("refusing-certs").display()));
     Ok(command)
 }
+
+/// kube-controller-manager 1.34 on `kubeconfig` running only `controllers` (`--controllers`), with
+/// `extra` flags; started once its secure port accepts connections.
+pub fn kube_controller_manager(
+    kubeconfig: &std::path::Path,
+    controllers: &str,
+    extra: &[String],
+) -> Result<keel_testbed::process::Daemon> {
+    let kcm = keel_testbed::peers::path("kube-controller-manager")?;
+    let port = keel_testbed::loopback::free_port()?;
+    let mut command = std::process::Command::new(kcm);
+    command
+        .arg(format!("--kubeconfig={}", kubeconfig.display()))
+        .arg(format!("--controllers={controllers}"))
+        .args(["--leader-elect=false", "--bind-address=127.0.0.1"])
+        .arg(format!("--secure-port={port}"))
+        .args(extra);
+    let ready = keel_testbed::process::Readiness::Tcp(SocketAddr::from(([127, 0, 0, 1], port)));
+    keel_testbed::process::Daemon::start(
+        "kube-controller-manager",
+        command,
+        ready,
+        std::time::Duration::from_secs(30),
+    )
+}
+
+/// The keel-apiserver binary of this build, running.
+pub struct KeelBinary {
+    pub daemon: keel_testbed::process::Daemon,
+    /// `127.0.0.1:PORT`.
+    pub address: SocketAddr,
+    /// The admin kubeconfig it wrote (`DATA/admin.kubeconfig`).
+    pub kubeconfig: std::path::PathBuf,
+}
+
+/// keel-apiserver on `data` (the embedded store unless `args` name etcd) on a free loopback port
+/// with `args`; started once its admin kubeconfig is written and `GET /readyz` answers 200 (it
+/// binds its port before it has read its store).
+pub fn keel_binary(data: &std::path::Path, args: &[String]) -> Result<KeelBinary> {
+    let port = keel_testbed::loopback::free_port()?;
+    let mut command = std::process::Command::new(env!("CARGO_BIN_EXE_keel-apiserver"));
+    command.arg("--data-dir").arg(data).args([
+        "--bind-address",
+        "127.0.0.1",
+        "--secure-port",
+        &port.to_string(),
+    ]);
+    command.args(args);
+    let kubeconfig = data.join("admin.kubeconfig");
+    let mut probe = std::process::Command::new("test");
+    probe.arg("-s").arg(&kubeconfig);
+    let ready = keel_testbed::process::Readiness::Command(probe);
+    let daemon = keel_testbed::process::Daemon::start(
+        "keel-apiserver",
+        command,
+        ready,
+        std::time::Duration::from_secs(60),
+    )?;
+    let address = SocketAddr::from(([127, 0, 0, 1], port));
+    let pki = |name: &str| data.join("pki").join(name);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    loop {
+        let output = std::process::Command::new("curl")
+            .args(["--silent", "--max-time", "2", "--output", "/dev/null", "--write-out", "%{http_code}"])
+            .arg("--cacert")
+            .arg(pki("ca.crt"))
+            .arg("--cert")
+            .arg(pki("admin.crt"))
+            .arg("--key")
+            .arg(pki("admin.key"))
+            .arg(format!("https://{address}/readyz"))
+            .output()
+            .context("running curl")?;
+        if output.stdout == b"200" {
+            return Ok(KeelBinary { daemon, address, kubeconfig });
+        }
+        anyhow::ensure!(
+            std::time::Instant::now() < deadline && daemon.is_running(),
+            "keel-apiserver not ready after 60 s:\n{}",
+            daemon.log_tail(50)
+        );
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+}
