@@ -12,7 +12,7 @@ use serde_json::{Value, json};
 use crate::context::Context;
 use crate::handlers::{Handlers, store_error};
 use crate::node_authorizer::node_identity;
-use crate::node_restriction::{self, Operation};
+use crate::node_restriction::{self, AudienceSource, Operation};
 use crate::objects;
 use crate::request::ResourceRequest;
 
@@ -144,7 +144,8 @@ impl Handlers {
     }
 
     /// NodeRestriction on a TokenRequest (`serviceaccounts/<name>/token`): for a node, the pod it
-    /// binds the token to as it is, and the audiences of that pod's inline CSI volumes' drivers.
+    /// binds the token to as it is, then whether one of that pod's volumes names the audience —
+    /// a projected token, or a CSI driver's `tokenRequests`, inline or through a claim's volume.
     pub(crate) async fn admit_token_request(
         &self,
         ctx: &Context,
@@ -163,44 +164,81 @@ impl Handlers {
         } else {
             None
         };
-        let drivers: Vec<String> = pod
-            .iter()
-            .filter_map(|p| p.pointer("/spec/volumes").and_then(Value::as_array))
-            .flatten()
-            .filter_map(|v| v.pointer("/csi/driver").and_then(Value::as_str))
-            .map(str::to_owned)
-            .collect();
-        let mut csi_audiences = Vec::new();
-        for driver in drivers {
-            if let Some(driver) = self.read("storage.k8s.io", "csidrivers", None, &driver).await? {
-                let requests = driver.pointer("/spec/tokenRequests").and_then(Value::as_array);
-                csi_audiences.extend(
-                    requests
-                        .into_iter()
-                        .flatten()
-                        .map(|r| r["audience"].as_str().unwrap_or_default().to_owned()),
-                );
+        let Some(audience) = node_restriction::admit_token_binding(&ctx.user, name, request, pod.as_ref())?
+        else {
+            return Ok(());
+        };
+        let Some(pod) = pod else { return Ok(()) };
+        // upstream's podReferencesAudience: the first source naming the audience ends the walk;
+        // the lookups that failed before it count only when none does.
+        let (mut found, mut errors) = (false, Vec::new());
+        for source in node_restriction::audience_sources(&pod) {
+            let driver = match source {
+                AudienceSource::Projected(named) => {
+                    found = named == audience;
+                    if found {
+                        break;
+                    }
+                    continue;
+                }
+                AudienceSource::Driver(driver) => driver.to_owned(),
+                AudienceSource::Claim(claim) => match self.claim_csi_driver(namespace, &claim).await? {
+                    Ok(Some(driver)) => driver,
+                    Ok(None) => continue,
+                    Err(error) => {
+                        errors.push(error);
+                        continue;
+                    }
+                },
+            };
+            let Some(driver) = self.read("storage.k8s.io", "csidrivers", None, &driver).await? else {
+                errors.push(format!("csidriver.storage.k8s.io {driver:?} not found"));
+                continue;
+            };
+            let requests = driver.pointer("/spec/tokenRequests").and_then(Value::as_array);
+            found = requests
+                .into_iter()
+                .flatten()
+                .any(|r| r.get("audience").and_then(Value::as_str).unwrap_or_default() == audience);
+            if found {
+                break;
             }
         }
-        node_restriction::admit_token_request(
-            &ctx.user,
-            name,
-            request,
-            pod.as_ref(),
-            &csi_audiences,
-            |audience| {
-                let info = crate::request::RequestInfo {
-                    is_resource_request: true,
-                    verb: "request-serviceaccounts-token-audience".into(),
-                    api_version: "v1".into(),
-                    namespace: namespace.to_owned(),
-                    resource: audience.to_owned(),
-                    name: name.to_owned(),
-                    ..crate::request::RequestInfo::default()
-                };
-                self.authorizer.allows(&ctx.user, &info)
-            },
-        )
+        node_restriction::admit_token_audience(&ctx.user, name, &audience, found, &errors, |audience| {
+            let info = crate::request::RequestInfo {
+                is_resource_request: true,
+                verb: "request-serviceaccounts-token-audience".into(),
+                api_version: "v1".into(),
+                namespace: namespace.to_owned(),
+                resource: audience.to_owned(),
+                name: name.to_owned(),
+                ..crate::request::RequestInfo::default()
+            };
+            self.authorizer.allows(&ctx.user, &info)
+        })
+    }
+
+    /// The CSI driver of the PersistentVolume a claim is bound to (upstream's getCSIFromPVC):
+    /// `Ok(None)` when that volume is neither CSI nor migrated to CSI, `Err` with the lister's
+    /// words when the claim or its volume is not there.
+    async fn claim_csi_driver(
+        &self,
+        namespace: &str,
+        claim: &str,
+    ) -> Result<Result<Option<String>, String>, ApiError> {
+        let Some(claim) = self.read("", "persistentvolumeclaims", Some(namespace), claim).await? else {
+            return Ok(Err(format!("persistentvolumeclaim {claim:?} not found")));
+        };
+        let volume = claim.pointer("/spec/volumeName").and_then(Value::as_str).unwrap_or_default();
+        let found = match volume {
+            "" => None,
+            volume => self.read("", "persistentvolumes", None, volume).await?,
+        };
+        let Some(found) = found else {
+            return Ok(Err(format!("persistentvolume {volume:?} not found")));
+        };
+        let spec = found.get("spec").unwrap_or(&Value::Null);
+        Ok(Ok(node_restriction::csi_driver(spec).map(str::to_owned)))
     }
 
     /// Runs the admission chain on an object about to be created.

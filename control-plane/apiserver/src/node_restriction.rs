@@ -115,24 +115,16 @@ pub fn admit(a: &Attributes<'_>) -> Result<(), ApiError> {
 }
 
 /// upstream's admitServiceAccount: a node asks for a service account token only bound to a pod
-/// bound to it (`pod` is the pod the request names, as it is), and only for an audience the pod's
-/// volumes use — a projected token's or an inline CSI volume's driver's (`csi_audiences`: the
-/// audiences of that pod's CSI drivers) — unless `may_request_audience` (RBAC's
-/// `request-serviceaccounts-token-audience` on that audience) says it may anyway.
-pub fn admit_token_request(
+/// bound to it (`pod` is the pod the request names, as it is). Returns the audience the node must
+/// then show that pod uses ([`admit_token_audience`]), or `None` when the user is not a node.
+pub fn admit_token_binding(
     user: &User,
     name: &str,
     request: &Value,
     pod: Option<&Value>,
-    csi_audiences: &[String],
-    may_request_audience: impl Fn(&str) -> bool,
-) -> Result<(), ApiError> {
-    let Some(node) = node_identity(user) else { return Ok(()) };
-    let refused = |reason: String| ApiError::Forbidden {
-        resource: GroupResource::new("", "serviceaccounts"),
-        name: name.to_owned(),
-        detail: reason,
-    };
+) -> Result<Option<String>, ApiError> {
+    let Some(node) = node_identity(user) else { return Ok(None) };
+    let refused = |reason: String| token_refused(name, reason);
     if node.is_empty() {
         return Err(refused(format!("could not determine node from user {:?}", user.name)));
     }
@@ -170,24 +162,129 @@ pub fn admit_token_request(
         .flatten()
         .filter_map(Value::as_str)
         .collect();
-    let audience = match audiences.as_slice() {
-        [] => "",
-        [one] => one,
-        _ => return Err(refused("node may only request 0 or 1 audiences".into())),
-    };
+    match audiences.as_slice() {
+        [] => Ok(Some(String::new())),
+        [one] => Ok(Some((*one).to_owned())),
+        _ => Err(refused("node may only request 0 or 1 audiences".into())),
+    }
+}
+
+/// Where a pod's volumes name token audiences, in upstream's podReferencesAudience order.
+#[derive(Debug, PartialEq, Eq)]
+pub enum AudienceSource<'a> {
+    /// A projected service account token's audience.
+    Projected(&'a str),
+    /// A CSI driver whose `tokenRequests` audiences count: an inline CSI volume's, or an in-tree
+    /// volume's that CSI migration hands to that driver.
+    Driver(&'a str),
+    /// A claim (the volume's own, or a generic ephemeral volume's `<pod>-<volume>`) whose bound
+    /// PersistentVolume's CSI driver counts.
+    Claim(String),
+}
+
+/// The audience sources of `pod`'s volumes.
+pub fn audience_sources(pod: &Value) -> Vec<AudienceSource<'_>> {
+    let pod_name = pod.pointer("/metadata/name").and_then(Value::as_str).unwrap_or_default();
     let volumes = pod.pointer("/spec/volumes").and_then(Value::as_array).into_iter().flatten();
-    let projected = volumes
-        .filter_map(|v| v.pointer("/projected/sources").and_then(Value::as_array))
-        .flatten()
-        .filter_map(|source| source.get("serviceAccountToken"))
-        .any(|token| token.get("audience").and_then(Value::as_str).unwrap_or_default() == audience);
-    if projected || csi_audiences.iter().any(|a| a == audience) || may_request_audience(audience) {
+    let mut sources = Vec::new();
+    for volume in volumes {
+        let projected = volume.pointer("/projected/sources").and_then(Value::as_array);
+        for token in projected.into_iter().flatten().filter_map(|s| s.get("serviceAccountToken")) {
+            sources.push(AudienceSource::Projected(
+                token.get("audience").and_then(Value::as_str).unwrap_or_default(),
+            ));
+        }
+        let present = |field: &str| volume.get(field).is_some_and(|v| !v.is_null());
+        if volume.pointer("/ephemeral/volumeClaimTemplate").is_some_and(|t| !t.is_null()) {
+            let name = volume.get("name").and_then(Value::as_str).unwrap_or_default();
+            sources.push(AudienceSource::Claim(format!("{pod_name}-{name}")));
+        } else if present("persistentVolumeClaim") {
+            let claim = volume.pointer("/persistentVolumeClaim/claimName").and_then(Value::as_str);
+            sources.push(AudienceSource::Claim(claim.unwrap_or_default().to_owned()));
+        } else if let Some(driver) = csi_driver(volume) {
+            sources.push(AudienceSource::Driver(driver));
+        }
+    }
+    sources
+}
+
+/// The CSI driver of a volume source: a Volume's or a PersistentVolume's `spec` — `csi.driver`,
+/// or the driver CSI migration translates an in-tree source to (csi-translation-lib's
+/// inTreePlugins; upstream translates the whole source, and only the driver's name matters here).
+pub fn csi_driver(source: &Value) -> Option<&str> {
+    const MIGRATED: [(&str, &str); 7] = [
+        ("gcePersistentDisk", "pd.csi.storage.gke.io"),
+        ("awsElasticBlockStore", "ebs.csi.aws.com"),
+        ("cinder", "cinder.csi.openstack.org"),
+        ("azureDisk", "disk.csi.azure.com"),
+        ("azureFile", "file.csi.azure.com"),
+        ("vsphereVolume", "csi.vsphere.vmware.com"),
+        ("portworxVolume", "pxd.portworx.com"),
+    ];
+    if let Some(csi) = source.get("csi").filter(|c| !c.is_null()) {
+        return Some(csi.get("driver").and_then(Value::as_str).unwrap_or_default());
+    }
+    MIGRATED
+        .iter()
+        .find(|(field, _)| source.get(*field).is_some_and(|v| !v.is_null()))
+        .map(|(_, driver)| *driver)
+}
+
+/// The rest of upstream's validateNodeServiceAccountAudience: `found` says whether one of the
+/// pod's [`AudienceSource`]s names `audience`, `errors` are the lookups that failed on the way
+/// (a claim, volume or CSIDriver not found, in the lister's words). Not found, a node may still
+/// ask when `may_request_audience` (RBAC's `request-serviceaccounts-token-audience` on the
+/// audience) says so — but not when a lookup failed.
+pub fn admit_token_audience(
+    user: &User,
+    name: &str,
+    audience: &str,
+    found: bool,
+    errors: &[String],
+    may_request_audience: impl Fn(&str) -> bool,
+) -> Result<(), ApiError> {
+    if found {
         return Ok(());
     }
-    Err(refused(format!(
-        "audience {audience:?} not found in pod spec volume, {} is not authorized to request tokens for this audience",
-        user.name
-    )))
+    if !errors.is_empty() {
+        return Err(token_refused(
+            name,
+            format!("error validating audience {audience:?}: {}", aggregate(errors)),
+        ));
+    }
+    if may_request_audience(audience) {
+        return Ok(());
+    }
+    Err(token_refused(
+        name,
+        format!(
+            "audience {audience:?} not found in pod spec volume, {} is not authorized to request tokens for this audience",
+            user.name
+        ),
+    ))
+}
+
+/// apimachinery's utilerrors.Aggregate message: one error as it is, several deduplicated in
+/// brackets.
+fn aggregate(errors: &[String]) -> String {
+    let mut seen: Vec<&str> = Vec::new();
+    for error in errors {
+        if !seen.contains(&error.as_str()) {
+            seen.push(error);
+        }
+    }
+    match seen.as_slice() {
+        [one] => (*one).to_owned(),
+        many => format!("[{}]", many.join(", ")),
+    }
+}
+
+fn token_refused(name: &str, reason: String) -> ApiError {
+    ApiError::Forbidden {
+        resource: GroupResource::new("", "serviceaccounts"),
+        name: name.to_owned(),
+        detail: reason,
+    }
 }
 
 fn forbidden(a: &Attributes<'_>, reason: String) -> ApiError {
@@ -739,5 +836,43 @@ mod tests {
             ))),
             "could not determine node from user \"system:node:\""
         );
+    }
+
+    #[test]
+    fn audience_sources_follow_the_volumes() {
+        let pod = json!({"metadata": {"name": "web"}, "spec": {"volumes": [
+            {"name": "token", "projected": {"sources": [{"configMap": {"name": "c"}},
+                {"serviceAccountToken": {"path": "t"}}, {"serviceAccountToken": {"path": "u", "audience": "vault"}}]}},
+            {"name": "scratch", "ephemeral": {"volumeClaimTemplate": {"spec": {}}}},
+            {"name": "data", "persistentVolumeClaim": {"claimName": "data"}},
+            {"name": "inline", "csi": {"driver": "csi.example.com"}},
+            {"name": "disk", "gcePersistentDisk": {"pdName": "d"}},
+            {"name": "scratch-dir", "emptyDir": {}},
+        ]}});
+        assert_eq!(
+            audience_sources(&pod),
+            [
+                AudienceSource::Projected(""),
+                AudienceSource::Projected("vault"),
+                AudienceSource::Claim("web-scratch".into()),
+                AudienceSource::Claim("data".into()),
+                AudienceSource::Driver("csi.example.com"),
+                AudienceSource::Driver("pd.csi.storage.gke.io"),
+            ]
+        );
+        assert_eq!(csi_driver(&json!({"hostPath": {"path": "/x"}})), None);
+        assert_eq!(csi_driver(&json!({"portworxVolume": {"volumeID": "p"}})), Some("pxd.portworx.com"));
+    }
+
+    #[test]
+    fn a_failed_lookup_outweighs_an_rbac_grant() {
+        let n1 = node("n1");
+        let granted = |_: &str| true;
+        assert!(admit_token_audience(&n1, "sa", "vault", true, &["lost".into()], |_| false).is_ok());
+        assert!(admit_token_audience(&n1, "sa", "vault", false, &[], granted).is_ok());
+        let errors = ["a".to_owned(), "b".to_owned(), "a".to_owned()];
+        let refused = admit_token_audience(&n1, "sa", "vault", false, &errors, granted).unwrap_err();
+        assert!(refused.to_string().ends_with("error validating audience \"vault\": [a, b]"), "{refused}");
+        assert_eq!(aggregate(&["only".into()]), "only");
     }
 }

@@ -34,6 +34,7 @@ mod scheduler_resources;
 mod server_side_apply;
 mod service_accounts;
 mod services;
+mod token_audience_oracle;
 mod upstream_scheduler;
 mod validation;
 mod watch_cache;
