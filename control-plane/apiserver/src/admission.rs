@@ -119,6 +119,38 @@ impl Handlers {
         })
     }
 
+    /// NodeRestriction on one item of a DELETE of a collection. upstream admits each item with
+    /// the collection's attributes — the item as the old object, but no name — so where it looks
+    /// an object up by name it finds none: a node's pod deletes all fail NotFound (which
+    /// DeleteCollection passes over, so the pods stay), and what must be named after the node
+    /// (its Node, Lease, CSINode) is refused.
+    pub(crate) fn admit_collection_item(
+        &self,
+        ctx: &Context,
+        request: &ResourceRequest,
+        item: &Value,
+    ) -> Result<(), ApiError> {
+        if node_identity(&ctx.user).is_none() {
+            return Ok(());
+        }
+        let (group, plural) = (request.resource.group, request.resource.plural);
+        if (group, plural) == ("", "pods") && request.subresource.is_none() {
+            return Err(ApiError::not_found("", "pods", ""));
+        }
+        node_restriction::admit(&node_restriction::Attributes {
+            user: &ctx.user,
+            operation: Operation::Delete,
+            group,
+            plural,
+            subresource: request.subresource.as_deref().unwrap_or_default(),
+            namespace: request.namespace.as_deref().unwrap_or_default(),
+            name: "",
+            object: None,
+            old: Some(item),
+            own_node: Ok(None),
+        })
+    }
+
     /// A node's own Node from the watch cache, for NodeRestriction's check of a mirror pod's owner
     /// (upstream reads its nodes lister); only for a node creating a pod.
     fn own_node(

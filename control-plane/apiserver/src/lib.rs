@@ -672,8 +672,9 @@ impl ApiServer {
             }
             Verb::Delete | Verb::DeleteCollection => {
                 let bytes = read_bytes(body).await?;
-                let options_body =
-                    if bytes.is_empty() { None } else { Some(objects::decode(&bytes, content_type)?) };
+                // A `null` body decodes, as upstream's, to no options at all.
+                let none = bytes.is_empty() || bytes.trim_ascii() == b"null";
+                let options_body = if none { None } else { Some(objects::decode(&bytes, content_type)?) };
                 if let Some(options) = &options_body {
                     ctx.audit.request_body(concerning(&request), audit::RequestBody::DeleteOptions, options);
                 }
@@ -682,7 +683,7 @@ impl ApiServer {
                     self.handlers.admit_removal(ctx, &request, &name).await?;
                     self.handlers.delete(&request, &name, &options).await
                 } else {
-                    self.handlers.delete_collection(&request, &query, &options).await
+                    self.handlers.delete_collection(ctx, &request, &query, &options).await
                 }
             }
         }

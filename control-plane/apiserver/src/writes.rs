@@ -542,9 +542,13 @@ impl Handlers {
         }
     }
 
-    /// DELETE of a collection: every object the selectors pick, each deleted as one DELETE would.
+    /// DELETE of a collection: every object the selectors pick, each deleted as one DELETE would
+    /// (upstream's Store.DeleteCollection). The answer lists the objects as listed, before their
+    /// deletion; an object already gone is passed over, any other error fails the request (which
+    /// of the others went first is not fixed: upstream deletes in parallel workers).
     pub async fn delete_collection(
         &self,
+        ctx: &Context,
         request: &ResourceRequest,
         query: &Query,
         options: &DeleteOptions,
@@ -554,7 +558,7 @@ impl Handlers {
             Filter::parse(resource, query.label_selector.as_deref(), query.field_selector.as_deref())?;
         let prefix = collection_prefix(resource, request.namespace.as_deref());
         let listed = self.store.range(keel_store::RangeRequest::prefix(prefix)).await.map_err(store_error)?;
-        let mut deleted = Vec::new();
+        let mut items = Vec::new();
         for kv in listed.kvs {
             let object = objects::from_storage(&kv.value, kv.mod_revision)?;
             if !filter.matches(&object) {
@@ -564,10 +568,13 @@ impl Handlers {
             let mut one = request.clone();
             one.namespace = object.pointer("/metadata/namespace").and_then(Value::as_str).map(str::to_owned);
             one.name = Some(name.clone());
-            // As upstream's DeleteCollection: the objects as deleted, not Statuses.
-            match self.delete_object(&one, &name, options).await {
-                Ok((object, _)) => deleted.push(object),
-                Err(ApiError::Forbidden { .. } | ApiError::NotFound { .. }) => {}
+            let deleted = match self.admit_collection_item(ctx, &one, &object) {
+                Ok(()) => self.delete_object(&one, &name, options).await.map(drop),
+                Err(refused) => Err(refused),
+            };
+            items.push(object);
+            match deleted {
+                Ok(()) | Err(ApiError::NotFound { .. }) => {}
                 Err(error) => return Err(error),
             }
         }
@@ -577,7 +584,7 @@ impl Handlers {
                 "kind": format!("{}List", resource.kind),
                 "apiVersion": resource.api_version(),
                 "metadata": {"resourceVersion": listed.revision.to_string()},
-                "items": deleted,
+                "items": items,
             }),
         ))
     }

@@ -1,11 +1,20 @@
-//! NodeRestriction on a kubelet's TokenRequests, differentially: keel-apiserver and kube-apiserver
-//! 1.34 (`--enable-admission-plugins=NodeRestriction`, Node,RBAC) hold the same pods on node n1,
-//! each using a token audience a different way — an inline CSI volume, a claim bound to a CSI
-//! volume, a claim bound to an in-tree volume CSI migration hands to a driver, an inline in-tree
-//! volume, a generic ephemeral volume's claim — plus a pod whose volumes point at things that are
-//! not there, and an RBAC grant of `request-serviceaccounts-token-audience` on one audience. For
-//! every pod × requested audiences, `system:node:n1` asks both servers for a token bound to the
-//! pod; both must answer with the same status code and message.
+//! NodeRestriction, differentially: keel-apiserver and kube-apiserver 1.34
+//! (`--enable-admission-plugins=NodeRestriction`, Node,RBAC) hold the same objects and
+//! `system:node:n1` (by impersonation) asks both the same things; every status code and message
+//! must be equal.
+//!
+//! - TokenRequests: pods on n1 each use a token audience a different way — an inline CSI volume, a
+//!   claim bound to a CSI volume, a claim bound to an in-tree volume CSI migration hands to a
+//!   driver, an inline in-tree volume, a generic ephemeral volume's claim — plus a pod whose volumes
+//!   point at things that are not there, and an RBAC grant of
+//!   `request-serviceaccounts-token-audience` on one audience. For every pod × requested audiences,
+//!   n1 asks for a token bound to the pod.
+//! - DeleteCollection (n1 granted `deletecollection` on pods by RBAC): upstream admits each item
+//!   with the collection's attributes, which carry no name, so NodeRestriction's lookup of the pod
+//!   finds none and every item's delete fails NotFound, which DeleteCollection passes over: n1
+//!   deletes nothing, not even its own pods, and gets 200 with the items listed. The admin's
+//!   delete of the same collection (with a `null` body, which upstream reads as no options) does
+//!   delete them. Both servers must leave every pod in the same state.
 
 use crate::common;
 
@@ -58,7 +67,9 @@ impl Side {
                 .header("impersonate-user", "system:node:n1")
                 .header("impersonate-group", "system:nodes");
         }
-        let request = request.body(serde_json::to_vec(body)?)?;
+        // Null is no body, but for a DELETE: upstream reads a `null` DeleteOptions as none.
+        let empty = body.is_null() && method != "DELETE";
+        let request = request.body(if empty { Vec::new() } else { serde_json::to_vec(body)? })?;
         let response = self
             .client
             .send(request.map(kube::client::Body::from))
@@ -191,6 +202,53 @@ impl Side {
         Ok((status, answer["message"].as_str().unwrap_or_default().to_owned()))
     }
 
+    /// Pods labelled for two collections — `set=mixed` with one on n2, `set=own` all on n1 —
+    /// and an RBAC grant of `deletecollection` on pods to n1, in force.
+    async fn set_up_collection(&self) -> Result<()> {
+        for (name, node, set) in [
+            ("own-a", "n1", "own"),
+            ("own-b", "n1", "own"),
+            ("mine", "n1", "mixed"),
+            ("theirs", "n2", "mixed"),
+        ] {
+            let pod = json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "labels": {"set": set}},
+                "spec": {"nodeName": node, "serviceAccountName": "runner", "containers": [{"name": "c", "image": "busybox"}]}});
+            self.create("/api/v1/namespaces/dev/pods", pod).await?;
+        }
+        let role = json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
+            "metadata": {"name": "n1-collections"},
+            "rules": [{"apiGroups": [""], "resources": ["pods"], "verbs": ["deletecollection"]}]});
+        self.create("/apis/rbac.authorization.k8s.io/v1/clusterroles", role).await?;
+        let binding = json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
+            "metadata": {"name": "n1-collections"},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "n1-collections"},
+            "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": "system:node:n1"}]});
+        self.create("/apis/rbac.authorization.k8s.io/v1/clusterrolebindings", binding).await?;
+        let deadline = Instant::now() + Duration::from_secs(60);
+        let review = json!({"apiVersion": "authorization.k8s.io/v1", "kind": "SubjectAccessReview", "spec": {
+            "user": "system:node:n1", "groups": ["system:nodes"],
+            "resourceAttributes": {"verb": "deletecollection", "resource": "pods", "namespace": "dev"}}});
+        loop {
+            let path = "/apis/authorization.k8s.io/v1/subjectaccessreviews";
+            let (_, answer) = self.send("POST", path, &review, false).await?;
+            if answer["status"]["allowed"] == true {
+                return Ok(());
+            }
+            ensure!(Instant::now() < deadline, "{}: n1 may still not deletecollection pods", self.name);
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
+    /// A delete of a collection (by n1 or the admin): the status, the message, and the names deleted (sorted).
+    async fn delete_collection(&self, path: &str, as_n1: bool) -> Result<(u16, String, Vec<String>)> {
+        let (status, answer) = self.send("DELETE", path, &Value::Null, as_n1).await?;
+        let items = answer["items"].as_array().into_iter().flatten();
+        let mut names: Vec<String> =
+            items.filter_map(|i| i["metadata"]["name"].as_str()).map(str::to_owned).collect();
+        names.sort();
+        Ok((status, answer["message"].as_str().unwrap_or_default().to_owned(), names))
+    }
+
     /// Until the Node authorizer's graph and kube-apiserver's informers hold the objects: the
     /// last pod written may have its token, and the last binding is in force.
     async fn wait_until_current(&self) -> Result<()> {
@@ -210,7 +268,7 @@ impl Side {
 }
 
 #[tokio::test]
-async fn token_audiences_equal_kube_apiserver() -> Result<()> {
+async fn node_restriction_equals_kube_apiserver() -> Result<()> {
     let options = KubeApiServerOptions::new().arg("--enable-admission-plugins=NodeRestriction");
     let upstream = tokio::task::spawn_blocking(move || KubeApiServer::start_with(&options)).await??;
     let upstream_kubeconfig = upstream.dir().join("admin.kubeconfig");
@@ -243,5 +301,31 @@ async fn token_audiences_equal_kube_apiserver() -> Result<()> {
     // The matrix is only worth something if both outcomes occur.
     let asked = PODS.len() * AUDIENCES.len();
     ensure!(granted > PODS.len() && granted < asked, "{granted} of {asked} granted");
+
+    for side in &sides {
+        side.set_up_collection().await?;
+    }
+    // n1's pod deletes, admitted without a name, find no pod: nothing is deleted, every item is
+    // listed. Then the admin's delete of n1's own pods does delete them (marks them: bound pods
+    // are deleted gracefully).
+    for (selector, as_n1) in [("set=mixed", true), ("set=own", true), ("set=own", false)] {
+        let path = format!("/api/v1/namespaces/dev/pods?labelSelector={selector}");
+        let keel = sides[0].delete_collection(&path, as_n1).await?;
+        let theirs = sides[1].delete_collection(&path, as_n1).await?;
+        ensure!(keel == theirs, "deletecollection {selector}: keel {keel:?}, kube-apiserver {theirs:?}");
+    }
+    // What each pod is now: there or not, and marked for deletion or not.
+    for pod in ["own-a", "own-b", "mine", "theirs"] {
+        let path = format!("/api/v1/namespaces/dev/pods/{pod}");
+        let (keel, found) = sides[0].send("GET", &path, &Value::Null, false).await?;
+        let (theirs, their_pod) = sides[1].send("GET", &path, &Value::Null, false).await?;
+        let marked = |pod: &Value| pod["metadata"]["deletionTimestamp"].is_string();
+        ensure!(
+            (keel, marked(&found)) == (theirs, marked(&their_pod)),
+            "pod {pod}: keel {keel} marked {}, kube-apiserver {theirs} marked {}",
+            marked(&found),
+            marked(&their_pod)
+        );
+    }
     Ok(())
 }
