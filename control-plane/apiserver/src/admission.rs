@@ -2,7 +2,8 @@
 //! defaulting: ServiceAccount (a pod runs as its namespace's `default` service account unless it
 //! names one, which must exist), DefaultTolerationSeconds, Priority (priorityClassName → priority,
 //! the global default class otherwise), LimitRanger (container defaults from the namespace's
-//! LimitRanges) and DefaultStorageClass. NamespaceLifecycle is in the create handler.
+//! LimitRanges), DefaultStorageClass and TaintNodesByCondition (a new Node starts tainted
+//! not-ready). NamespaceLifecycle is in the create handler.
 
 use keel_api::resources::{self, Resource};
 use keel_api::status::{ApiError, GroupResource};
@@ -15,6 +16,32 @@ use crate::node_authorizer::node_identity;
 use crate::node_restriction::{self, AudienceSource, Operation};
 use crate::objects;
 use crate::request::ResourceRequest;
+
+/// upstream's TaintNodesByCondition admission: a Node is created with the
+/// `node.kubernetes.io/not-ready:NoSchedule` taint (unless it has it), so nothing is scheduled to
+/// it before the node lifecycle controller sees it Ready and takes the taint off.
+fn taint_not_ready(node: &mut Value) {
+    let Some(node) = node.as_object_mut() else { return };
+    let spec = node.entry("spec").or_insert_with(|| json!({}));
+    if !spec.is_object() {
+        return;
+    }
+    let taints = &mut spec["taints"];
+    if !taints.is_array() {
+        *taints = json!([]);
+    }
+    let Some(taints) = taints.as_array_mut() else { return };
+    let present = taints.iter().any(|t| {
+        t.get("key").and_then(Value::as_str) == Some(NOT_READY_TAINT)
+            && t.get("effect").and_then(Value::as_str) == Some("NoSchedule")
+    });
+    if !present {
+        taints.push(json!({"key": NOT_READY_TAINT, "effect": "NoSchedule"}));
+    }
+}
+
+/// The taint of a Node not (yet) Ready.
+const NOT_READY_TAINT: &str = "node.kubernetes.io/not-ready";
 
 /// The priority classes every cluster has (created at start, as kube-apiserver does).
 pub const SYSTEM_PRIORITY_CLASSES: [(&str, i64, &str); 2] = [
@@ -289,6 +316,7 @@ impl Handlers {
                 self.admit_limit_ranges(namespace, object).await?;
             }
             ("", "persistentvolumeclaims") => self.admit_default_storage_class(object).await?,
+            ("", "nodes") => taint_not_ready(object),
             _ => {}
         }
         Ok(())

@@ -75,7 +75,13 @@ async fn a_node_reads_and_writes_only_its_own() -> Result<()> {
 
     // Its own Node only, and no taints of its own choosing.
     let node = |name: &str| json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": name}});
-    ensure!(as_n1(&server, "POST", "/api/v1/nodes", &node("n1")).await?.0 == 201);
+    let (status, created) = as_n1(&server, "POST", "/api/v1/nodes", &node("n1")).await?;
+    ensure!(status == 201, "{status} {created}");
+    // TaintNodesByCondition: a new Node is not-ready until the node lifecycle controller says so.
+    ensure!(
+        created["spec"]["taints"] == json!([{"key": "node.kubernetes.io/not-ready", "effect": "NoSchedule"}]),
+        "{created}"
+    );
     let (status, refusal) = as_n1(&server, "POST", "/api/v1/nodes", &node("n2")).await?;
     ensure!(status == 403, "{status} {refusal}");
     ensure!(

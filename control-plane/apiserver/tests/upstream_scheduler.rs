@@ -109,6 +109,9 @@ fn kube_scheduler_syncs_and_schedules_against_keel_apiserver() -> Result<()> {
 
     kube.run(&["create", "-f", "-"], Some(NODE))?;
     kube.run(&["patch", "node", "node-1", "--subresource=status", "--type=merge", "-p", NODE_STATUS], None)?;
+    // The Node was created tainted not-ready (TaintNodesByCondition); the node lifecycle
+    // controller would take the taint off once it is Ready. There is none here: the test does.
+    kube.run(&["taint", "node", "node-1", "node.kubernetes.io/not-ready:NoSchedule-"], None)?;
     kube.run(&["create", "-f", "-"], Some(PODS))?;
 
     // The pod that fits is bound to the node by the scheduler, through pods/binding.
