@@ -88,6 +88,39 @@ impl Quantity {
         Some(Quantity { mantissa, exponent, format })
     }
 
+    /// `bytes` in the binary format (upstream's `NewQuantity(n, BinarySI)`: memory, storage).
+    pub fn from_bytes(bytes: i64) -> Quantity {
+        Quantity { mantissa: i128::from(bytes), exponent: 0, format: Format::BinarySi }
+    }
+
+    /// A whole count in the decimal format (`NewQuantity(n, DecimalSI)`: pods, CPUs).
+    pub fn from_count(count: i64) -> Quantity {
+        Quantity { mantissa: i128::from(count), exponent: 0, format: Format::DecimalSi }
+    }
+
+    /// The value rounded up to a whole number (upstream's `Value()`), saturating at i64's bounds.
+    pub fn value(&self) -> i64 {
+        let whole = if self.exponent >= 0 {
+            u32::try_from(self.exponent).ok().and_then(pow10).and_then(|p| self.mantissa.checked_mul(p))
+        } else {
+            let divisor = u32::try_from(-self.exponent).ok().and_then(pow10).unwrap_or(i128::MAX);
+            let quotient = self.mantissa.div_euclid(divisor);
+            Some(if self.mantissa.rem_euclid(divisor) == 0 { quotient } else { quotient + 1 })
+        };
+        let whole = whole.unwrap_or(if self.mantissa < 0 { i128::MIN } else { i128::MAX });
+        i64::try_from(whole).unwrap_or(if whole < 0 { i64::MIN } else { i64::MAX })
+    }
+
+    /// `self − other` in `self`'s format (upstream's `Sub`), or `None` when it does not fit.
+    pub fn checked_sub(&self, other: &Quantity) -> Option<Quantity> {
+        let low = self.exponent.min(other.exponent);
+        let scaled = |q: &Quantity| {
+            u32::try_from(q.exponent - low).ok().and_then(pow10).and_then(|p| q.mantissa.checked_mul(p))
+        };
+        let mantissa = scaled(self)?.checked_sub(scaled(other)?)?;
+        Some(Quantity { mantissa, exponent: low, format: self.format })
+    }
+
     /// Whether the quantity is below zero.
     pub fn is_negative(&self) -> bool {
         self.mantissa < 0
@@ -183,6 +216,23 @@ mod tests {
 
     fn canonical(text: &str) -> String {
         Quantity::parse(text).unwrap().canonical()
+    }
+
+    #[test]
+    fn made_and_subtracted_as_upstream() {
+        let memory = Quantity::from_bytes(8_336_478_208);
+        assert_eq!(memory.canonical(), "8141092Ki");
+        let reserved = Quantity::parse("100Mi").unwrap();
+        assert_eq!(memory.checked_sub(&reserved).unwrap().canonical(), "8038692Ki");
+        // A binary quantity that is no whole number of Ki prints its bytes.
+        assert_eq!(Quantity::from_bytes(94_580_335_255).canonical(), "94580335255");
+        assert_eq!(Quantity::from_count(110).canonical(), "110");
+        assert_eq!(Quantity::parse("1500m").unwrap().value(), 2);
+        assert_eq!(Quantity::parse("-1500m").unwrap().value(), -1);
+        assert_eq!(Quantity::parse("2Gi").unwrap().value(), 2_147_483_648);
+        let cpu = Quantity::from_count(4).checked_sub(&Quantity::parse("500m").unwrap()).unwrap();
+        assert_eq!(cpu.canonical(), "3500m");
+        assert!(Quantity::from_count(1).checked_sub(&Quantity::from_count(2)).unwrap().is_negative());
     }
 
     #[test]
