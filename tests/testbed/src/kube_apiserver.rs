@@ -135,33 +135,7 @@ impl TestPki {
     /// x509 authenticator reads them), signed by the CA. At most two groups: a user with more is better
     /// given by `--token-auth-file`.
     pub fn client_cert(&self, user: &str, groups: &[&str]) -> Result<ClientCert> {
-        let what = format!("the client certificate of {user} {groups:?}");
-        let ca_key = KeyPair::from_pem(&self.ca_key_pem).map_err(cert_error("reading the CA key"))?;
-        let issuer = Issuer::from_ca_cert_pem(&self.ca_pem, ca_key).map_err(cert_error("reading the CA"))?;
-        let key = new_key("generating a client key")?;
-        let mut params = params(user)?;
-        // rcgen keeps one value per attribute type, so a second group goes in under organizationName's
-        // OID spelled as a custom type: two O attributes in the subject, as kube-apiserver reads them.
-        match groups {
-            [] => {}
-            [group] => params.distinguished_name.push(DnType::OrganizationName, *group),
-            [first, second] => {
-                params.distinguished_name.push(DnType::OrganizationName, *first);
-                params.distinguished_name.push(DnType::CustomDnType(ORGANIZATION_OID.to_vec()), *second);
-            }
-            _ => bail!(
-                "{what}: at most two groups fit a test certificate (rcgen keeps one value per attribute)"
-            ),
-        }
-        params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ClientAuth];
-        params.key_usages = vec![KeyUsagePurpose::DigitalSignature];
-        let cert = params.signed_by(&key, &issuer).map_err(cert_error(&what))?;
-        Ok(ClientCert {
-            user: user.to_owned(),
-            groups: groups.iter().map(|g| (*g).to_owned()).collect(),
-            cert_pem: cert.pem(),
-            key_pem: key.serialize_pem(),
-        })
+        client_cert_signed_by(&self.ca_pem, &self.ca_key_pem, user, groups)
     }
 }
 
@@ -311,20 +285,7 @@ impl KubeApiServer {
 
     /// A kubeconfig (certificates embedded) that reaches this server as `client`.
     pub fn kubeconfig(&self, client: &ClientCert) -> String {
-        let data = |pem: &str| STANDARD.encode(pem);
-        let mut text = String::new();
-        let _ = write!(
-            text,
-            "apiVersion: v1\nkind: Config\nclusters:\n- name: kube-apiserver\n  cluster:\n    server: {}\n    \
-             certificate-authority-data: {}\ncontexts:\n- name: test\n  context:\n    cluster: kube-apiserver\n    \
-             user: test-user\ncurrent-context: test\nusers:\n- name: test-user\n  user:\n    \
-             client-certificate-data: {}\n    client-key-data: {}\n",
-            self.url(),
-            data(&self.pki.ca_pem),
-            data(&client.cert_pem),
-            data(&client.key_pem),
-        );
-        text
+        kubeconfig_for(&self.url(), &self.pki.ca_pem, client)
     }
 
     /// Writes [`KubeApiServer::kubeconfig`] for `client` to `path` (for kubectl, kube-rs, client-go).
@@ -332,6 +293,60 @@ impl KubeApiServer {
         std::fs::write(path, self.kubeconfig(client))
             .with_context(|| format!("writing a kubeconfig for {} to {}", client.user, path.display()))
     }
+}
+
+/// A client certificate for `user` in `groups` signed by the CA `ca_pem` / `ca_key_pem` (any
+/// cluster's: keel-apiserver's `DATA_DIR/pki/ca.crt` and `ca.key` too), as [`TestPki::client_cert`].
+pub fn client_cert_signed_by(
+    ca_pem: &str,
+    ca_key_pem: &str,
+    user: &str,
+    groups: &[&str],
+) -> Result<ClientCert> {
+    let what = format!("the client certificate of {user} {groups:?}");
+    let ca_key = KeyPair::from_pem(ca_key_pem).map_err(cert_error("reading the CA key"))?;
+    let issuer = Issuer::from_ca_cert_pem(ca_pem, ca_key).map_err(cert_error("reading the CA"))?;
+    let key = new_key("generating a client key")?;
+    let mut params = params(user)?;
+    // rcgen keeps one value per attribute type, so a second group goes in under organizationName's
+    // OID spelled as a custom type: two O attributes in the subject, as kube-apiserver reads them.
+    match groups {
+        [] => {}
+        [group] => params.distinguished_name.push(DnType::OrganizationName, *group),
+        [first, second] => {
+            params.distinguished_name.push(DnType::OrganizationName, *first);
+            params.distinguished_name.push(DnType::CustomDnType(ORGANIZATION_OID.to_vec()), *second);
+        }
+        _ => bail!("{what}: at most two groups fit a test certificate (rcgen keeps one value per attribute)"),
+    }
+    params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ClientAuth];
+    params.key_usages = vec![KeyUsagePurpose::DigitalSignature];
+    let cert = params.signed_by(&key, &issuer).map_err(cert_error(&what))?;
+    Ok(ClientCert {
+        user: user.to_owned(),
+        groups: groups.iter().map(|g| (*g).to_owned()).collect(),
+        cert_pem: cert.pem(),
+        key_pem: key.serialize_pem(),
+    })
+}
+
+/// A kubeconfig (certificates embedded) that reaches the server at `url`, trusting `ca_pem`, as
+/// `client`.
+pub fn kubeconfig_for(url: &str, ca_pem: &str, client: &ClientCert) -> String {
+    let data = |pem: &str| STANDARD.encode(pem);
+    let mut text = String::new();
+    let _ = write!(
+        text,
+        "apiVersion: v1\nkind: Config\nclusters:\n- name: kube-apiserver\n  cluster:\n    server: {}\n    \
+         certificate-authority-data: {}\ncontexts:\n- name: test\n  context:\n    cluster: kube-apiserver\n    \
+         user: test-user\ncurrent-context: test\nusers:\n- name: test-user\n  user:\n    \
+         client-certificate-data: {}\n    client-key-data: {}\n",
+        url,
+        data(ca_pem),
+        data(&client.cert_pem),
+        data(&client.key_pem),
+    );
+    text
 }
 
 /// Where the PKI files are inside the fixture's directory.
