@@ -1,0 +1,86 @@
+//! keel-kubelet: the node agent, flags as upstream's kubelet names them. This slice registers
+//! the Node and heartbeats its Lease and status; Pods come next (issue 19).
+
+use std::net::IpAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use anyhow::{Context, Result};
+use clap::Parser;
+use keel_kubelet::agent::{Agent, Timings};
+use keel_kubelet::machine::MachineInfo;
+use keel_kubelet::node::NodeConfig;
+use keel_kubelet::node_status::Reservations;
+use keel_kubelet::runtime::Runtime;
+
+#[derive(Debug, Parser)]
+#[command(name = "keel-kubelet", about = "Keel's kubelet: registers the Node and heartbeats it")]
+struct Flags {
+    /// The kubeconfig the kubelet reaches the API server with.
+    #[arg(long)]
+    kubeconfig: PathBuf,
+    /// The Node's name, instead of the host's.
+    #[arg(long)]
+    hostname_override: Option<String>,
+    /// The node's InternalIP address.
+    #[arg(long)]
+    node_ip: Option<IpAddr>,
+    /// The CRI runtime's endpoint.
+    #[arg(long, default_value = "unix:///run/containerd/containerd.sock")]
+    container_runtime_endpoint: String,
+    /// The kubelet's state directory; its filesystem is the node's ephemeral-storage.
+    #[arg(long, default_value = "/var/lib/kubelet")]
+    root_dir: PathBuf,
+    /// The most pods this node runs.
+    #[arg(long, default_value_t = 110)]
+    max_pods: i64,
+    /// Labels to register the Node with: key=value,...
+    #[arg(long, default_value = "")]
+    node_labels: String,
+    /// Taints to register the Node with: key=value:Effect,...
+    #[arg(long, default_value = "")]
+    register_with_taints: String,
+    /// How often the status is computed and, when it changed, reported (seconds).
+    #[arg(long, default_value_t = 10)]
+    node_status_update_frequency: u64,
+}
+
+#[tokio::main]
+async fn main() -> Result<()> {
+    tracing_subscriber::fmt().with_env_filter(tracing_subscriber::EnvFilter::from_default_env()).init();
+    let flags = Flags::parse();
+    let labels = keel_kubelet::cli::node_labels(&flags.node_labels).map_err(anyhow::Error::msg)?;
+    let taints = keel_kubelet::cli::taints(&flags.register_with_taints).map_err(anyhow::Error::msg)?;
+    let hostname = match &flags.hostname_override {
+        Some(name) => name.clone(),
+        None => nix::unistd::gethostname().context("the host's name")?.to_string_lossy().into_owned(),
+    }
+    .trim()
+    .to_lowercase();
+    std::fs::create_dir_all(&flags.root_dir)
+        .with_context(|| format!("creating {}", flags.root_dir.display()))?;
+    let machine = MachineInfo::read(&flags.root_dir)?;
+    let kubeconfig = kube::config::Kubeconfig::read_from(&flags.kubeconfig)
+        .with_context(|| format!("reading {}", flags.kubeconfig.display()))?;
+    let client =
+        kube::Client::try_from(kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default()).await?)?;
+    let config = NodeConfig {
+        node_name: hostname.clone(),
+        hostname,
+        node_ip: flags.node_ip,
+        labels,
+        taints,
+        max_pods: flags.max_pods,
+        reservations: Reservations::defaults(),
+        port: 10250,
+    };
+    let timings = Timings {
+        status_update_frequency: Duration::from_secs(flags.node_status_update_frequency.max(1)),
+        ..Timings::default()
+    };
+    let agent = Agent::new(client, config, machine, Runtime::new(&flags.container_runtime_endpoint), timings);
+    tokio::select! {
+        () = agent.run() => Ok(()),
+        signal = tokio::signal::ctrl_c() => signal.context("waiting for a signal"),
+    }
+}
