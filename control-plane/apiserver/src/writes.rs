@@ -465,17 +465,30 @@ impl Handlers {
             }
             let grace = self.grace_period(resource, &object, options);
             let running = object.pointer("/metadata/deletionGracePeriodSeconds").and_then(Value::as_i64);
+            // Pods always delete through their graceful strategy (upstream's podStrategy): even at
+            // grace 0 the object is written with its deletionTimestamp and a deletionGracePeriodSeconds
+            // of 0 before it goes, so watchers (a kubelet) see how it was deleted.
+            let pod = resource.group.is_empty() && resource.plural == "pods";
+            let mut marked = false;
             if object.pointer("/metadata/deletionTimestamp").is_some() && running.is_some_and(|r| grace < r) {
                 // A shorter grace period replaces a longer one; 0 ends it.
                 object["metadata"]["deletionGracePeriodSeconds"] = grace.into();
                 object["metadata"]["deletionTimestamp"] = if grace > 0 { later(grace) } else { now() }.into();
+                marked = true;
             }
-            let graceful = resource.plural == "namespaces" || grace > 0 || !held.is_empty();
+            let graceful = resource.plural == "namespaces" || grace > 0 || !held.is_empty() || pod;
+            let mut revision_now = current.mod_revision;
             let revision = if graceful {
                 if object.pointer("/metadata/deletionTimestamp").is_none() {
                     object["metadata"]["deletionTimestamp"] =
                         if grace > 0 { later(grace) } else { now() }.into();
                     object["metadata"]["deletionGracePeriodSeconds"] = grace.into();
+                    if let Some(generation) = object.pointer("/metadata/generation").and_then(Value::as_i64)
+                        && generation > 0
+                    {
+                        object["metadata"]["generation"] = (generation + 1).into();
+                    }
+                    marked = true;
                 }
                 if !held.is_empty() {
                     object["metadata"]["finalizers"] = json!(held);
@@ -483,11 +496,12 @@ impl Handlers {
                 if resource.plural == "namespaces" {
                     object["status"]["phase"] = "Terminating".into();
                 }
-                if ready_to_go(resource, &object) {
+                let go_now = ready_to_go(resource, &object);
+                if go_now && !(pod && marked) {
                     // Graceful only in name (nothing holds it): gone now.
                     None
                 } else if options.dry_run {
-                    return Ok((object, false));
+                    return Ok((object, go_now));
                 } else {
                     let stored = objects::stored(resource, &object)?;
                     match self
@@ -496,6 +510,10 @@ impl Handlers {
                         .await
                         .map_err(store_error)?
                     {
+                        Outcome::Written { revision, .. } if go_now => {
+                            revision_now = revision;
+                            None
+                        }
                         Outcome::Written { revision, .. } => Some(revision),
                         Outcome::Conflict { .. } => continue,
                     }
@@ -510,7 +528,7 @@ impl Handlers {
             if options.dry_run {
                 return Ok((object, true));
             }
-            match self.remove(resource, &key, &object, current.mod_revision).await? {
+            match self.remove(resource, &key, &object, revision_now).await? {
                 Outcome::Written { revision, .. } => {
                     objects::set_resource_version(&mut object, revision);
                     return Ok((object, true));
@@ -525,12 +543,16 @@ impl Handlers {
     }
 
     /// The seconds a deletion waits: asked, else the pod's terminationGracePeriodSeconds (30 by
-    /// default) for pods bound to a node; 0 for unscheduled pods and everything else.
+    /// default) for pods bound to a node; 0 for unscheduled or finished pods and everything else.
     fn grace_period(&self, resource: &Resource, object: &Value, options: &DeleteOptions) -> i64 {
         if resource.plural != "pods" || !resource.group.is_empty() {
             return 0;
         }
         if object.pointer("/spec/nodeName").and_then(Value::as_str).is_none_or(str::is_empty) {
+            return 0;
+        }
+        // A pod that has finished has nothing left to stop.
+        if matches!(object.pointer("/status/phase").and_then(Value::as_str), Some("Succeeded" | "Failed")) {
             return 0;
         }
         let default =

@@ -26,6 +26,7 @@ mod node_client;
 mod node_identity;
 mod node_restriction_oracle;
 mod openapi;
+mod pod_deletion_oracle;
 mod protobuf;
 mod python_client;
 mod rbac_bootstrap;
