@@ -1,5 +1,5 @@
 //! keel-kubelet: the node agent (issue 19). It registers its Node, heartbeats its Lease and
-//! NodeStatus, and (next) runs the Pods bound to it through a CRI runtime (keel-shim or
+//! NodeStatus, and runs the Pods bound to it through a CRI runtime (keel-shim or
 //! containerd).
 //!
 //! - [`machine`]: what the kubelet reports of its machine (CPUs, memory, huge pages, IDs, kernel,
@@ -10,10 +10,23 @@
 //! - [`runtime`]: the CRI runtime's health as the Ready condition reads it, and the client.
 //! - [`agent`]: registration, the Lease, runtime checks and status reports against the API.
 //! - [`cli`]: `--node-labels` and `--register-with-taints`.
+//! - [`pod_runtime`]: a pod as the runtime holds it (sandboxes, containers). Pure.
+//! - [`pod_actions`]: what one sync of a pod does (computePodActions). Pure.
+//! - [`pod_config`]: the CRI sandbox and container configs of a pod. Pure.
+//! - [`pod_status`]: the Pod status reported (phase, conditions, container statuses). Pure.
+//! - [`pods`]: the watch of the node's pods, one worker per pod, the relist, the syncs, the
+//!   status writes and the final deletion.
+//! - [`events`]: the Events about pods.
 
 pub mod agent;
 pub mod cli;
+pub mod events;
 pub mod machine;
 pub mod node;
 pub mod node_status;
+pub mod pod_actions;
+pub mod pod_config;
+pub mod pod_runtime;
+pub mod pod_status;
+pub mod pods;
 pub mod runtime;

@@ -1,5 +1,5 @@
-//! keel-kubelet: the node agent, flags as upstream's kubelet names them. This slice registers
-//! the Node and heartbeats its Lease and status; Pods come next (issue 19).
+//! keel-kubelet: the node agent, flags as upstream's kubelet names them. It registers the Node,
+//! heartbeats its Lease and status, and runs the Pods bound to it through the CRI runtime.
 
 use std::net::IpAddr;
 use std::path::PathBuf;
@@ -11,6 +11,8 @@ use keel_kubelet::agent::{Agent, Timings};
 use keel_kubelet::machine::MachineInfo;
 use keel_kubelet::node::NodeConfig;
 use keel_kubelet::node_status::Reservations;
+use keel_kubelet::pod_config::{PodEnvironment, Resolv};
+use keel_kubelet::pods::{self, Kubelet};
 use keel_kubelet::runtime::Runtime;
 
 #[derive(Debug, Parser)]
@@ -43,6 +45,15 @@ struct Flags {
     /// How often the status is computed and, when it changed, reported (seconds).
     #[arg(long, default_value_t = 10)]
     node_status_update_frequency: u64,
+    /// The cluster's DNS server addresses, for ClusterFirst pods: IP,...
+    #[arg(long, value_delimiter = ',')]
+    cluster_dns: Vec<IpAddr>,
+    /// The cluster's DNS domain.
+    #[arg(long, default_value = "cluster.local")]
+    cluster_domain: String,
+    /// The resolver configuration pods with dnsPolicy Default get.
+    #[arg(long, default_value = "/etc/resolv.conf")]
+    resolv_conf: PathBuf,
 }
 
 #[tokio::main]
@@ -78,9 +89,27 @@ async fn main() -> Result<()> {
         status_update_frequency: Duration::from_secs(flags.node_status_update_frequency.max(1)),
         ..Timings::default()
     };
-    let agent = Agent::new(client, config, machine, Runtime::new(&flags.container_runtime_endpoint), timings);
+    let runtime = Runtime::new(&flags.container_runtime_endpoint);
+    let host_ips = flags.node_ip.iter().map(ToString::to_string).collect();
+    let env = PodEnvironment {
+        cluster_dns: flags.cluster_dns.iter().map(ToString::to_string).collect(),
+        cluster_domain: flags.cluster_domain.clone(),
+        host_resolv: Resolv::parse(&std::fs::read_to_string(&flags.resolv_conf).unwrap_or_default()),
+        pod_logs_dir: "/var/log/pods".into(),
+        node_name: config.node_name.clone(),
+    };
+    let pods = {
+        let (client, runtime, node_name, root_dir) =
+            (client.clone(), runtime.clone(), config.node_name.clone(), flags.root_dir.clone());
+        async move {
+            let (cri, runtime_name) = runtime.wait_for_cri().await;
+            pods::run(Kubelet::new(client, node_name, host_ips, root_dir, env, cri, runtime_name)).await;
+        }
+    };
+    let agent = Agent::new(client, config, machine, runtime, timings);
     tokio::select! {
         () = agent.run() => Ok(()),
+        () = pods => Ok(()),
         signal = tokio::signal::ctrl_c() => signal.context("waiting for a signal"),
     }
 }

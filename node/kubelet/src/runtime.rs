@@ -9,8 +9,11 @@ use std::time::{Duration, Instant};
 
 use hyper_util::rt::TokioIo;
 use k8s_cri::v1 as cri;
+use k8s_cri::v1::image_service_client::ImageServiceClient;
 use k8s_cri::v1::runtime_service_client::RuntimeServiceClient;
 use tonic::transport::{Channel, Endpoint, Uri};
+
+use crate::pod_runtime::{POD_UID_LABEL, PodRuntime};
 
 /// One CRI runtime condition as the kubelet keeps it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -74,6 +77,93 @@ impl RuntimeState {
     }
 }
 
+/// A channel to the CRI socket at `path`; it dials again after the runtime restarts.
+async fn channel(path: &std::path::Path) -> Result<Channel, tonic::transport::Error> {
+    let path = path.to_owned();
+    // The URI is required by the builder but unused: every connection dials the socket.
+    Endpoint::from_static("http://[::]:50051")
+        .connect_with_connector(tower::service_fn(move |_: Uri| {
+            let path = path.clone();
+            async move { Ok::<_, std::io::Error>(TokioIo::new(tokio::net::UnixStream::connect(path).await?)) }
+        }))
+        .await
+}
+
+/// The CRI services the pods are run through.
+#[derive(Debug, Clone)]
+pub struct Cri {
+    pub runtime: RuntimeServiceClient<Channel>,
+    pub image: ImageServiceClient<Channel>,
+}
+
+impl Cri {
+    /// What the runtime holds of the pod `uid`: its sandboxes and containers with their statuses
+    /// (one that goes between the list and its status is left out).
+    pub async fn pod(&mut self, uid: &str) -> Result<PodRuntime, tonic::Status> {
+        let labels = std::collections::HashMap::from([(POD_UID_LABEL.to_owned(), uid.to_owned())]);
+        let sandboxes = self
+            .runtime
+            .list_pod_sandbox(cri::ListPodSandboxRequest {
+                filter: Some(cri::PodSandboxFilter { label_selector: labels.clone(), ..Default::default() }),
+            })
+            .await?
+            .into_inner()
+            .items;
+        let mut sandbox_statuses = Vec::new();
+        for sandbox in sandboxes {
+            let request = cri::PodSandboxStatusRequest { pod_sandbox_id: sandbox.id, verbose: false };
+            match self.runtime.pod_sandbox_status(request).await {
+                Ok(status) => sandbox_statuses.extend(status.into_inner().status),
+                Err(status) if status.code() == tonic::Code::NotFound => {}
+                Err(status) => return Err(status),
+            }
+        }
+        let containers = self
+            .runtime
+            .list_containers(cri::ListContainersRequest {
+                filter: Some(cri::ContainerFilter { label_selector: labels, ..Default::default() }),
+            })
+            .await?
+            .into_inner()
+            .containers;
+        let mut container_statuses = Vec::new();
+        for container in containers {
+            let request = cri::ContainerStatusRequest { container_id: container.id, verbose: false };
+            match self.runtime.container_status(request).await {
+                Ok(status) => container_statuses.extend(status.into_inner().status),
+                Err(status) if status.code() == tonic::Code::NotFound => {}
+                Err(status) => return Err(status),
+            }
+        }
+        Ok(PodRuntime::new(sandbox_statuses, container_statuses))
+    }
+
+    /// Every pod the runtime holds, as `uid → (sandbox id and state, container id and state)`
+    /// fingerprints: what the relist compares.
+    pub async fn relist(
+        &mut self,
+    ) -> Result<std::collections::BTreeMap<String, Vec<(String, i32)>>, tonic::Status> {
+        let mut pods: std::collections::BTreeMap<String, Vec<(String, i32)>> =
+            std::collections::BTreeMap::new();
+        let sandboxes = self.runtime.list_pod_sandbox(cri::ListPodSandboxRequest { filter: None }).await?;
+        for sandbox in sandboxes.into_inner().items {
+            if let Some(uid) = sandbox.labels.get(POD_UID_LABEL) {
+                pods.entry(uid.clone()).or_default().push((sandbox.id, sandbox.state));
+            }
+        }
+        let containers = self.runtime.list_containers(cri::ListContainersRequest { filter: None }).await?;
+        for container in containers.into_inner().containers {
+            if let Some(uid) = container.labels.get(POD_UID_LABEL) {
+                pods.entry(uid.clone()).or_default().push((container.id, container.state));
+            }
+        }
+        for entries in pods.values_mut() {
+            entries.sort();
+        }
+        Ok(pods)
+    }
+}
+
 /// A CRI runtime endpoint (`unix:///run/keel/shim.sock`, or a plain path).
 #[derive(Debug, Clone)]
 pub struct Runtime {
@@ -90,19 +180,37 @@ impl Runtime {
 
     async fn client(&mut self) -> Result<&mut RuntimeServiceClient<Channel>, tonic::transport::Error> {
         if self.client.is_none() {
-            let path = self.socket.clone();
-            // The URI is required by the builder but unused: every connection dials the socket.
-            let channel = Endpoint::from_static("http://[::]:50051")
-                .connect_with_connector(tower::service_fn(move |_: Uri| {
-                    let path = path.clone();
-                    async move {
-                        Ok::<_, std::io::Error>(TokioIo::new(tokio::net::UnixStream::connect(path).await?))
-                    }
-                }))
-                .await?;
-            self.client = Some(RuntimeServiceClient::new(channel));
+            self.client = Some(RuntimeServiceClient::new(channel(&self.socket).await?));
         }
         Ok(self.client.as_mut().expect("set above"))
+    }
+
+    /// The CRI services and the runtime's name, once the runtime answers (retried every second,
+    /// as upstream's kubelet waits for its runtime).
+    pub async fn wait_for_cri(&self) -> (Cri, String) {
+        loop {
+            match self.cri().await {
+                Ok(mut cri) => {
+                    match cri.runtime.version(cri::VersionRequest { version: "v1".into() }).await {
+                        Ok(version) => return (cri, version.into_inner().runtime_name),
+                        Err(status) => {
+                            tracing::info!(error = %status.message(), "waiting for the container runtime");
+                        }
+                    }
+                }
+                Err(error) => tracing::info!(%error, "waiting for the container runtime"),
+            }
+            tokio::time::sleep(Duration::from_secs(1)).await;
+        }
+    }
+
+    /// The runtime and image services, for the pods.
+    pub async fn cri(&self) -> Result<Cri, tonic::transport::Error> {
+        let channel = channel(&self.socket).await?;
+        Ok(Cri {
+            runtime: RuntimeServiceClient::new(channel.clone()),
+            image: ImageServiceClient::new(channel),
+        })
     }
 
     /// One CRI Version and Status: updates `state` when both answer (else it keeps its last

@@ -111,6 +111,11 @@ impl Quantity {
         i64::try_from(whole).unwrap_or(if whole < 0 { i64::MIN } else { i64::MAX })
     }
 
+    /// The value in thousandths, rounded up (upstream's `MilliValue()`: millicores).
+    pub fn milli_value(&self) -> i64 {
+        Quantity { exponent: self.exponent + 3, ..*self }.value()
+    }
+
     /// `self − other` in `self`'s format (upstream's `Sub`), or `None` when it does not fit.
     pub fn checked_sub(&self, other: &Quantity) -> Option<Quantity> {
         let low = self.exponent.min(other.exponent);
@@ -119,6 +124,11 @@ impl Quantity {
         };
         let mantissa = scaled(self)?.checked_sub(scaled(other)?)?;
         Some(Quantity { mantissa, exponent: low, format: self.format })
+    }
+
+    /// Whether the quantity is zero.
+    pub fn is_zero(&self) -> bool {
+        self.mantissa == 0
     }
 
     /// Whether the quantity is below zero.
@@ -220,6 +230,9 @@ mod tests {
 
     #[test]
     fn made_and_subtracted_as_upstream() {
+        assert_eq!(Quantity::parse("250m").unwrap().milli_value(), 250);
+        assert_eq!(Quantity::parse("1.5").unwrap().milli_value(), 1500);
+        assert_eq!(Quantity::parse("1n").unwrap().milli_value(), 1);
         let memory = Quantity::from_bytes(8_336_478_208);
         assert_eq!(memory.canonical(), "8141092Ki");
         let reserved = Quantity::parse("100Mi").unwrap();

@@ -1,0 +1,756 @@
+//! The kubelet's pods (upstream's pod config source, pod workers, SyncPod/SyncTerminatingPod, the
+//! relisting PLEG and the status manager), the IO around the pure [`pod_actions`],
+//! [`pod_config`] and [`pod_status`]:
+//! - a watch of the Pods bound to this node; one worker per UID, which always syncs the latest
+//!   version of its Pod;
+//! - a relist of the runtime every second that wakes the worker of every pod whose sandboxes or
+//!   containers changed, and removes what the runtime holds of pods the API no longer has;
+//! - a sync reads what the runtime holds of the pod, computes the actions and carries them out in
+//!   upstream's order (kill, sandbox, init container, containers), then patches the status when it
+//!   changed;
+//! - a deleted pod's containers are stopped within its grace period, its sandbox stopped, both
+//!   removed with its directory, its terminal status written, and the Pod object deleted.
+//!
+//! Volumes: emptyDir (on disk) only so far; a pod with any other volume waits in
+//! ContainerCreating with a FailedMount event. Probes, hooks and the kubelet API come next.
+
+use std::collections::{BTreeMap, HashMap};
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use futures::StreamExt;
+use k8s_cri::v1 as cri;
+use k8s_openapi::api::core::v1::{Container, Pod};
+use k8s_openapi::jiff::Timestamp;
+use kube::Api;
+use kube::api::{DeleteParams, Patch, PatchParams, Preconditions};
+use kube::runtime::watcher;
+use tokio::sync::watch;
+
+use crate::events::{Kind, Recorder};
+use crate::pod_actions::{self, PodActions};
+use crate::pod_config::{self, PodEnvironment, PodFacts};
+use crate::pod_runtime::{PodRuntime, State};
+use crate::pod_status::{self, Reasons};
+use crate::runtime::Cri;
+
+/// How often the runtime is relisted (upstream's relist period).
+const RELIST_PERIOD: Duration = Duration::from_secs(1);
+/// How often a pod is synced with nothing to wake it (upstream's syncFrequency is 1 min).
+const RESYNC: Duration = Duration::from_secs(60);
+/// Back-offs of restarts and image pulls (upstream's 10 s doubling to 5 min).
+const BACKOFF_INITIAL: Duration = Duration::from_secs(10);
+const BACKOFF_MAX: Duration = Duration::from_secs(300);
+/// The shortest time a container is given between SIGTERM and SIGKILL (upstream's
+/// minimumGracePeriodInSeconds), whatever the pod's grace period.
+const MINIMUM_GRACE_SECONDS: i64 = 2;
+
+/// What a pod's sync needs of its kubelet.
+pub struct Kubelet {
+    pub node_name: String,
+    /// The node's addresses (status.hostIPs).
+    pub host_ips: Vec<String>,
+    pub root_dir: PathBuf,
+    pub env: PodEnvironment,
+    pub cri: Cri,
+    /// `<name>` of the runtime's `<name>://<id>` container IDs.
+    pub runtime_name: String,
+    pub client: kube::Client,
+    pub recorder: Recorder,
+    backoff: Mutex<HashMap<String, (Duration, Instant)>>,
+}
+
+impl std::fmt::Debug for Kubelet {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Kubelet").field("node_name", &self.node_name).finish_non_exhaustive()
+    }
+}
+
+impl Kubelet {
+    pub fn new(
+        client: kube::Client,
+        node_name: String,
+        host_ips: Vec<String>,
+        root_dir: PathBuf,
+        env: PodEnvironment,
+        cri: Cri,
+        runtime_name: String,
+    ) -> Kubelet {
+        Kubelet {
+            recorder: Recorder::new(client.clone(), node_name.clone()),
+            node_name,
+            host_ips,
+            root_dir,
+            env,
+            cri,
+            runtime_name,
+            client,
+            backoff: Mutex::new(HashMap::new()),
+        }
+    }
+
+    fn pod_dir(&self, uid: &str) -> PathBuf {
+        self.root_dir.join("pods").join(uid)
+    }
+
+    /// Whether `key` is still backing off since `since`; otherwise its back-off grows (upstream's
+    /// flowcontrol.Backoff: reset once it was left alone for twice the maximum).
+    fn backing_off(&self, key: &str, since: Instant) -> Option<Duration> {
+        let mut entries = self.backoff.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let now = Instant::now();
+        if let Some((duration, _)) = entries.get(key)
+            && now.saturating_duration_since(since) < *duration
+        {
+            return Some(*duration);
+        }
+        let next = match entries.get(key) {
+            Some((duration, at)) if now.saturating_duration_since(*at) < 2 * BACKOFF_MAX => {
+                (*duration * 2).min(BACKOFF_MAX)
+            }
+            _ => BACKOFF_INITIAL,
+        };
+        entries.insert(key.to_owned(), (next, now));
+        None
+    }
+
+    fn forget_backoff(&self, uid: &str) {
+        let mut entries = self.backoff.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        entries.retain(|key, _| !key.starts_with(uid));
+    }
+}
+
+fn pod_name(pod: &Pod) -> String {
+    format!(
+        "{}_{}({})",
+        pod.metadata.name.as_deref().unwrap_or_default(),
+        pod.metadata.namespace.as_deref().unwrap_or_default(),
+        pod.metadata.uid.as_deref().unwrap_or_default()
+    )
+}
+
+fn field_path(pod: &Pod, name: &str) -> String {
+    let init = pod
+        .spec
+        .as_ref()
+        .and_then(|s| s.init_containers.as_ref())
+        .is_some_and(|i| i.iter().any(|c| c.name == name));
+    if init { format!("spec.initContainers{{{name}}}") } else { format!("spec.containers{{{name}}}") }
+}
+
+fn rpc_message(status: &tonic::Status) -> String {
+    format!("rpc error: code = {:?} desc = {}", status.code(), status.message())
+}
+
+/// The nanoseconds of a CRI time as an Instant-comparable age.
+fn since(nanos: i64) -> Instant {
+    let now_nanos = Timestamp::now().as_nanosecond();
+    let age = u64::try_from(now_nanos - i128::from(nanos)).unwrap_or(0);
+    Instant::now().checked_sub(Duration::from_nanos(age)).unwrap_or_else(Instant::now)
+}
+
+/// The outcome of a sync: when to sync again at the latest.
+struct Synced {
+    again: Duration,
+}
+
+impl Kubelet {
+    /// The image of `container`, pulled as its imagePullPolicy says; the runtime's reference to it.
+    async fn ensure_image(&self, pod: &Pod, container: &Container) -> Result<String, (String, String)> {
+        let image = container.image.clone().unwrap_or_default();
+        let path = Some(field_path(pod, &container.name));
+        let policy = container.image_pull_policy.clone().unwrap_or_else(|| {
+            let tagged =
+                image.rsplit('/').next().is_some_and(|last| last.contains(':') && !last.ends_with(":latest"));
+            if tagged || image.contains('@') { "IfNotPresent".into() } else { "Always".into() }
+        });
+        let mut cri = self.cri.clone();
+        let spec = cri::ImageSpec { image: image.clone(), ..cri::ImageSpec::default() };
+        let present = cri
+            .image
+            .image_status(cri::ImageStatusRequest { image: Some(spec.clone()), verbose: false })
+            .await
+            .ok()
+            .and_then(|r| r.into_inner().image);
+        if let Some(found) = &present
+            && policy != "Always"
+        {
+            self.recorder.pod_event(
+                pod,
+                path,
+                Kind::Normal,
+                "Pulled",
+                format!("Container image {image:?} already present on machine"),
+            );
+            return Ok(found.id.clone());
+        }
+        if present.is_none() && policy == "Never" {
+            let message = format!("Container image {image:?} is not present with pull policy of Never");
+            self.recorder.pod_event(pod, path, Kind::Warning, "ErrImageNeverPull", message.clone());
+            return Err(("ErrImageNeverPull".into(), message));
+        }
+        let key = format!("{}/pull/{image}", pod.metadata.uid.as_deref().unwrap_or_default());
+        let failed_at =
+            self.backoff.lock().unwrap_or_else(std::sync::PoisonError::into_inner).get(&key).map(|e| e.1);
+        if let Some(at) = failed_at
+            && self.backing_off(&key, at).is_some()
+        {
+            let message = format!("Back-off pulling image {image:?}");
+            self.recorder.pod_event(pod, path, Kind::Normal, "BackOff", message.clone());
+            return Err(("ImagePullBackOff".into(), message));
+        }
+        self.recorder.pod_event(
+            pod,
+            path.clone(),
+            Kind::Normal,
+            "Pulling",
+            format!("Pulling image {image:?}"),
+        );
+        let started = Instant::now();
+        match cri
+            .image
+            .pull_image(cri::PullImageRequest { image: Some(spec), auth: None, sandbox_config: None })
+            .await
+        {
+            Ok(pulled) => {
+                self.backoff.lock().unwrap_or_else(std::sync::PoisonError::into_inner).remove(&key);
+                let took = started.elapsed();
+                self.recorder.pod_event(
+                    pod,
+                    path,
+                    Kind::Normal,
+                    "Pulled",
+                    format!(
+                        "Successfully pulled image {image:?} in {took:.3?} ({took:.3?} including waiting)"
+                    ),
+                );
+                Ok(pulled.into_inner().image_ref)
+            }
+            Err(status) => {
+                self.backing_off(&key, Instant::now());
+                let message = format!("Failed to pull image {image:?}: {}", rpc_message(&status));
+                self.recorder.pod_event(pod, path.clone(), Kind::Warning, "Failed", message.clone());
+                self.recorder.pod_event(pod, path, Kind::Warning, "Failed", "Error: ErrImagePull".into());
+                Err(("ErrImagePull".into(), message))
+            }
+        }
+    }
+
+    /// The mounts of the pod's volumes for `container`, the volumes set up first: emptyDir only.
+    fn mounts(&self, pod: &Pod, container: &Container) -> Result<Vec<cri::Mount>, String> {
+        let uid = pod.metadata.uid.as_deref().unwrap_or_default();
+        let volumes = pod.spec.as_ref().and_then(|s| s.volumes.clone()).unwrap_or_default();
+        let mut mounts = Vec::new();
+        for mount in container.volume_mounts.iter().flatten() {
+            let volume = volumes
+                .iter()
+                .find(|v| v.name == mount.name)
+                .ok_or_else(|| format!("volume {:?} is not in the pod's volumes", mount.name))?;
+            let host = self.volume_dir(uid, volume)?;
+            let host = match mount.sub_path.as_deref().filter(|p| !p.is_empty()) {
+                Some(sub) => {
+                    let sub = host.join(sub);
+                    std::fs::create_dir_all(&sub).map_err(|e| format!("subPath {}: {e}", sub.display()))?;
+                    sub
+                }
+                None => host,
+            };
+            mounts.push(cri::Mount {
+                container_path: mount.mount_path.clone(),
+                host_path: host.display().to_string(),
+                readonly: mount.read_only.unwrap_or(false),
+                ..cri::Mount::default()
+            });
+        }
+        // The termination message file (upstream's makeMounts: a file per container run).
+        let path =
+            container.termination_message_path.clone().unwrap_or_else(|| "/dev/termination-log".into());
+        let dir = self.pod_dir(uid).join("containers").join(&container.name);
+        std::fs::create_dir_all(&dir).map_err(|e| format!("creating {}: {e}", dir.display()))?;
+        let file = dir.join(format!("{:x}", Timestamp::now().as_nanosecond()));
+        std::fs::write(&file, b"").map_err(|e| format!("creating {}: {e}", file.display()))?;
+        mounts.push(cri::Mount {
+            container_path: path,
+            host_path: file.display().to_string(),
+            ..cri::Mount::default()
+        });
+        Ok(mounts)
+    }
+
+    fn volume_dir(&self, uid: &str, volume: &k8s_openapi::api::core::v1::Volume) -> Result<PathBuf, String> {
+        match &volume.empty_dir {
+            Some(empty) if empty.medium.as_deref().unwrap_or_default().is_empty() => {
+                let dir = self.pod_dir(uid).join("volumes/kubernetes.io~empty-dir").join(&volume.name);
+                std::fs::create_dir_all(&dir).map_err(|e| format!("creating {}: {e}", dir.display()))?;
+                Ok(dir)
+            }
+            _ => Err(format!(
+                "MountVolume.SetUp failed for volume {:?} : this volume type is not supported by keel-kubelet yet",
+                volume.name
+            )),
+        }
+    }
+
+    /// Checks every volume can be set up before the sandbox (upstream's WaitForAttachAndMount).
+    fn volumes_ready(&self, pod: &Pod) -> Result<(), String> {
+        let uid = pod.metadata.uid.as_deref().unwrap_or_default();
+        for volume in pod.spec.as_ref().and_then(|s| s.volumes.as_ref()).into_iter().flatten() {
+            self.volume_dir(uid, volume)?;
+        }
+        Ok(())
+    }
+
+    /// Starts one container (upstream's startContainer): back-off, image, config, create, start.
+    async fn start_container(
+        &self,
+        pod: &Pod,
+        container: &Container,
+        runtime: &PodRuntime,
+        sandbox_id: &str,
+        sandbox_config: &cri::PodSandboxConfig,
+        pod_ips: &[String],
+    ) -> Result<(), (String, String)> {
+        let uid = pod.metadata.uid.as_deref().unwrap_or_default();
+        let path = Some(field_path(pod, &container.name));
+        let previous = runtime.container(&container.name);
+        let restart_count = previous.map_or(0, |p| p.restart_count + 1);
+        if let Some(exited) = previous.filter(|p| p.state == State::Exited) {
+            let key = format!("{uid}/{}/{}", container.name, pod_actions::container_hash(container));
+            if let Some(duration) = self.backing_off(&key, since(exited.finished_at)) {
+                self.recorder.pod_event(
+                    pod,
+                    path,
+                    Kind::Warning,
+                    "BackOff",
+                    format!(
+                        "Back-off restarting failed container {} in pod {}",
+                        container.name,
+                        pod_name(pod)
+                    ),
+                );
+                return Err((
+                    "CrashLoopBackOff".into(),
+                    format!(
+                        "back-off {duration:?} restarting failed container={} pod={}",
+                        container.name,
+                        pod_name(pod)
+                    ),
+                ));
+            }
+        }
+        let image_ref = self.ensure_image(pod, container).await?;
+        let failed = |reason: &str, message: String| {
+            self.recorder.pod_event(pod, path.clone(), Kind::Warning, "Failed", format!("Error: {message}"));
+            Err((reason.to_owned(), message))
+        };
+        let facts = PodFacts { host_ips: self.host_ips.clone(), pod_ips: pod_ips.to_vec() };
+        let env = match pod_config::environment(pod, container, &facts) {
+            Ok(env) => env,
+            Err(message) => return failed("CreateContainerConfigError", message),
+        };
+        let mounts = match self.mounts(pod, container) {
+            Ok(mounts) => mounts,
+            Err(message) => return failed("CreateContainerConfigError", message),
+        };
+        let restart_count = u32::try_from(restart_count).unwrap_or(0);
+        let config = pod_config::container_config(pod, container, restart_count, &image_ref, env, mounts);
+        let mut cri = self.cri.clone();
+        let created = cri
+            .runtime
+            .create_container(cri::CreateContainerRequest {
+                pod_sandbox_id: sandbox_id.to_owned(),
+                config: Some(config),
+                sandbox_config: Some(sandbox_config.clone()),
+            })
+            .await;
+        let id = match created {
+            Ok(created) => created.into_inner().container_id,
+            Err(status) => return failed("CreateContainerError", rpc_message(&status)),
+        };
+        self.recorder.pod_event(
+            pod,
+            path.clone(),
+            Kind::Normal,
+            "Created",
+            format!("Created container: {}", container.name),
+        );
+        if let Err(status) =
+            cri.runtime.start_container(cri::StartContainerRequest { container_id: id }).await
+        {
+            return failed("RunContainerError", rpc_message(&status));
+        }
+        self.recorder.pod_event(
+            pod,
+            path,
+            Kind::Normal,
+            "Started",
+            format!("Started container {}", container.name),
+        );
+        Ok(())
+    }
+
+    /// Stops a container within `grace` seconds — at least [`MINIMUM_GRACE_SECONDS`], as upstream.
+    async fn kill_container(&self, pod: &Pod, id: &str, name: &str, grace: i64, message: &str) {
+        let grace = grace.max(MINIMUM_GRACE_SECONDS);
+        self.recorder.pod_event(
+            pod,
+            Some(field_path(pod, name)),
+            Kind::Normal,
+            "Killing",
+            message.to_owned(),
+        );
+        let mut cri = self.cri.clone();
+        let request = cri::StopContainerRequest { container_id: id.to_owned(), timeout: grace };
+        if let Err(status) = cri.runtime.stop_container(request).await
+            && status.code() != tonic::Code::NotFound
+        {
+            tracing::warn!(pod = %pod_name(pod), container = name, error = %status.message(), "stopping a container");
+        }
+    }
+
+    /// Stops every running container within `grace` and every sandbox (upstream's killPodWithSyncResult).
+    async fn kill_pod(&self, pod: &Pod, runtime: &PodRuntime, grace: i64) -> Result<(), tonic::Status> {
+        let running: Vec<_> = runtime.running().cloned().collect();
+        let messages: Vec<String> =
+            running.iter().map(|c| format!("Stopping container {}", c.name)).collect();
+        let kills = running
+            .iter()
+            .zip(&messages)
+            .map(|(c, message)| self.kill_container(pod, &c.id, &c.name, grace, message));
+        futures::future::join_all(kills).await;
+        let mut cri = self.cri.clone();
+        for sandbox in &runtime.sandboxes {
+            let request = cri::StopPodSandboxRequest { pod_sandbox_id: sandbox.id.clone() };
+            match cri.runtime.stop_pod_sandbox(request).await {
+                Err(status) if status.code() != tonic::Code::NotFound => return Err(status),
+                _ => {}
+            }
+        }
+        Ok(())
+    }
+
+    /// Removes every container and sandbox of the pod and its directory.
+    async fn remove_pod(&self, uid: &str, runtime: &PodRuntime) -> Result<(), tonic::Status> {
+        let mut cri = self.cri.clone();
+        for container in &runtime.containers {
+            let request = cri::RemoveContainerRequest { container_id: container.id.clone() };
+            match cri.runtime.remove_container(request).await {
+                Err(status) if status.code() != tonic::Code::NotFound => return Err(status),
+                _ => {}
+            }
+        }
+        for sandbox in &runtime.sandboxes {
+            let request = cri::RemovePodSandboxRequest { pod_sandbox_id: sandbox.id.clone() };
+            match cri.runtime.remove_pod_sandbox(request).await {
+                Err(status) if status.code() != tonic::Code::NotFound => return Err(status),
+                _ => {}
+            }
+        }
+        let dir = self.pod_dir(uid);
+        if let Err(error) = std::fs::remove_dir_all(&dir)
+            && error.kind() != std::io::ErrorKind::NotFound
+        {
+            tracing::warn!(dir = %dir.display(), %error, "removing the pod's directory");
+        }
+        self.forget_backoff(uid);
+        Ok(())
+    }
+
+    /// Patches the pod's status when it differs from what the API holds (upstream's status
+    /// manager); the uid in the patch makes it fail for another pod of the same name.
+    async fn write_status(&self, pod: &Pod, runtime: &PodRuntime, reasons: &Reasons, terminal: bool) {
+        let inputs = pod_status::Inputs {
+            runtime,
+            reasons,
+            host_ips: &self.host_ips,
+            runtime_name: &self.runtime_name,
+            terminal,
+            now: Timestamp::from_second(Timestamp::now().as_second()).unwrap_or_else(|_| Timestamp::now()),
+        };
+        let status = pod_status::status(pod, &inputs);
+        let current = serde_json::to_value(&pod.status).unwrap_or_default();
+        let wanted = serde_json::to_value(&status).unwrap_or_default();
+        if current == wanted {
+            return;
+        }
+        let namespace = pod.metadata.namespace.as_deref().unwrap_or("default");
+        let pods: Api<Pod> = Api::namespaced(self.client.clone(), namespace);
+        let patch = serde_json::json!({"metadata": {"uid": pod.metadata.uid}, "status": wanted});
+        let name = pod.metadata.name.as_deref().unwrap_or_default();
+        if let Err(error) = pods.patch_status(name, &PatchParams::default(), &Patch::Strategic(&patch)).await
+        {
+            tracing::warn!(pod = %pod_name(pod), %error, "failed to update the pod's status");
+        }
+    }
+
+    /// One sync of a pod that is to run (upstream's SyncPod).
+    async fn sync_pod(&self, pod: &Pod) -> Result<Synced, String> {
+        let uid = pod.metadata.uid.as_deref().unwrap_or_default();
+        let mut cri = self.cri.clone();
+        let runtime = cri.pod(uid).await.map_err(|s| rpc_message(&s))?;
+        let actions: PodActions = pod_actions::compute(pod, &runtime);
+        let mut reasons = Reasons::new();
+        let mut again = RESYNC;
+        let grace = pod.spec.as_ref().and_then(|s| s.termination_grace_period_seconds).unwrap_or(30);
+        if actions.kill_pod {
+            self.kill_pod(pod, &runtime, grace).await.map_err(|s| rpc_message(&s))?;
+        }
+        for (id, message) in &actions.containers_to_kill {
+            let name =
+                runtime.containers.iter().find(|c| &c.id == id).map(|c| c.name.clone()).unwrap_or_default();
+            self.kill_container(pod, id, &name, grace, message).await;
+        }
+        let mut sandbox_id = actions.sandbox_id.clone();
+        let sandbox_config = pod_config::sandbox_config(pod, actions.attempt, &self.env);
+        if actions.create_sandbox {
+            if let Err(message) = self.volumes_ready(pod) {
+                self.recorder.pod_event(pod, None, Kind::Warning, "FailedMount", message);
+                let runtime = cri.pod(uid).await.map_err(|s| rpc_message(&s))?;
+                self.write_status(pod, &runtime, &reasons, false).await;
+                return Ok(Synced { again: Duration::from_secs(2) });
+            }
+            let log_dir = pod_config::log_directory(pod, &self.env);
+            std::fs::create_dir_all(&log_dir).map_err(|e| format!("creating {log_dir}: {e}"))?;
+            let request = cri::RunPodSandboxRequest {
+                config: Some(sandbox_config.clone()),
+                runtime_handler: String::new(),
+            };
+            match cri.runtime.run_pod_sandbox(request).await {
+                Ok(created) => sandbox_id = created.into_inner().pod_sandbox_id,
+                Err(status) => {
+                    let message = format!("Failed to create pod sandbox: {}", rpc_message(&status));
+                    self.recorder.pod_event(
+                        pod,
+                        None,
+                        Kind::Warning,
+                        "FailedCreatePodSandBox",
+                        message.clone(),
+                    );
+                    return Err(message);
+                }
+            }
+        }
+        let runtime = if actions.create_sandbox || actions.kill_pod {
+            cri.pod(uid).await.map_err(|s| rpc_message(&s))?
+        } else {
+            runtime
+        };
+        let pod_ips = runtime.ips().to_vec();
+        let spec = pod.spec.clone().unwrap_or_default();
+        let mut to_start: Vec<&Container> = Vec::new();
+        if let Some(index) = actions.init_to_start {
+            to_start.extend(spec.init_containers.iter().flatten().nth(index));
+        } else {
+            to_start.extend(actions.containers_to_start.iter().filter_map(|&i| spec.containers.get(i)));
+        }
+        if !sandbox_id.is_empty() && (actions.create_sandbox || !actions.kill_pod) {
+            for container in to_start {
+                if let Err((reason, message)) = self
+                    .start_container(pod, container, &runtime, &sandbox_id, &sandbox_config, &pod_ips)
+                    .await
+                {
+                    tracing::info!(pod = %pod_name(pod), container = %container.name, %reason, %message, "container not started");
+                    reasons.insert(container.name.clone(), (reason, message));
+                    again = Duration::from_secs(1);
+                }
+            }
+        }
+        let runtime = cri.pod(uid).await.map_err(|s| rpc_message(&s))?;
+        self.write_status(pod, &runtime, &reasons, false).await;
+        Ok(Synced { again })
+    }
+
+    /// Tears a deleted pod down (upstream's SyncTerminatingPod and SyncTerminatedPod), writes
+    /// its terminal status and deletes the Pod object.
+    async fn terminate_pod(&self, pod: &Pod, grace: i64) -> Result<(), String> {
+        let uid = pod.metadata.uid.as_deref().unwrap_or_default();
+        let mut cri = self.cri.clone();
+        let runtime = cri.pod(uid).await.map_err(|s| rpc_message(&s))?;
+        self.kill_pod(pod, &runtime, grace).await.map_err(|s| rpc_message(&s))?;
+        let stopped = cri.pod(uid).await.map_err(|s| rpc_message(&s))?;
+        self.write_status(pod, &stopped, &Reasons::new(), true).await;
+        self.remove_pod(uid, &stopped).await.map_err(|s| rpc_message(&s))?;
+        let namespace = pod.metadata.namespace.as_deref().unwrap_or("default");
+        let pods: Api<Pod> = Api::namespaced(self.client.clone(), namespace);
+        let params = DeleteParams {
+            grace_period_seconds: Some(0),
+            preconditions: Some(Preconditions { uid: Some(uid.to_owned()), resource_version: None }),
+            ..DeleteParams::default()
+        };
+        match pods.delete(pod.metadata.name.as_deref().unwrap_or_default(), &params).await {
+            Ok(_) => Ok(()),
+            Err(kube::Error::Api(status)) if status.code == 404 || status.code == 409 => Ok(()),
+            Err(error) => Err(format!("deleting the pod: {error}")),
+        }
+    }
+
+    /// Removes what the runtime holds of a pod the API no longer has (upstream's
+    /// HandlePodCleanups), stopping its containers within `grace`.
+    async fn clean_up(&self, uid: &str, pod: Option<&Pod>, grace: i64) -> Result<(), String> {
+        let mut cri = self.cri.clone();
+        let runtime = cri.pod(uid).await.map_err(|s| rpc_message(&s))?;
+        let placeholder = Pod::default();
+        self.kill_pod(pod.unwrap_or(&placeholder), &runtime, grace).await.map_err(|s| rpc_message(&s))?;
+        self.remove_pod(uid, &runtime).await.map_err(|s| rpc_message(&s))
+    }
+}
+
+/// The grace period a deleted pod's containers get: the deletion's, else the spec's.
+fn grace_period(pod: &Pod) -> i64 {
+    pod.metadata
+        .deletion_grace_period_seconds
+        .or_else(|| pod.spec.as_ref().and_then(|s| s.termination_grace_period_seconds))
+        .unwrap_or(30)
+        .max(0)
+}
+
+/// The latest version of a worker's pod, or that it is gone from the API (as its last version
+/// said, when the watch delivered it: a force delete's grace period 0).
+#[derive(Debug, Clone)]
+enum Latest {
+    Pod(Pod),
+    Removed(Option<Pod>),
+}
+
+/// One pod's worker (upstream's podWorkerLoop): syncs the latest version of its pod whenever it
+/// changes, the relist wakes it, or its resync is due; tears it down once deleted.
+async fn pod_worker(kubelet: Arc<Kubelet>, uid: String, mut updates: watch::Receiver<Latest>) {
+    let mut backoff = Duration::from_millis(500);
+    let mut last: Option<Pod> = None;
+    loop {
+        let latest = updates.borrow_and_update().clone();
+        let wait = match &latest {
+            Latest::Pod(pod) if pod.metadata.deletion_timestamp.is_none() => {
+                match kubelet.sync_pod(pod).await {
+                    Ok(synced) => {
+                        backoff = Duration::from_millis(500);
+                        synced.again
+                    }
+                    Err(error) => {
+                        tracing::warn!(pod = %pod_name(pod), %error, "error syncing pod, skipping");
+                        backoff = (backoff * 2).min(Duration::from_secs(10));
+                        backoff
+                    }
+                }
+            }
+            Latest::Pod(pod) => match kubelet.terminate_pod(pod, grace_period(pod)).await {
+                Ok(()) => RESYNC,
+                Err(error) => {
+                    tracing::warn!(pod = %pod_name(pod), %error, "error terminating pod");
+                    Duration::from_secs(1)
+                }
+            },
+            Latest::Removed(removed) => {
+                let pod = removed.as_ref().or(last.as_ref());
+                let grace = pod.map_or(0, grace_period);
+                match kubelet.clean_up(&uid, pod, grace).await {
+                    Ok(()) => return,
+                    Err(error) => {
+                        tracing::warn!(%uid, %error, "error removing a deleted pod's containers");
+                        Duration::from_secs(1)
+                    }
+                }
+            }
+        };
+        if let Latest::Pod(pod) = latest {
+            last = Some(pod);
+        }
+        tokio::select! {
+            changed = updates.changed() => if changed.is_err() { return },
+            () = tokio::time::sleep(wait) => {}
+        }
+    }
+}
+
+/// The pods of one node: the watch, the workers and the relist. Runs until dropped.
+pub async fn run(kubelet: Kubelet) {
+    let kubelet = Arc::new(kubelet);
+    let mut workers: HashMap<String, watch::Sender<Latest>> = HashMap::new();
+    let pods: Api<Pod> = Api::all(kubelet.client.clone());
+    let config = watcher::Config::default().fields(&format!("spec.nodeName={}", kubelet.node_name));
+    let mut events = std::pin::pin!(watcher::watcher(pods, config));
+    let mut relist = tokio::time::interval(RELIST_PERIOD);
+    let mut listed = false;
+    let mut seen_in_init: Vec<String> = Vec::new();
+    let mut fingerprints: BTreeMap<String, Vec<(String, i32)>> = BTreeMap::new();
+    let update = |workers: &mut HashMap<String, watch::Sender<Latest>>, uid: String, pod: Latest| {
+        workers.retain(|_, sender| !sender.is_closed());
+        match workers.get(&uid) {
+            Some(sender) => {
+                sender.send_replace(pod);
+            }
+            None if matches!(pod, Latest::Pod(_)) => {
+                let (sender, receiver) = watch::channel(pod);
+                tokio::spawn(pod_worker(kubelet.clone(), uid.clone(), receiver));
+                workers.insert(uid, sender);
+            }
+            None => {}
+        }
+    };
+    loop {
+        tokio::select! {
+            event = events.next() => {
+                let Some(event) = event else { return };
+                match event {
+                    Ok(watcher::Event::Apply(pod)) => {
+                        let uid = pod.metadata.uid.clone().unwrap_or_default();
+                        update(&mut workers, uid, Latest::Pod(pod));
+                    }
+                    Ok(watcher::Event::Delete(pod)) => {
+                        let uid = pod.metadata.uid.clone().unwrap_or_default();
+                        update(&mut workers, uid, Latest::Removed(Some(pod)));
+                    }
+                    Ok(watcher::Event::Init) => seen_in_init.clear(),
+                    Ok(watcher::Event::InitApply(pod)) => {
+                        let uid = pod.metadata.uid.clone().unwrap_or_default();
+                        seen_in_init.push(uid.clone());
+                        update(&mut workers, uid, Latest::Pod(pod));
+                    }
+                    Ok(watcher::Event::InitDone) => {
+                        let gone: Vec<String> =
+                            workers.keys().filter(|uid| !seen_in_init.contains(uid)).cloned().collect();
+                        for uid in gone {
+                            update(&mut workers, uid, Latest::Removed(None));
+                        }
+                        listed = true;
+                    }
+                    Err(error) => {
+                        tracing::warn!(%error, "watching the node's pods");
+                        tokio::time::sleep(Duration::from_secs(1)).await;
+                    }
+                }
+            }
+            _ = relist.tick() => {
+                let mut cri = kubelet.cri.clone();
+                let current = match cri.relist().await {
+                    Ok(current) => current,
+                    Err(status) => {
+                        tracing::debug!(error = %status.message(), "relisting the runtime");
+                        continue;
+                    }
+                };
+                workers.retain(|_, sender| !sender.is_closed());
+                for (uid, entries) in &current {
+                    if fingerprints.get(uid) == Some(entries) {
+                        continue;
+                    }
+                    match workers.get(uid) {
+                        Some(sender) => sender.send_modify(|_| {}),
+                        // Left by a pod the API no longer has (or by a kubelet before this one).
+                        None if listed => {
+                            let kubelet = kubelet.clone();
+                            let uid = uid.clone();
+                            tokio::spawn(async move {
+                                if let Err(error) = kubelet.clean_up(&uid, None, 2).await {
+                                    tracing::warn!(%uid, %error, "removing an orphaned pod");
+                                }
+                            });
+                        }
+                        None => {}
+                    }
+                }
+                fingerprints = current;
+            }
+        }
+    }
+}

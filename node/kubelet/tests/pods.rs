@@ -1,0 +1,450 @@
+//! keel-kubelet runs Pods through a real CRI runtime — keel-shim, and containerd 1.6 — on a
+//! testbed node (root): a network namespace with a registry holding busybox, the reference bridge
+//! and host-local CNI plugins, and the runtime inside it. keel-apiserver runs in process; the
+//! kubelet is `system:node:n1`, so the Node authorizer and NodeRestriction decide every write.
+//!
+//! One scenario, on each runtime against keel-apiserver, and on keel-shim against kube-apiserver
+//! v1.34:
+//! - the Node turns Ready once the runtime and its network answer;
+//! - a long-running pod reaches Running with Ready=True, a pod IP from the CNI subnet, a
+//!   `<runtime>://` container ID, and Pulled/Created/Started events; its environment holds the
+//!   downward-API and expanded values (read back through its emptyDir volume on the host);
+//! - a `Never` pod whose command exits 3 ends Failed with the exit code and reason Error;
+//! - a pod whose container keeps failing is restarted, then waits in CrashLoopBackOff;
+//! - a pod's init containers run to completion (Completed, Initialized=True) before it runs;
+//! - a pod whose image does not exist waits in ErrImagePull / ImagePullBackOff with a Failed event;
+//! - a pod with a volume keel-kubelet cannot mount yet waits in ContainerCreating with FailedMount;
+//! - deleted with a 1 s grace period, a pod's container stops on SIGTERM and the Pod object goes;
+//!   force-deleted pods are torn down too; at the end the runtime holds nothing of any pod and
+//!   the kubelet's pod directories are gone.
+
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result, bail, ensure};
+use k8s_openapi::api::core::v1::{Event, Node, Pod, ServiceAccount};
+use keel_kubelet::agent::{Agent, Timings};
+use keel_kubelet::machine::MachineInfo;
+use keel_kubelet::node::NodeConfig;
+use keel_kubelet::node_status::Reservations;
+use keel_kubelet::pod_config::{PodEnvironment, Resolv};
+use keel_kubelet::pods::{self, Kubelet};
+use keel_kubelet::runtime::Runtime;
+use keel_testbed::containerd::{Containerd, ContainerdOptions, PAUSE_REGISTRY, pause_registry_in};
+use keel_testbed::cri::{CriClient, api};
+use keel_testbed::kube_apiserver::{self, KubeApiServer, KubeApiServerOptions};
+use keel_testbed::registry::Registry;
+use keel_testbed::{Daemon, Fabric, Forwarder, Host, Readiness};
+use kube::Api;
+use kube::api::{DeleteParams, ListParams, PostParams};
+use serde_json::json;
+
+use crate::support::{client, keel};
+
+/// How long a state the kubelet reaches by itself is waited for (a bound on failure only).
+const WAIT: Duration = Duration::from_secs(90);
+const SUBNET: &str = "10.97.0.0/24";
+
+/// The node: a fabric host with the registry on its loopback and a CNI config for the runtime.
+struct Bed {
+    net_d: tempfile::TempDir,
+    _ipam: tempfile::TempDir,
+    pause: String,
+    _registry: Registry,
+    node: Host,
+    _fabric: Fabric,
+}
+
+fn bed() -> Result<Bed> {
+    keel_testbed::require_root()?;
+    let fabric = Fabric::new()?;
+    let node = fabric.add_host("kubelet")?;
+    let (registry, pause) = pause_registry_in(node.fd())?;
+    let forwarder = Forwarder::start(node.fd(), PAUSE_REGISTRY.parse()?)?;
+    let busybox = keel_testbed::images::busybox_image()?;
+    keel_testbed::registry::push_oci_layout_to(
+        &forwarder.local_addr().to_string(),
+        &busybox.layout,
+        &busybox.tag,
+        "keel/busybox",
+        "1.0",
+    )?;
+    let ipam = tempfile::Builder::new().prefix("keel-kubelet-ipam-").tempdir()?;
+    let net_d = tempfile::Builder::new().prefix("keel-kubelet-netd-").tempdir()?;
+    let conflist = json!({
+        "cniVersion": "1.0.0", "name": "keel-kubelet-test",
+        "plugins": [{"type": "bridge", "bridge": "kbl0", "isGateway": true, "ipMasq": false,
+                     "ipam": {"type": "host-local", "ranges": [[{"subnet": SUBNET}]], "dataDir": ipam.path()}}]
+    });
+    std::fs::write(net_d.path().join("10-kubelet-test.conflist"), conflist.to_string())?;
+    Ok(Bed { net_d, _ipam: ipam, pause, _registry: registry, node, _fabric: fabric })
+}
+
+/// keel-shim as `cargo build` left it beside this test binary (nextest builds every binary of the
+/// workspace first).
+fn keel_shim_binary() -> Result<PathBuf> {
+    let exe = std::env::current_exe()?;
+    let profile = exe.parent().and_then(Path::parent).context("the test binary's target directory")?;
+    let shim = profile.join("keel-shim");
+    ensure!(
+        shim.exists(),
+        "{} is not built: `cargo build -p keel-shim` (cargo xtask test builds it)",
+        shim.display()
+    );
+    Ok(shim)
+}
+
+/// The runtime under test, dropped before the bed.
+enum RuntimeUnderTest {
+    Shim { _daemon: Box<Daemon>, dir: tempfile::TempDir },
+    Containerd(Box<Containerd>),
+}
+
+impl RuntimeUnderTest {
+    fn socket(&self) -> PathBuf {
+        match self {
+            RuntimeUnderTest::Shim { dir, .. } => dir.path().join("cri.sock"),
+            RuntimeUnderTest::Containerd(containerd) => containerd.socket().to_owned(),
+        }
+    }
+}
+
+fn start_shim(bed: &Bed) -> Result<RuntimeUnderTest> {
+    let dir = tempfile::Builder::new().prefix("keel-kubelet-shim-").tempdir()?;
+    let mut cmd = std::process::Command::new(keel_shim_binary()?);
+    cmd.arg("--socket").arg(dir.path().join("cri.sock"));
+    cmd.arg("--root").arg(dir.path().join("root"));
+    cmd.arg("--cni-conf-dir").arg(bed.net_d.path());
+    cmd.arg("--cni-bin-dir").arg("/usr/lib/cni");
+    cmd.arg("--insecure-registry").arg(PAUSE_REGISTRY);
+    let ready = Readiness::UnixSocket(dir.path().join("cri.sock"));
+    let daemon = bed.node.start_daemon("keel-shim", cmd, ready, Duration::from_secs(20))?;
+    Ok(RuntimeUnderTest::Shim { _daemon: Box::new(daemon), dir })
+}
+
+fn start_containerd(bed: &Bed) -> Result<RuntimeUnderTest> {
+    let options = ContainerdOptions {
+        cni_conf_dir: Some(bed.net_d.path().to_owned()),
+        netns: Some(bed.node.fd().clone()),
+        sandbox_image: Some(bed.pause.clone()),
+        plain_http_registries: vec![PAUSE_REGISTRY.to_owned()],
+        ..ContainerdOptions::default()
+    };
+    Ok(RuntimeUnderTest::Containerd(Box::new(Containerd::start(&options)?)))
+}
+
+fn pod(name: &str, spec: serde_json::Value) -> Result<Pod> {
+    let mut spec = spec;
+    spec["nodeName"] = json!("n1");
+    spec["automountServiceAccountToken"] = json!(false);
+    Ok(serde_json::from_value(json!({"metadata": {"name": name, "namespace": "default"}, "spec": spec}))?)
+}
+
+async fn wait_for<T>(what: &str, mut check: impl AsyncFnMut() -> Result<Option<T>>) -> Result<T> {
+    let started = Instant::now();
+    let deadline = started + WAIT;
+    let mut last_error = None;
+    loop {
+        match check().await {
+            Ok(Some(value)) => {
+                eprintln!("{what}: after {:?}", started.elapsed());
+                return Ok(value);
+            }
+            Ok(None) => {}
+            Err(error) => last_error = Some(error),
+        }
+        if Instant::now() > deadline {
+            bail!("{what} was not reached in {WAIT:?} (last error: {last_error:?})");
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+fn waiting_reason(pod: &Pod) -> Option<String> {
+    let status = pod.status.as_ref()?.container_statuses.as_ref()?.first()?;
+    status.state.as_ref()?.waiting.as_ref()?.reason.clone()
+}
+
+async fn pod_leftovers(cri: &mut CriClient, uid: &str) -> Result<usize> {
+    let sandboxes =
+        cri.runtime.list_pod_sandbox(api::ListPodSandboxRequest { filter: None }).await?.into_inner();
+    let containers =
+        cri.runtime.list_containers(api::ListContainersRequest { filter: None }).await?.into_inner();
+    let of_pod = |labels: &std::collections::HashMap<String, String>| {
+        labels.get("io.kubernetes.pod.uid").is_some_and(|u| u == uid || uid.is_empty())
+    };
+    Ok(sandboxes.items.iter().filter(|s| of_pod(&s.labels)).count()
+        + containers.containers.iter().filter(|c| of_pod(&c.labels)).count())
+}
+
+/// The API server the kubelet runs against, kept until the scenario ends.
+#[derive(Default)]
+struct Server {
+    _keel: Option<crate::support::Keel>,
+    _kube: Option<KubeApiServer>,
+}
+
+async fn server(upstream: bool) -> Result<(Server, kube::Client, kube::Client)> {
+    if upstream {
+        let options = KubeApiServerOptions::new().arg("--enable-admission-plugins=NodeRestriction");
+        let kube = tokio::task::spawn_blocking(move || KubeApiServer::start_with(&options)).await??;
+        let admin = client(&kube.kubeconfig(&kube.client_cert("admin", &["system:masters"])?)).await?;
+        let n1 = client(&kube.kubeconfig(&kube.client_cert("system:node:n1", &["system:nodes"])?)).await?;
+        // No controller manager creates the namespace's default ServiceAccount, which pods need.
+        let accounts: Api<ServiceAccount> = Api::namespaced(admin.clone(), "default");
+        let account: ServiceAccount = serde_json::from_value(json!({"metadata": {"name": "default"}}))?;
+        accounts.create(&PostParams::default(), &account).await?;
+        return Ok((Server { _kube: Some(kube), ..Server::default() }, admin, n1));
+    }
+    let keel = keel().await?;
+    let (ca, key) = (&keel.pki.ca_pem, &keel.pki.ca_key_pem);
+    let admin = kube_apiserver::client_cert_signed_by(ca, key, "admin", &["system:masters"])?;
+    let admin = client(&kube_apiserver::kubeconfig_for(&keel.url, ca, &admin)).await?;
+    let n1 = kube_apiserver::client_cert_signed_by(ca, key, "system:node:n1", &["system:nodes"])?;
+    let n1 = client(&kube_apiserver::kubeconfig_for(&keel.url, ca, &n1)).await?;
+    Ok((Server { _keel: Some(keel), ..Server::default() }, admin, n1))
+}
+
+async fn scenario(socket: PathBuf, expected_runtime: &str, upstream: bool) -> Result<()> {
+    let (_server, admin, n1) = server(upstream).await?;
+    let root = tempfile::Builder::new().prefix("keel-kubelet-root-").tempdir()?;
+    let logs = tempfile::Builder::new().prefix("keel-kubelet-logs-").tempdir()?;
+    let endpoint = format!("unix://{}", socket.display());
+    let config = NodeConfig {
+        node_name: "n1".into(),
+        hostname: "n1".into(),
+        node_ip: Some("127.0.0.1".parse()?),
+        labels: Default::default(),
+        taints: vec![],
+        max_pods: 110,
+        reservations: Reservations::defaults(),
+        port: 10250,
+    };
+    let timings = Timings { status_update_frequency: Duration::from_millis(500), ..Timings::default() };
+    let machine = MachineInfo::read(root.path())?;
+    let agent = tokio::spawn(Agent::new(n1.clone(), config, machine, Runtime::new(&endpoint), timings).run());
+    let (cri, runtime_name) = Runtime::new(&endpoint).wait_for_cri().await;
+    ensure!(runtime_name == expected_runtime, "the runtime says it is {runtime_name}");
+    let env = PodEnvironment {
+        cluster_dns: vec!["10.96.0.10".into()],
+        cluster_domain: "cluster.local".into(),
+        host_resolv: Resolv::default(),
+        pod_logs_dir: logs.path().display().to_string(),
+        node_name: "n1".into(),
+    };
+    let kubelet = Kubelet::new(
+        n1.clone(),
+        "n1".into(),
+        vec!["127.0.0.1".into()],
+        root.path().to_owned(),
+        env,
+        cri,
+        runtime_name.clone(),
+    );
+    let running = tokio::spawn(pods::run(kubelet));
+    let outcome = pods_on_node(&admin, &socket, root.path(), &runtime_name).await;
+    running.abort();
+    agent.abort();
+    outcome
+}
+
+async fn pods_on_node(admin: &kube::Client, socket: &Path, root: &Path, runtime_name: &str) -> Result<()> {
+    let nodes: Api<Node> = Api::all(admin.clone());
+    wait_for("n1 Ready=True", async || {
+        let node = nodes.get_opt("n1").await?;
+        let ready = node.and_then(|n| n.status?.conditions?.into_iter().find(|c| c.type_ == "Ready"));
+        Ok(ready.filter(|c| c.status == "True"))
+    })
+    .await?;
+
+    let pods: Api<Pod> = Api::namespaced(admin.clone(), "default");
+    let image = format!("{PAUSE_REGISTRY}/keel/busybox:1.0");
+    let created = [
+        pod(
+            "web",
+            json!({
+                "terminationGracePeriodSeconds": 30,
+                "containers": [{"name": "web", "image": image,
+                    "command": ["sh", "-c", "hostname > /data/hostname; env > /data/env; trap 'exit 0' TERM; sleep 3600 & wait"],
+                    "env": [{"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
+                            {"name": "GREETING", "value": "hello $(POD_NAME)"}],
+                    "volumeMounts": [{"name": "data", "mountPath": "/data"}]}],
+                "volumes": [{"name": "data", "emptyDir": {}}]
+            }),
+        )?,
+        pod(
+            "once",
+            json!({"restartPolicy": "Never",
+            "containers": [{"name": "once", "image": image, "command": ["sh", "-c", "exit 3"]}]}),
+        )?,
+        pod(
+            "ghost",
+            json!({"containers": [{"name": "ghost", "image": format!("{PAUSE_REGISTRY}/keel/missing:v1")}]}),
+        )?,
+        pod(
+            "unmountable",
+            json!({"containers": [{"name": "c", "image": image}],
+            "volumes": [{"name": "cm", "configMap": {"name": "settings"}}]}),
+        )?,
+        pod(
+            "crash",
+            json!({"containers": [{"name": "crash", "image": image, "command": ["sh", "-c", "exit 1"]}]}),
+        )?,
+        pod(
+            "init",
+            json!({
+            "initContainers": [{"name": "first", "image": image, "command": ["sh", "-c", "exit 0"]},
+                               {"name": "second", "image": image, "command": ["true"]}],
+            "containers": [{"name": "main", "image": image, "command": ["sleep", "3600"]}]}),
+        )?,
+    ];
+    for pod in &created {
+        pods.create(&PostParams::default(), pod).await?;
+    }
+
+    let web = wait_for("web Running and Ready", async || {
+        let pod = pods.get("web").await?;
+        let status = pod.status.clone().unwrap_or_default();
+        let ready = status.conditions.iter().flatten().any(|c| c.type_ == "Ready" && c.status == "True");
+        Ok((status.phase.as_deref() == Some("Running") && ready).then_some(pod))
+    })
+    .await?;
+    let status = web.status.clone().unwrap_or_default();
+    let ip = status.pod_ip.clone().unwrap_or_default();
+    ensure!(ip.starts_with("10.97.0."), "web's pod IP {ip:?} is not from {SUBNET}");
+    let container = &status.container_statuses.clone().unwrap_or_default()[0];
+    let id = container.container_id.clone().unwrap_or_default();
+    ensure!(id.starts_with(&format!("{runtime_name}://")), "web's container ID {id}");
+    ensure!(container.ready && container.restart_count == 0, "{container:?}");
+    ensure!(
+        status.qos_class.as_deref() == Some("BestEffort") && status.host_ip.as_deref() == Some("127.0.0.1"),
+        "{status:?}"
+    );
+    let web_uid = web.metadata.uid.clone().unwrap_or_default();
+    let env_file = root.join("pods").join(&web_uid).join("volumes/kubernetes.io~empty-dir/data/env");
+    let env = wait_for("web's environment in its emptyDir", async || {
+        Ok(std::fs::read_to_string(&env_file).ok().filter(|e| e.contains("GREETING")))
+    })
+    .await?;
+    ensure!(
+        env.lines().any(|l| l == "POD_NAME=web") && env.lines().any(|l| l == "GREETING=hello web"),
+        "{env}"
+    );
+    let hostname = std::fs::read_to_string(env_file.with_file_name("hostname"))?;
+    ensure!(hostname.trim() == "web", "the pod's hostname: {hostname:?}");
+
+    let events: Api<Event> = Api::namespaced(admin.clone(), "default");
+    let reasons = |list: &[Event], name: &str| -> Vec<String> {
+        list.iter()
+            .filter(|e| e.involved_object.name.as_deref() == Some(name))
+            .filter_map(|e| e.reason.clone())
+            .collect()
+    };
+    wait_for("web's Pulled, Created and Started events", async || {
+        let list = events.list(&ListParams::default()).await?.items;
+        let web = reasons(&list, "web");
+        Ok(["Pulled", "Created", "Started"].iter().all(|r| web.iter().any(|w| w == r)).then_some(()))
+    })
+    .await?;
+
+    wait_for("once Failed with exit code 3", async || {
+        let pod = pods.get("once").await?;
+        let status = pod.status.unwrap_or_default();
+        let terminated =
+            status.container_statuses.iter().flatten().find_map(|c| c.state.as_ref()?.terminated.clone());
+        Ok((status.phase.as_deref() == Some("Failed"))
+            .then_some(terminated)
+            .flatten()
+            .filter(|t| t.exit_code == 3 && t.reason.as_deref() == Some("Error")))
+    })
+    .await?;
+
+    wait_for("crash in CrashLoopBackOff after a restart", async || {
+        let pod = pods.get("crash").await?;
+        let restarts =
+            pod.status.as_ref().and_then(|s| s.container_statuses.as_ref()).map_or(0, |c| c[0].restart_count);
+        Ok((waiting_reason(&pod).as_deref() == Some("CrashLoopBackOff") && restarts >= 1).then_some(()))
+    })
+    .await?;
+    let init = wait_for("init Running after its init containers completed", async || {
+        let pod = pods.get("init").await?;
+        Ok((pod.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running")).then_some(pod))
+    })
+    .await?;
+    let status = init.status.clone().unwrap_or_default();
+    for init_status in status.init_container_statuses.iter().flatten() {
+        let done = init_status.state.as_ref().and_then(|s| s.terminated.as_ref());
+        ensure!(
+            done.is_some_and(|d| d.exit_code == 0 && d.reason.as_deref() == Some("Completed")),
+            "{init_status:?}"
+        );
+    }
+    ensure!(
+        status.conditions.iter().flatten().any(|c| c.type_ == "Initialized" && c.status == "True"),
+        "{status:?}"
+    );
+
+    wait_for("ghost waiting in ErrImagePull or ImagePullBackOff", async || {
+        let pod = pods.get("ghost").await?;
+        Ok(waiting_reason(&pod).filter(|r| r == "ErrImagePull" || r == "ImagePullBackOff"))
+    })
+    .await?;
+    wait_for("FailedMount for unmountable, Failed for ghost", async || {
+        let list = events.list(&ListParams::default()).await?.items;
+        let mounted = reasons(&list, "unmountable").iter().any(|r| r == "FailedMount");
+        let pulled = reasons(&list, "ghost").iter().any(|r| r == "Failed");
+        Ok((mounted && pulled).then_some(()))
+    })
+    .await?;
+    let unmountable = pods.get("unmountable").await?;
+    ensure!(waiting_reason(&unmountable).as_deref() == Some("ContainerCreating"), "{:?}", unmountable.status);
+
+    // A graceful delete: SIGTERM ends the container, the kubelet deletes the object.
+    pods.delete("web", &DeleteParams { grace_period_seconds: Some(1), ..DeleteParams::default() }).await?;
+    wait_for("web deleted", async || Ok(pods.get_opt("web").await?.is_none().then_some(()))).await?;
+    let mut cri = CriClient::connect(socket).await?;
+    let left = pod_leftovers(&mut cri, &web_uid).await?;
+    ensure!(left == 0, "{left} sandboxes and containers of web are left");
+
+    // Force deletes: the kubelet tears down what the API no longer has.
+    for name in ["once", "crash", "init", "ghost", "unmountable"] {
+        pods.delete(name, &DeleteParams { grace_period_seconds: Some(0), ..DeleteParams::default() }).await?;
+    }
+    wait_for("nothing of any pod left in the runtime", async || {
+        Ok((pod_leftovers(&mut cri, "").await? == 0).then_some(()))
+    })
+    .await?;
+    wait_for("the kubelet's pod directories removed", async || {
+        let left = std::fs::read_dir(root.join("pods")).map(Iterator::count).unwrap_or(0);
+        Ok((left == 0).then_some(()))
+    })
+    .await?;
+    Ok(())
+}
+
+fn run(runtime: &RuntimeUnderTest, name: &str, upstream: bool) -> Result<()> {
+    let threads = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?;
+    threads.block_on(scenario(runtime.socket(), name, upstream))
+}
+
+#[test]
+fn pods_run_through_keel_shim() -> Result<()> {
+    let bed = bed()?;
+    let shim = start_shim(&bed)?;
+    run(&shim, "keel-shim", false)
+}
+
+/// keel-kubelet speaks the standard API: the same scenario against kube-apiserver v1.34.
+#[test]
+fn pods_run_against_kube_apiserver() -> Result<()> {
+    let bed = bed()?;
+    let shim = start_shim(&bed)?;
+    run(&shim, "keel-shim", true)
+}
+
+#[test]
+fn pods_run_through_containerd() -> Result<()> {
+    let bed = bed()?;
+    let containerd = start_containerd(&bed)?;
+    run(&containerd, "containerd", false)
+}

@@ -1,0 +1,42 @@
+//! What the kubelet's tests share: keel-apiserver in process, clients from kubeconfigs.
+
+use std::sync::Arc;
+
+use anyhow::Result;
+use kube::config::{KubeConfigOptions, Kubeconfig};
+
+/// keel-apiserver in process on its embedded store, as the apiserver's own tests start it.
+pub struct Keel {
+    pub url: String,
+    pub pki: keel_apiserver::pki::Pki,
+    _dir: tempfile::TempDir,
+    serving: tokio::task::JoinHandle<std::io::Result<()>>,
+}
+
+impl Drop for Keel {
+    fn drop(&mut self) {
+        self.serving.abort();
+    }
+}
+
+pub async fn keel() -> Result<Keel> {
+    let dir = tempfile::tempdir()?;
+    let options = keel_store::embedded::Options::new(dir.path().join("data"));
+    let store: Arc<dyn keel_store::Store> = Arc::new(keel_store::embedded::EmbeddedStore::open(options)?);
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+    let address = listener.local_addr()?;
+    let pki = keel_apiserver::pki::ensure(&dir.path().join("pki"), &[])?;
+    let tls = keel_apiserver::auth::server_config(&pki)?;
+    let server = keel_apiserver::ApiServer::new(store, keel_apiserver::Config::new(address)).await?;
+    let serving = tokio::spawn(server.serve(listener, tls));
+    Ok(Keel { url: format!("https://{address}"), pki, _dir: dir, serving })
+}
+
+pub async fn client(kubeconfig: &str) -> Result<kube::Client> {
+    let config = kube::Config::from_custom_kubeconfig(
+        Kubeconfig::from_yaml(kubeconfig)?,
+        &KubeConfigOptions::default(),
+    )
+    .await?;
+    Ok(kube::Client::try_from(config)?)
+}
