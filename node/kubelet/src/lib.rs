@@ -17,8 +17,11 @@
 //! - [`pods`]: the watch of the node's pods, one worker per pod, the relist, the syncs, the
 //!   status writes and the final deletion.
 //! - [`events`]: the Events about pods.
+//! - [`volumes`]: the files of configMap, secret, downwardAPI and projected volumes. Pure.
+//! - [`atomic_writer`]: writes them as upstream's AtomicWriter (`..data` swapped by a rename).
 
 pub mod agent;
+pub mod atomic_writer;
 pub mod cli;
 pub mod events;
 pub mod machine;
@@ -30,3 +33,4 @@ pub mod pod_runtime;
 pub mod pod_status;
 pub mod pods;
 pub mod runtime;
+pub mod volumes;

@@ -14,6 +14,7 @@ use crate::pod_runtime::{
     CONTAINER_HASH_ANNOTATION, CONTAINER_NAME_LABEL, POD_NAME_LABEL, POD_NAMESPACE_LABEL, POD_UID_LABEL,
     RESTART_COUNT_ANNOTATION, TERMINATION_GRACE_ANNOTATION,
 };
+use crate::volumes::Sources;
 
 /// What the kubelet knows that goes into every pod: its DNS settings and the host's resolver.
 #[derive(Debug, Clone, Default)]
@@ -269,7 +270,7 @@ pub struct PodFacts {
 }
 
 /// A `fieldRef` value (upstream's podFieldSelectorRuntimeValue and ExtractFieldPathAsString).
-fn field_value(pod: &Pod, facts: &PodFacts, path: &str) -> Result<String, String> {
+pub fn field_value(pod: &Pod, facts: &PodFacts, path: &str) -> Result<String, String> {
     let meta = &pod.metadata;
     let spec = spec(pod);
     let keyed = |prefix: &str, map: &Option<BTreeMap<String, String>>| {
@@ -297,38 +298,108 @@ fn field_value(pod: &Pod, facts: &PodFacts, path: &str) -> Result<String, String
     })
 }
 
-/// The container's environment in order, each value expanded against those before it (upstream's
-/// makeEnvironmentVariables). ConfigMap, Secret and resource references are not read yet: such a
-/// container fails to start with CreateContainerConfigError and this message.
+/// The container's environment (upstream's makeEnvironmentVariables): envFrom first, then env,
+/// which overrides it; each `value` expanded against what came before; downward-API fieldRefs,
+/// ConfigMap and Secret keys from `sources` (what the kubelet read for the pod; optional ones may
+/// be missing). resourceFieldRef is not handled yet. An error is the container's
+/// CreateContainerConfigError message, in upstream's words.
 pub fn environment(
     pod: &Pod,
     container: &Container,
     facts: &PodFacts,
+    sources: &Sources,
 ) -> Result<Vec<(String, String)>, String> {
-    if container.env_from.as_ref().is_some_and(|e| !e.is_empty()) {
-        return Err("envFrom is not supported by keel-kubelet yet".into());
-    }
+    let namespace = pod.metadata.namespace.as_deref().unwrap_or("default");
     let mut vars = BTreeMap::new();
-    let mut out = Vec::new();
+    let mut out: Vec<(String, String)> = Vec::new();
+    let set = |out: &mut Vec<(String, String)>,
+               vars: &mut BTreeMap<String, String>,
+               name: String,
+               value: String| {
+        vars.insert(name.clone(), value.clone());
+        match out.iter_mut().find(|(n, _)| *n == name) {
+            Some(existing) => existing.1 = value,
+            None => out.push((name, value)),
+        }
+    };
+    for from in container.env_from.iter().flatten() {
+        let prefix = from.prefix.clone().unwrap_or_default();
+        let entries: Vec<(String, String)> = if let Some(reference) = &from.config_map_ref {
+            match sources.config_map(&reference.name) {
+                Some(map) => map.data.clone().unwrap_or_default().into_iter().collect(),
+                None if reference.optional == Some(true) => continue,
+                None => return Err(format!("configmap {:?} not found", reference.name)),
+            }
+        } else if let Some(reference) = &from.secret_ref {
+            match sources.secret(&reference.name) {
+                Some(secret) => secret
+                    .data
+                    .clone()
+                    .unwrap_or_default()
+                    .into_iter()
+                    .map(|(k, v)| (k, String::from_utf8_lossy(&v.0).into_owned()))
+                    .collect(),
+                None if reference.optional == Some(true) => continue,
+                None => return Err(format!("secret {:?} not found", reference.name)),
+            }
+        } else {
+            continue;
+        };
+        for (key, value) in entries {
+            set(&mut out, &mut vars, format!("{prefix}{key}"), value);
+        }
+    }
     for EnvVar { name, value, value_from } in container.env.iter().flatten() {
         let value = match (value, value_from) {
-            (_, Some(from)) => match (&from.field_ref, &from.config_map_key_ref, &from.secret_key_ref) {
-                (Some(field), _, _) => field_value(pod, facts, &field.field_path)?,
-                (None, Some(_), _) => {
-                    return Err(format!("{name}: configMapKeyRef is not supported by keel-kubelet yet"));
-                }
-                (None, None, Some(_)) => {
-                    return Err(format!("{name}: secretKeyRef is not supported by keel-kubelet yet"));
-                }
-                (None, None, None) => {
+            (_, Some(from)) => {
+                if let Some(field) = &from.field_ref {
+                    field_value(pod, facts, &field.field_path)?
+                } else if let Some(key) = &from.config_map_key_ref {
+                    let optional = key.optional == Some(true);
+                    let found = match sources.config_map(&key.name) {
+                        Some(map) => map.data.as_ref().and_then(|d| d.get(&key.key)).cloned(),
+                        None if optional => continue,
+                        None => return Err(format!("configmap {:?} not found", key.name)),
+                    };
+                    match found {
+                        Some(value) => value,
+                        None if optional => continue,
+                        None => {
+                            return Err(format!(
+                                "couldn't find key {} in ConfigMap {namespace}/{}",
+                                key.key, key.name
+                            ));
+                        }
+                    }
+                } else if let Some(key) = &from.secret_key_ref {
+                    let optional = key.optional == Some(true);
+                    let found = match sources.secret(&key.name) {
+                        Some(secret) => secret
+                            .data
+                            .as_ref()
+                            .and_then(|d| d.get(&key.key))
+                            .map(|v| String::from_utf8_lossy(&v.0).into_owned()),
+                        None if optional => continue,
+                        None => return Err(format!("secret {:?} not found", key.name)),
+                    };
+                    match found {
+                        Some(value) => value,
+                        None if optional => continue,
+                        None => {
+                            return Err(format!(
+                                "couldn't find key {} in Secret {namespace}/{}",
+                                key.key, key.name
+                            ));
+                        }
+                    }
+                } else {
                     return Err(format!("{name}: resourceFieldRef is not supported by keel-kubelet yet"));
                 }
-            },
+            }
             (Some(value), None) => expand(value, &vars),
             (None, None) => String::new(),
         };
-        vars.insert(name.clone(), value.clone());
-        out.push((name.clone(), value));
+        set(&mut out, &mut vars, name.clone(), value);
     }
     Ok(out)
 }
@@ -543,7 +614,7 @@ mod tests {
             ..Container::default()
         };
         let facts = PodFacts { host_ips: vec!["10.0.0.5".into()], pod_ips: vec!["10.244.0.7".into()] };
-        let env = environment(&pod(), &container, &facts).unwrap();
+        let env = environment(&pod(), &container, &facts, &Sources::default()).unwrap();
         assert_eq!(env[2], ("APP".to_owned(), "web".to_owned()));
         assert_eq!(env[3], ("URL".to_owned(), "http://10.244.0.7/web-0".to_owned()));
         let mut bad = container.clone();
@@ -552,7 +623,91 @@ mod tests {
             value_from: Some(field("spec.nope")),
             ..EnvVar::default()
         }]);
-        assert_eq!(environment(&pod(), &bad, &facts).unwrap_err(), "unsupported fieldPath: spec.nope");
+        assert_eq!(
+            environment(&pod(), &bad, &facts, &Sources::default()).unwrap_err(),
+            "unsupported fieldPath: spec.nope"
+        );
+    }
+
+    #[test]
+    fn environment_from_config_maps_and_secrets() {
+        use k8s_openapi::api::core::v1::{
+            ConfigMap, ConfigMapEnvSource, ConfigMapKeySelector, EnvFromSource, Secret, SecretKeySelector,
+        };
+        let sources = Sources {
+            config_maps: BTreeMap::from([
+                (
+                    "app".to_owned(),
+                    Some(ConfigMap {
+                        data: Some(BTreeMap::from([("MODE".to_owned(), "fast".to_owned())])),
+                        ..ConfigMap::default()
+                    }),
+                ),
+                ("gone".to_owned(), None),
+            ]),
+            secrets: BTreeMap::from([(
+                "db".to_owned(),
+                Some(Secret {
+                    data: Some(BTreeMap::from([("pw".to_owned(), k8s_openapi::ByteString(b"s3".to_vec()))])),
+                    ..Secret::default()
+                }),
+            )]),
+            ..Sources::default()
+        };
+        let key = |name: &str, key: &str, optional: Option<bool>| EnvVarSource {
+            config_map_key_ref: Some(ConfigMapKeySelector { name: name.into(), key: key.into(), optional }),
+            ..EnvVarSource::default()
+        };
+        let container = Container {
+            name: "c".into(),
+            env_from: Some(vec![EnvFromSource {
+                prefix: Some("APP_".into()),
+                config_map_ref: Some(ConfigMapEnvSource { name: "app".into(), optional: None }),
+                ..EnvFromSource::default()
+            }]),
+            env: Some(vec![
+                EnvVar { name: "APP_MODE".into(), value: Some("slow".into()), ..EnvVar::default() },
+                EnvVar {
+                    name: "PW".into(),
+                    value_from: Some(EnvVarSource {
+                        secret_key_ref: Some(SecretKeySelector {
+                            name: "db".into(),
+                            key: "pw".into(),
+                            optional: None,
+                        }),
+                        ..EnvVarSource::default()
+                    }),
+                    ..EnvVar::default()
+                },
+                EnvVar {
+                    name: "SKIPPED".into(),
+                    value_from: Some(key("gone", "x", Some(true))),
+                    ..EnvVar::default()
+                },
+            ]),
+            ..Container::default()
+        };
+        let env = environment(&pod(), &container, &PodFacts::default(), &sources).unwrap();
+        assert_eq!(env, [("APP_MODE".to_owned(), "slow".to_owned()), ("PW".to_owned(), "s3".to_owned())]);
+        let mut missing = container.clone();
+        missing.env = Some(vec![EnvVar {
+            name: "X".into(),
+            value_from: Some(key("app", "nope", None)),
+            ..EnvVar::default()
+        }]);
+        assert_eq!(
+            environment(&pod(), &missing, &PodFacts::default(), &sources).unwrap_err(),
+            "couldn't find key nope in ConfigMap shop/app"
+        );
+        missing.env = Some(vec![EnvVar {
+            name: "X".into(),
+            value_from: Some(key("gone", "k", None)),
+            ..EnvVar::default()
+        }]);
+        assert_eq!(
+            environment(&pod(), &missing, &PodFacts::default(), &sources).unwrap_err(),
+            "configmap \"gone\" not found"
+        );
     }
 
     #[test]

@@ -11,29 +11,35 @@
 //! - a deleted pod's containers are stopped within its grace period, its sandbox stopped, both
 //!   removed with its directory, its terminal status written, and the Pod object deleted.
 //!
-//! Volumes: emptyDir (on disk) only so far; a pod with any other volume waits in
-//! ContainerCreating with a FailedMount event. Probes, hooks and the kubelet API come next.
+//! Volumes: emptyDir (disk or tmpfs), hostPath, configMap, secret, downwardAPI and projected
+//! (the kube-api-access volume with its service account token); any other type, or a missing
+//! ConfigMap or Secret, keeps the pod in ContainerCreating with a FailedMount event until it can
+//! be set up. Probes, hooks and the kubelet API come next.
 
 use std::collections::{BTreeMap, HashMap};
-use std::path::PathBuf;
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use futures::StreamExt;
 use k8s_cri::v1 as cri;
-use k8s_openapi::api::core::v1::{Container, Pod};
+use k8s_openapi::api::authentication::v1::{BoundObjectReference, TokenRequest, TokenRequestSpec};
+use k8s_openapi::api::core::v1::{ConfigMap, Container, Pod, Secret, ServiceAccount};
 use k8s_openapi::jiff::Timestamp;
 use kube::Api;
-use kube::api::{DeleteParams, Patch, PatchParams, Preconditions};
+use kube::api::{DeleteParams, Patch, PatchParams, PostParams, Preconditions};
 use kube::runtime::watcher;
 use tokio::sync::watch;
 
+use crate::atomic_writer;
 use crate::events::{Kind, Recorder};
 use crate::pod_actions::{self, PodActions};
 use crate::pod_config::{self, PodEnvironment, PodFacts};
 use crate::pod_runtime::{PodRuntime, State};
 use crate::pod_status::{self, Reasons};
 use crate::runtime::Cri;
+use crate::volumes::{self, HostPathCheck, Sources};
 
 /// How often the runtime is relisted (upstream's relist period).
 const RELIST_PERIOD: Duration = Duration::from_secs(1);
@@ -59,6 +65,8 @@ pub struct Kubelet {
     pub client: kube::Client,
     pub recorder: Recorder,
     backoff: Mutex<HashMap<String, (Duration, Instant)>>,
+    /// Service account tokens by pod, account, audience and lifetime, with when to renew them.
+    tokens: Mutex<HashMap<String, (String, Instant)>>,
 }
 
 impl std::fmt::Debug for Kubelet {
@@ -87,6 +95,7 @@ impl Kubelet {
             runtime_name,
             client,
             backoff: Mutex::new(HashMap::new()),
+            tokens: Mutex::new(HashMap::new()),
         }
     }
 
@@ -117,6 +126,8 @@ impl Kubelet {
     fn forget_backoff(&self, uid: &str) {
         let mut entries = self.backoff.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
         entries.retain(|key, _| !key.starts_with(uid));
+        let mut tokens = self.tokens.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        tokens.retain(|key, _| !key.starts_with(uid));
     }
 }
 
@@ -147,6 +158,89 @@ fn since(nanos: i64) -> Instant {
     let now_nanos = Timestamp::now().as_nanosecond();
     let age = u64::try_from(now_nanos - i128::from(nanos)).unwrap_or(0);
     Instant::now().checked_sub(Duration::from_nanos(age)).unwrap_or_else(Instant::now)
+}
+
+/// The volumes set up for a pod: each one's host directory, and whether it is mounted read-only
+/// whatever the volumeMount says (the API data volumes).
+type SetUp = BTreeMap<String, (PathBuf, bool)>;
+
+/// Mounts a tmpfs on `dir` unless one is there (a mount point: its device differs from its
+/// parent's), of at most `size` bytes.
+fn ensure_tmpfs(dir: &Path, size: Option<i64>) -> nix::Result<()> {
+    use std::os::unix::fs::MetadataExt;
+    let device = |path: &Path| std::fs::metadata(path).map(|m| m.dev()).ok();
+    if let Some(parent) = dir.parent()
+        && device(dir) != device(parent)
+    {
+        return Ok(());
+    }
+    let options = size.map(|bytes| format!("size={bytes}"));
+    nix::mount::mount(Some("tmpfs"), dir, Some("tmpfs"), nix::mount::MsFlags::empty(), options.as_deref())
+}
+
+/// Unmounts every mount under `dir`, deepest first (a pod's tmpfs volumes before its directory
+/// goes).
+fn unmount_under(dir: &Path) {
+    let prefix = format!("{}/", dir.display());
+    let Ok(mountinfo) = std::fs::read_to_string("/proc/self/mountinfo") else { return };
+    let mut points: Vec<&str> =
+        mountinfo.lines().filter_map(|l| l.split(' ').nth(4)).filter(|p| p.starts_with(&prefix)).collect();
+    points.sort_unstable();
+    for point in points.iter().rev() {
+        if let Err(error) = nix::mount::umount2(*point, nix::mount::MntFlags::MNT_DETACH) {
+            tracing::warn!(point, %error, "unmounting a pod volume");
+        }
+    }
+}
+
+/// upstream's hostPath type checks (and creation for the *OrCreate types).
+fn check_host_path(path: &Path, check: HostPathCheck) -> Result<(), String> {
+    use std::os::unix::fs::FileTypeExt;
+    let shown = path.display();
+    let metadata = std::fs::metadata(path);
+    let kind = metadata.as_ref().map(std::fs::Metadata::file_type);
+    let is = |f: fn(&std::fs::FileType) -> bool| kind.as_ref().is_ok_and(f);
+    match check {
+        HostPathCheck::None => Ok(()),
+        HostPathCheck::DirectoryOrCreate if metadata.is_err() => {
+            std::fs::create_dir_all(path).map_err(|e| format!("creating {shown}: {e}"))?;
+            std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o755)).map_err(|e| e.to_string())
+        }
+        HostPathCheck::FileOrCreate if metadata.is_err() => std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(path)
+            .map(drop)
+            .map_err(|e| format!("creating {shown}: {e}")),
+        HostPathCheck::Directory | HostPathCheck::DirectoryOrCreate if !is(std::fs::FileType::is_dir) => {
+            Err(format!("hostPath type check failed: {shown} is not a directory"))
+        }
+        HostPathCheck::File | HostPathCheck::FileOrCreate if !is(std::fs::FileType::is_file) => {
+            Err(format!("hostPath type check failed: {shown} is not a file"))
+        }
+        HostPathCheck::Socket if !is(FileTypeExt::is_socket) => {
+            Err(format!("hostPath type check failed: {shown} is not a socket file"))
+        }
+        HostPathCheck::CharDevice if !is(FileTypeExt::is_char_device) => {
+            Err(format!("hostPath type check failed: {shown} is not a character device"))
+        }
+        HostPathCheck::BlockDevice if !is(FileTypeExt::is_block_device) => {
+            Err(format!("hostPath type check failed: {shown} is not a block device"))
+        }
+        _ => Ok(()),
+    }
+}
+
+/// What a container is started into: the pod's sandbox, what the runtime holds, and what was
+/// read and set up for the pod this sync.
+#[derive(Debug, Clone, Copy)]
+struct SandboxContext<'a> {
+    runtime: &'a PodRuntime,
+    sandbox_id: &'a str,
+    sandbox_config: &'a cri::PodSandboxConfig,
+    pod_ips: &'a [String],
+    sources: &'a Sources,
+    volumes: &'a SetUp,
 }
 
 /// The outcome of a sync: when to sync again at the latest.
@@ -236,29 +330,33 @@ impl Kubelet {
         }
     }
 
-    /// The mounts of the pod's volumes for `container`, the volumes set up first: emptyDir only.
-    fn mounts(&self, pod: &Pod, container: &Container) -> Result<Vec<cri::Mount>, String> {
+    /// The mounts of `container`: its volumeMounts onto the volumes set up (`volumes`), and the
+    /// termination message file.
+    fn mounts(&self, pod: &Pod, container: &Container, volumes: &SetUp) -> Result<Vec<cri::Mount>, String> {
         let uid = pod.metadata.uid.as_deref().unwrap_or_default();
-        let volumes = pod.spec.as_ref().and_then(|s| s.volumes.clone()).unwrap_or_default();
         let mut mounts = Vec::new();
         for mount in container.volume_mounts.iter().flatten() {
-            let volume = volumes
-                .iter()
-                .find(|v| v.name == mount.name)
+            let (host, read_only) = volumes
+                .get(&mount.name)
                 .ok_or_else(|| format!("volume {:?} is not in the pod's volumes", mount.name))?;
-            let host = self.volume_dir(uid, volume)?;
             let host = match mount.sub_path.as_deref().filter(|p| !p.is_empty()) {
+                Some(sub) if sub.split('/').any(|c| c == "..") || sub.starts_with('/') => {
+                    return Err(format!("subPath {sub:?} must be a relative path inside the volume"));
+                }
                 Some(sub) => {
                     let sub = host.join(sub);
-                    std::fs::create_dir_all(&sub).map_err(|e| format!("subPath {}: {e}", sub.display()))?;
+                    if std::fs::symlink_metadata(&sub).is_err() {
+                        std::fs::create_dir_all(&sub)
+                            .map_err(|e| format!("subPath {}: {e}", sub.display()))?;
+                    }
                     sub
                 }
-                None => host,
+                None => host.clone(),
             };
             mounts.push(cri::Mount {
                 container_path: mount.mount_path.clone(),
                 host_path: host.display().to_string(),
-                readonly: mount.read_only.unwrap_or(false),
+                readonly: mount.read_only.unwrap_or(false) || *read_only,
                 ..cri::Mount::default()
             });
         }
@@ -277,27 +375,141 @@ impl Kubelet {
         Ok(mounts)
     }
 
-    fn volume_dir(&self, uid: &str, volume: &k8s_openapi::api::core::v1::Volume) -> Result<PathBuf, String> {
-        match &volume.empty_dir {
-            Some(empty) if empty.medium.as_deref().unwrap_or_default().is_empty() => {
-                let dir = self.pod_dir(uid).join("volumes/kubernetes.io~empty-dir").join(&volume.name);
-                std::fs::create_dir_all(&dir).map_err(|e| format!("creating {}: {e}", dir.display()))?;
-                Ok(dir)
-            }
-            _ => Err(format!(
-                "MountVolume.SetUp failed for volume {:?} : this volume type is not supported by keel-kubelet yet",
-                volume.name
-            )),
+    /// Reads what the pod refers to (upstream's configMap and secret managers, the token
+    /// manager): its ConfigMaps and Secrets, and a token for each projection — cached, and
+    /// requested again once 80 % of its lifetime has passed.
+    async fn sources(&self, pod: &Pod) -> Result<Sources, String> {
+        let namespace = pod.metadata.namespace.as_deref().unwrap_or("default");
+        let (config_maps, secrets, tokens) = volumes::references(pod);
+        let mut sources = Sources::default();
+        let maps: Api<ConfigMap> = Api::namespaced(self.client.clone(), namespace);
+        for name in config_maps {
+            let found = maps.get_opt(&name).await.map_err(|e| format!("configmap {name:?}: {e}"))?;
+            sources.config_maps.insert(name, found);
         }
+        let secret_api: Api<Secret> = Api::namespaced(self.client.clone(), namespace);
+        for name in secrets {
+            let found = secret_api.get_opt(&name).await.map_err(|e| format!("secret {name:?}: {e}"))?;
+            sources.secrets.insert(name, found);
+        }
+        let uid = pod.metadata.uid.clone().unwrap_or_default();
+        let account = pod
+            .spec
+            .as_ref()
+            .and_then(|s| s.service_account_name.clone())
+            .filter(|a| !a.is_empty())
+            .unwrap_or_else(|| "default".into());
+        for projection in tokens {
+            let key = volumes::token_key(&projection);
+            let cache_key = format!("{uid}/{account}/{key}");
+            let cached = {
+                let cache = self.tokens.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+                cache
+                    .get(&cache_key)
+                    .filter(|(_, refresh_at)| Instant::now() < *refresh_at)
+                    .map(|(t, _)| t.clone())
+            };
+            let token = match cached {
+                Some(token) => token,
+                None => {
+                    let lifetime = projection.expiration_seconds.unwrap_or(3600);
+                    let request = TokenRequest {
+                        spec: TokenRequestSpec {
+                            audiences: projection.audience.iter().cloned().collect(),
+                            expiration_seconds: Some(lifetime),
+                            bound_object_ref: Some(BoundObjectReference {
+                                api_version: Some("v1".into()),
+                                kind: Some("Pod".into()),
+                                name: pod.metadata.name.clone(),
+                                uid: Some(uid.clone()),
+                            }),
+                        },
+                        ..TokenRequest::default()
+                    };
+                    let accounts: Api<ServiceAccount> = Api::namespaced(self.client.clone(), namespace);
+                    let issued = accounts
+                        .create_token_request(&account, &PostParams::default(), &request)
+                        .await
+                        .map_err(|e| format!("failed to fetch token: {e}"))?;
+                    let token = issued.status.map(|s| s.token).unwrap_or_default();
+                    let refresh = Duration::from_secs(u64::try_from(lifetime).unwrap_or(3600) * 8 / 10);
+                    let mut cache = self.tokens.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+                    cache.insert(cache_key, (token.clone(), Instant::now() + refresh));
+                    token
+                }
+            };
+            sources.tokens.insert(key, token);
+        }
+        Ok(sources)
     }
 
-    /// Checks every volume can be set up before the sandbox (upstream's WaitForAttachAndMount).
-    fn volumes_ready(&self, pod: &Pod) -> Result<(), String> {
+    /// Sets up every volume of the pod (upstream's volume manager): emptyDir (tmpfs for medium
+    /// Memory), hostPath with its type checks, and configMap, secret, downwardAPI and projected
+    /// volumes written by the atomic writer (the last three on tmpfs, so secrets never reach the
+    /// disk) and mounted read-only. Called on every sync, so updates reach running pods. The error
+    /// is the FailedMount event's message.
+    fn set_up_volumes(&self, pod: &Pod, sources: &Sources) -> Result<SetUp, String> {
         let uid = pod.metadata.uid.as_deref().unwrap_or_default();
+        let facts = PodFacts { host_ips: self.host_ips.clone(), pod_ips: Vec::new() };
+        let mut set_up = SetUp::new();
         for volume in pod.spec.as_ref().and_then(|s| s.volumes.as_ref()).into_iter().flatten() {
-            self.volume_dir(uid, volume)?;
+            let failed = |message: String| {
+                format!("MountVolume.SetUp failed for volume {:?} : {message}", volume.name)
+            };
+            let plugin_dir = |plugin: &str| self.pod_dir(uid).join("volumes").join(plugin).join(&volume.name);
+            let create = |dir: &Path| {
+                std::fs::create_dir_all(dir).map_err(|e| failed(format!("creating {}: {e}", dir.display())))
+            };
+            if let Some(empty) = &volume.empty_dir {
+                let dir = plugin_dir("kubernetes.io~empty-dir");
+                create(&dir)?;
+                match empty.medium.as_deref().unwrap_or_default() {
+                    "" => {}
+                    "Memory" => {
+                        let size = empty
+                            .size_limit
+                            .as_ref()
+                            .and_then(|q| keel_api::validation::quantity::Quantity::parse(&q.0));
+                        ensure_tmpfs(&dir, size.map(|q| q.value()))
+                            .map_err(|e| failed(format!("mounting tmpfs: {e}")))?;
+                    }
+                    other => {
+                        return Err(failed(format!("medium {other} is not supported by keel-kubelet yet")));
+                    }
+                }
+                set_up.insert(volume.name.clone(), (dir, false));
+                continue;
+            }
+            if let Some(host) = &volume.host_path {
+                let check = volumes::host_path_check(host.type_.as_deref()).map_err(&failed)?;
+                check_host_path(Path::new(&host.path), check).map_err(&failed)?;
+                set_up.insert(volume.name.clone(), (PathBuf::from(&host.path), false));
+                continue;
+            }
+            let (plugin, memory) = if volume.config_map.is_some() {
+                ("kubernetes.io~configmap", false)
+            } else if volume.secret.is_some() {
+                ("kubernetes.io~secret", true)
+            } else if volume.downward_api.is_some() {
+                ("kubernetes.io~downward-api", true)
+            } else if volume.projected.is_some() {
+                ("kubernetes.io~projected", true)
+            } else {
+                return Err(failed("this volume type is not supported by keel-kubelet yet".into()));
+            };
+            let payload = match volumes::payload(pod, volume, &facts, sources) {
+                Some(payload) => payload.map_err(&failed)?,
+                None => return Err(failed("this volume type is not supported by keel-kubelet yet".into())),
+            };
+            let dir = plugin_dir(plugin);
+            create(&dir)?;
+            if memory {
+                ensure_tmpfs(&dir, None).map_err(|e| failed(format!("mounting tmpfs: {e}")))?;
+            }
+            atomic_writer::write(&dir, &payload).map_err(|e| failed(format!("writing the volume: {e}")))?;
+            set_up.insert(volume.name.clone(), (dir, true));
         }
-        Ok(())
+        Ok(set_up)
     }
 
     /// Starts one container (upstream's startContainer): back-off, image, config, create, start.
@@ -305,11 +517,9 @@ impl Kubelet {
         &self,
         pod: &Pod,
         container: &Container,
-        runtime: &PodRuntime,
-        sandbox_id: &str,
-        sandbox_config: &cri::PodSandboxConfig,
-        pod_ips: &[String],
+        sandbox: &SandboxContext<'_>,
     ) -> Result<(), (String, String)> {
+        let SandboxContext { runtime, sandbox_id, sandbox_config, pod_ips, sources, volumes } = *sandbox;
         let uid = pod.metadata.uid.as_deref().unwrap_or_default();
         let path = Some(field_path(pod, &container.name));
         let previous = runtime.container(&container.name);
@@ -344,11 +554,11 @@ impl Kubelet {
             Err((reason.to_owned(), message))
         };
         let facts = PodFacts { host_ips: self.host_ips.clone(), pod_ips: pod_ips.to_vec() };
-        let env = match pod_config::environment(pod, container, &facts) {
+        let env = match pod_config::environment(pod, container, &facts, sources) {
             Ok(env) => env,
             Err(message) => return failed("CreateContainerConfigError", message),
         };
-        let mounts = match self.mounts(pod, container) {
+        let mounts = match self.mounts(pod, container, volumes) {
             Ok(mounts) => mounts,
             Err(message) => return failed("CreateContainerConfigError", message),
         };
@@ -447,6 +657,7 @@ impl Kubelet {
             }
         }
         let dir = self.pod_dir(uid);
+        unmount_under(&dir);
         if let Err(error) = std::fs::remove_dir_all(&dir)
             && error.kind() != std::io::ErrorKind::NotFound
         {
@@ -502,13 +713,29 @@ impl Kubelet {
         }
         let mut sandbox_id = actions.sandbox_id.clone();
         let sandbox_config = pod_config::sandbox_config(pod, actions.attempt, &self.env);
-        if actions.create_sandbox {
-            if let Err(message) = self.volumes_ready(pod) {
-                self.recorder.pod_event(pod, None, Kind::Warning, "FailedMount", message);
-                let runtime = cri.pod(uid).await.map_err(|s| rpc_message(&s))?;
-                self.write_status(pod, &runtime, &reasons, false).await;
-                return Ok(Synced { again: Duration::from_secs(2) });
+        // Volumes before anything starts (upstream's WaitForAttachAndMount), and again on every
+        // sync so that changed ConfigMaps, Secrets and tokens reach the running pod.
+        let set_up = match self.sources(pod).await {
+            Ok(sources) => self.set_up_volumes(pod, &sources).map(|volumes| (sources, volumes)),
+            Err(message) => Err(message),
+        };
+        let starting = actions.create_sandbox
+            || actions.init_to_start.is_some()
+            || !actions.containers_to_start.is_empty();
+        let (sources, volumes) = match set_up {
+            Ok(set_up) => set_up,
+            Err(message) => {
+                self.recorder.pod_event(pod, None, Kind::Warning, "FailedMount", message.clone());
+                if starting {
+                    let runtime = cri.pod(uid).await.map_err(|s| rpc_message(&s))?;
+                    self.write_status(pod, &runtime, &reasons, false).await;
+                    return Ok(Synced { again: Duration::from_secs(2) });
+                }
+                tracing::warn!(pod = %pod_name(pod), %message, "volumes not updated");
+                (Sources::default(), SetUp::new())
             }
+        };
+        if actions.create_sandbox {
             let log_dir = pod_config::log_directory(pod, &self.env);
             std::fs::create_dir_all(&log_dir).map_err(|e| format!("creating {log_dir}: {e}"))?;
             let request = cri::RunPodSandboxRequest {
@@ -545,10 +772,15 @@ impl Kubelet {
         }
         if !sandbox_id.is_empty() && (actions.create_sandbox || !actions.kill_pod) {
             for container in to_start {
-                if let Err((reason, message)) = self
-                    .start_container(pod, container, &runtime, &sandbox_id, &sandbox_config, &pod_ips)
-                    .await
-                {
+                let context = SandboxContext {
+                    runtime: &runtime,
+                    sandbox_id: &sandbox_id,
+                    sandbox_config: &sandbox_config,
+                    pod_ips: &pod_ips,
+                    sources: &sources,
+                    volumes: &volumes,
+                };
+                if let Err((reason, message)) = self.start_container(pod, container, &context).await {
                     tracing::info!(pod = %pod_name(pod), container = %container.name, %reason, %message, "container not started");
                     reasons.insert(container.name.clone(), (reason, message));
                     again = Duration::from_secs(1);

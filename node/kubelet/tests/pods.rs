@@ -13,7 +13,11 @@
 //! - a pod whose container keeps failing is restarted, then waits in CrashLoopBackOff;
 //! - a pod's init containers run to completion (Completed, Initialized=True) before it runs;
 //! - a pod whose image does not exist waits in ErrImagePull / ImagePullBackOff with a Failed event;
-//! - a pod with a volume keel-kubelet cannot mount yet waits in ContainerCreating with FailedMount;
+//! - the pod's kube-api-access volume holds its namespace and a token (TokenRequest as the node),
+//!   its Secret volume (read-only) and ConfigMap volume their data, its env a Secret key and a
+//!   prefixed envFrom ConfigMap;
+//! - a pod whose ConfigMap does not exist waits in ContainerCreating with FailedMount, and runs
+//!   once it is created;
 //! - deleted with a 1 s grace period, a pod's container stops on SIGTERM and the Pod object goes;
 //!   force-deleted pods are torn down too; at the end the runtime holds nothing of any pod and
 //!   the kubelet's pod directories are gone.
@@ -22,7 +26,7 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail, ensure};
-use k8s_openapi::api::core::v1::{Event, Node, Pod, ServiceAccount};
+use k8s_openapi::api::core::v1::{ConfigMap, Event, Node, Pod, Secret, ServiceAccount};
 use keel_kubelet::agent::{Agent, Timings};
 use keel_kubelet::machine::MachineInfo;
 use keel_kubelet::node::NodeConfig;
@@ -136,7 +140,6 @@ fn start_containerd(bed: &Bed) -> Result<RuntimeUnderTest> {
 fn pod(name: &str, spec: serde_json::Value) -> Result<Pod> {
     let mut spec = spec;
     spec["nodeName"] = json!("n1");
-    spec["automountServiceAccountToken"] = json!(false);
     Ok(serde_json::from_value(json!({"metadata": {"name": name, "namespace": "default"}, "spec": spec}))?)
 }
 
@@ -265,11 +268,22 @@ async fn pods_on_node(admin: &kube::Client, socket: &Path, root: &Path, runtime_
             json!({
                 "terminationGracePeriodSeconds": 30,
                 "containers": [{"name": "web", "image": image,
-                    "command": ["sh", "-c", "hostname > /data/hostname; env > /data/env; trap 'exit 0' TERM; sleep 3600 & wait"],
+                    "command": ["sh", "-c", concat!(
+                        "hostname > /data/hostname; cat /etc/db/pw > /data/pw; cat /etc/settings/mode > /data/mode; ",
+                        "cp /var/run/secrets/kubernetes.io/serviceaccount/namespace /data/namespace; ",
+                        "test -s /var/run/secrets/kubernetes.io/serviceaccount/token && echo yes > /data/token; ",
+                        "touch /etc/db/pw 2>/dev/null || echo read-only > /data/secret-mount; ",
+                        "env > /data/env; trap 'exit 0' TERM; sleep 3600 & wait")],
                     "env": [{"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
-                            {"name": "GREETING", "value": "hello $(POD_NAME)"}],
-                    "volumeMounts": [{"name": "data", "mountPath": "/data"}]}],
-                "volumes": [{"name": "data", "emptyDir": {}}]
+                            {"name": "GREETING", "value": "hello $(POD_NAME)"},
+                            {"name": "PASSWORD", "valueFrom": {"secretKeyRef": {"name": "db", "key": "pw"}}}],
+                    "envFrom": [{"prefix": "APP_", "configMapRef": {"name": "settings"}}],
+                    "volumeMounts": [{"name": "data", "mountPath": "/data"},
+                                     {"name": "db", "mountPath": "/etc/db"},
+                                     {"name": "settings", "mountPath": "/etc/settings"}]}],
+                "volumes": [{"name": "data", "emptyDir": {}},
+                            {"name": "db", "secret": {"secretName": "db", "defaultMode": 0o400}},
+                            {"name": "settings", "configMap": {"name": "settings"}}]
             }),
         )?,
         pod(
@@ -283,8 +297,9 @@ async fn pods_on_node(admin: &kube::Client, socket: &Path, root: &Path, runtime_
         )?,
         pod(
             "unmountable",
-            json!({"containers": [{"name": "c", "image": image}],
-            "volumes": [{"name": "cm", "configMap": {"name": "settings"}}]}),
+            json!({"containers": [{"name": "c", "image": image, "command": ["sleep", "3600"],
+                                   "volumeMounts": [{"name": "cm", "mountPath": "/etc/cm"}]}],
+            "volumes": [{"name": "cm", "configMap": {"name": "missing"}}]}),
         )?,
         pod(
             "crash",
@@ -298,6 +313,19 @@ async fn pods_on_node(admin: &kube::Client, socket: &Path, root: &Path, runtime_
             "containers": [{"name": "main", "image": image, "command": ["sleep", "3600"]}]}),
         )?,
     ];
+    // What a controller manager would have published (root-ca-cert-publisher), and the pods'
+    // data. "missing" is created only later.
+    let config_maps: Api<ConfigMap> = Api::namespaced(admin.clone(), "default");
+    for (name, data) in
+        [("kube-root-ca.crt", json!({"ca.crt": "the cluster CA"})), ("settings", json!({"mode": "fast"}))]
+    {
+        let map: ConfigMap = serde_json::from_value(json!({"metadata": {"name": name}, "data": data}))?;
+        config_maps.create(&PostParams::default(), &map).await?;
+    }
+    let secrets: Api<Secret> = Api::namespaced(admin.clone(), "default");
+    let secret: Secret =
+        serde_json::from_value(json!({"metadata": {"name": "db"}, "stringData": {"pw": "s3cret"}}))?;
+    secrets.create(&PostParams::default(), &secret).await?;
     for pod in &created {
         pods.create(&PostParams::default(), pod).await?;
     }
@@ -332,6 +360,20 @@ async fn pods_on_node(admin: &kube::Client, socket: &Path, root: &Path, runtime_
     );
     let hostname = std::fs::read_to_string(env_file.with_file_name("hostname"))?;
     ensure!(hostname.trim() == "web", "the pod's hostname: {hostname:?}");
+    ensure!(
+        env.lines().any(|l| l == "APP_mode=fast") && env.lines().any(|l| l == "PASSWORD=s3cret"),
+        "{env}"
+    );
+    for (file, expected) in [
+        ("pw", "s3cret"),
+        ("mode", "fast"),
+        ("namespace", "default"),
+        ("token", "yes\n"),
+        ("secret-mount", "read-only\n"),
+    ] {
+        let found = std::fs::read_to_string(env_file.with_file_name(file)).unwrap_or_default();
+        ensure!(found == expected, "{file} in web's volumes: {found:?}, not {expected:?}");
+    }
 
     let events: Api<Event> = Api::namespaced(admin.clone(), "default");
     let reasons = |list: &[Event], name: &str| -> Vec<String> {
@@ -398,6 +440,15 @@ async fn pods_on_node(admin: &kube::Client, socket: &Path, root: &Path, runtime_
     .await?;
     let unmountable = pods.get("unmountable").await?;
     ensure!(waiting_reason(&unmountable).as_deref() == Some("ContainerCreating"), "{:?}", unmountable.status);
+    // Once its ConfigMap exists, it runs.
+    let map: ConfigMap =
+        serde_json::from_value(json!({"metadata": {"name": "missing"}, "data": {"k": "v"}}))?;
+    config_maps.create(&PostParams::default(), &map).await?;
+    wait_for("unmountable Running once its ConfigMap exists", async || {
+        let pod = pods.get("unmountable").await?;
+        Ok((pod.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running")).then_some(()))
+    })
+    .await?;
 
     // A graceful delete: SIGTERM ends the container, the kubelet deletes the object.
     pods.delete("web", &DeleteParams { grace_period_seconds: Some(1), ..DeleteParams::default() }).await?;
@@ -419,6 +470,11 @@ async fn pods_on_node(admin: &kube::Client, socket: &Path, root: &Path, runtime_
         Ok((left == 0).then_some(()))
     })
     .await?;
+    let mountinfo = std::fs::read_to_string("/proc/self/mountinfo")?;
+    let prefix = format!("{}/", root.display());
+    let mounted: Vec<&str> =
+        mountinfo.lines().filter(|l| l.split(' ').nth(4).is_some_and(|p| p.starts_with(&prefix))).collect();
+    ensure!(mounted.is_empty(), "volumes still mounted: {mounted:?}");
     Ok(())
 }
 
