@@ -165,6 +165,38 @@ fn downward_payload(
     Ok(payload)
 }
 
+/// The files of a ConfigMap (a configMap volume or projection): `None` items are all keys.
+fn config_map_files(
+    sources: &Sources,
+    name: &str,
+    items: Option<&Vec<KeyToPath>>,
+    default_mode: Option<i32>,
+    optional: Option<bool>,
+) -> Result<Payload, String> {
+    let optional = optional == Some(true);
+    match sources.config_map(name) {
+        Some(map) => key_payload(config_map_data(map), items, default_mode, optional, "configMap"),
+        None if optional => Ok(Payload::new()),
+        None => Err(format!("configmap {name:?} not found")),
+    }
+}
+
+/// The files of a Secret (a secret volume or projection).
+fn secret_files(
+    sources: &Sources,
+    name: &str,
+    items: Option<&Vec<KeyToPath>>,
+    default_mode: Option<i32>,
+    optional: Option<bool>,
+) -> Result<Payload, String> {
+    let optional = optional == Some(true);
+    match sources.secret(name) {
+        Some(secret) => key_payload(secret_data(secret), items, default_mode, optional, "secret"),
+        None if optional => Ok(Payload::new()),
+        None => Err(format!("secret {name:?} not found")),
+    }
+}
+
 /// The files of a configMap, secret, downwardAPI or projected volume; `None` for other volume
 /// types (which are not files the kubelet writes). Errors in upstream's words: the
 /// `MountVolume.SetUp failed for volume "x" : <this>` part.
@@ -175,68 +207,26 @@ pub fn payload(
     sources: &Sources,
 ) -> Option<Result<Payload, String>> {
     if let Some(source) = &volume.config_map {
-        let optional = source.optional == Some(true);
-        return Some(match sources.config_map(&source.name) {
-            Some(map) => key_payload(
-                config_map_data(map),
-                source.items.as_ref(),
-                source.default_mode,
-                optional,
-                "configMap",
-            ),
-            None if optional => Ok(Payload::new()),
-            None => Err(format!("configmap {:?} not found", source.name)),
-        });
+        let items = source.items.as_ref();
+        return Some(config_map_files(sources, &source.name, items, source.default_mode, source.optional));
     }
     if let Some(source) = &volume.secret {
         let name = source.secret_name.clone().unwrap_or_default();
-        let optional = source.optional == Some(true);
-        return Some(match sources.secret(&name) {
-            Some(secret) => key_payload(
-                secret_data(secret),
-                source.items.as_ref(),
-                source.default_mode,
-                optional,
-                "secret",
-            ),
-            None if optional => Ok(Payload::new()),
-            None => Err(format!("secret {name:?} not found")),
-        });
+        let items = source.items.as_ref();
+        return Some(secret_files(sources, &name, items, source.default_mode, source.optional));
     }
     if let Some(source) = &volume.downward_api {
-        return Some(downward_payload(
-            pod,
-            facts,
-            source.items.as_deref().unwrap_or_default(),
-            source.default_mode,
-        ));
+        let items = source.items.as_deref().unwrap_or_default();
+        return Some(downward_payload(pod, facts, items, source.default_mode));
     }
     let projected = volume.projected.as_ref()?;
     let default_mode = projected.default_mode;
     let mut payload = Payload::new();
     for projection in projected.sources.iter().flatten() {
         let part = if let Some(source) = &projection.config_map {
-            let optional = source.optional == Some(true);
-            match sources.config_map(&source.name) {
-                Some(map) => key_payload(
-                    config_map_data(map),
-                    source.items.as_ref(),
-                    default_mode,
-                    optional,
-                    "configMap",
-                ),
-                None if optional => Ok(Payload::new()),
-                None => Err(format!("configmap {:?} not found", source.name)),
-            }
+            config_map_files(sources, &source.name, source.items.as_ref(), default_mode, source.optional)
         } else if let Some(source) = &projection.secret {
-            let optional = source.optional == Some(true);
-            match sources.secret(&source.name) {
-                Some(secret) => {
-                    key_payload(secret_data(secret), source.items.as_ref(), default_mode, optional, "secret")
-                }
-                None if optional => Ok(Payload::new()),
-                None => Err(format!("secret {:?} not found", source.name)),
-            }
+            secret_files(sources, &source.name, source.items.as_ref(), default_mode, source.optional)
         } else if let Some(source) = &projection.downward_api {
             downward_payload(pod, facts, source.items.as_deref().unwrap_or_default(), default_mode)
         } else if let Some(token) = &projection.service_account_token {
