@@ -18,6 +18,11 @@ use crate::pod_runtime::{Container as RuntimeContainer, PodRuntime, State};
 /// ImagePullBackOff, CrashLoopBackOff, CreateContainerConfigError, RunContainerError...
 pub type Reasons = BTreeMap<String, (String, String)>;
 
+/// The conditions the kubelet owns; others (PodScheduled, readiness gates, DisruptionTarget) it
+/// keeps as the API has them.
+pub const KUBELET_CONDITIONS: [&str; 4] =
+    ["PodReadyToStartContainers", "Initialized", "Ready", "ContainersReady"];
+
 /// What the status is made from, beside the Pod.
 #[derive(Debug, Clone, Copy)]
 pub struct Inputs<'a> {

@@ -67,6 +67,8 @@ pub struct Kubelet {
     backoff: Mutex<HashMap<String, (Duration, Instant)>>,
     /// Service account tokens by pod, account, audience and lifetime, with when to renew them.
     tokens: Mutex<HashMap<String, (String, Instant)>>,
+    /// The status last written for each pod, by UID.
+    statuses: Mutex<HashMap<String, k8s_openapi::api::core::v1::PodStatus>>,
 }
 
 impl std::fmt::Debug for Kubelet {
@@ -96,6 +98,7 @@ impl Kubelet {
             client,
             backoff: Mutex::new(HashMap::new()),
             tokens: Mutex::new(HashMap::new()),
+            statuses: Mutex::new(HashMap::new()),
         }
     }
 
@@ -128,6 +131,7 @@ impl Kubelet {
         entries.retain(|key, _| !key.starts_with(uid));
         let mut tokens = self.tokens.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
         tokens.retain(|key, _| !key.starts_with(uid));
+        self.statuses.lock().unwrap_or_else(std::sync::PoisonError::into_inner).remove(uid);
     }
 }
 
@@ -678,7 +682,31 @@ impl Kubelet {
             terminal,
             now: Timestamp::from_second(Timestamp::now().as_second()).unwrap_or_else(|_| Timestamp::now()),
         };
-        let status = pod_status::status(pod, &inputs);
+        // The kubelet's own conditions and startTime as it last wrote them (upstream's status
+        // manager cache): the Pod a sync holds may be older than that write, and must not move
+        // their transition times.
+        let uid = pod.metadata.uid.clone().unwrap_or_default();
+        let written =
+            self.statuses.lock().unwrap_or_else(std::sync::PoisonError::into_inner).get(&uid).cloned();
+        let mut base = pod.clone();
+        if let Some(written) = written {
+            let status = base.status.get_or_insert_with(Default::default);
+            let mut conditions = status.conditions.take().unwrap_or_default();
+            for mine in written
+                .conditions
+                .iter()
+                .flatten()
+                .filter(|c| pod_status::KUBELET_CONDITIONS.contains(&c.type_.as_str()))
+            {
+                match conditions.iter_mut().find(|c| c.type_ == mine.type_) {
+                    Some(existing) => *existing = mine.clone(),
+                    None => conditions.push(mine.clone()),
+                }
+            }
+            status.conditions = Some(conditions);
+            status.start_time = written.start_time.or(status.start_time.take());
+        }
+        let status = pod_status::status(&base, &inputs);
         let current = serde_json::to_value(&pod.status).unwrap_or_default();
         let wanted = serde_json::to_value(&status).unwrap_or_default();
         if current == wanted {
@@ -688,9 +716,11 @@ impl Kubelet {
         let pods: Api<Pod> = Api::namespaced(self.client.clone(), namespace);
         let patch = serde_json::json!({"metadata": {"uid": pod.metadata.uid}, "status": wanted});
         let name = pod.metadata.name.as_deref().unwrap_or_default();
-        if let Err(error) = pods.patch_status(name, &PatchParams::default(), &Patch::Strategic(&patch)).await
-        {
-            tracing::warn!(pod = %pod_name(pod), %error, "failed to update the pod's status");
+        match pods.patch_status(name, &PatchParams::default(), &Patch::Strategic(&patch)).await {
+            Ok(_) => {
+                self.statuses.lock().unwrap_or_else(std::sync::PoisonError::into_inner).insert(uid, status);
+            }
+            Err(error) => tracing::warn!(pod = %pod_name(pod), %error, "failed to update the pod's status"),
         }
     }
 
@@ -945,6 +975,9 @@ pub async fn run(kubelet: Kubelet) {
                             update(&mut workers, uid, Latest::Removed(None));
                         }
                         listed = true;
+                        // Every pod the runtime holds is looked at again now that the API's are
+                        // known: what a kubelet before this one left of deleted pods goes.
+                        fingerprints.clear();
                     }
                     Err(error) => {
                         tracing::warn!(%error, "watching the node's pods");

@@ -22,6 +22,7 @@
 //!   force-deleted pods are torn down too; at the end the runtime holds nothing of any pod and
 //!   the kubelet's pod directories are gone.
 
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
@@ -208,6 +209,28 @@ async fn server(upstream: bool) -> Result<(Server, kube::Client, kube::Client)> 
     Ok((Server { _keel: Some(keel), ..Server::default() }, admin, n1))
 }
 
+/// The pod side of a kubelet for n1 on `endpoint`, its state in `root` and logs in `logs`.
+async fn kubelet(n1: &kube::Client, endpoint: &str, root: &Path, logs: &Path) -> (Kubelet, String) {
+    let (cri, runtime_name) = Runtime::new(endpoint).wait_for_cri().await;
+    let env = PodEnvironment {
+        cluster_dns: vec!["10.96.0.10".into()],
+        cluster_domain: "cluster.local".into(),
+        host_resolv: Resolv::default(),
+        pod_logs_dir: logs.display().to_string(),
+        node_name: "n1".into(),
+    };
+    let kubelet = Kubelet::new(
+        n1.clone(),
+        "n1".into(),
+        vec!["127.0.0.1".into()],
+        root.to_owned(),
+        env,
+        cri,
+        runtime_name.clone(),
+    );
+    (kubelet, runtime_name)
+}
+
 async fn scenario(socket: PathBuf, expected_runtime: &str, upstream: bool) -> Result<()> {
     let (_server, admin, n1) = server(upstream).await?;
     let root = tempfile::Builder::new().prefix("keel-kubelet-root-").tempdir()?;
@@ -226,24 +249,8 @@ async fn scenario(socket: PathBuf, expected_runtime: &str, upstream: bool) -> Re
     let timings = Timings { status_update_frequency: Duration::from_millis(500), ..Timings::default() };
     let machine = MachineInfo::read(root.path())?;
     let agent = tokio::spawn(Agent::new(n1.clone(), config, machine, Runtime::new(&endpoint), timings).run());
-    let (cri, runtime_name) = Runtime::new(&endpoint).wait_for_cri().await;
+    let (kubelet, runtime_name) = kubelet(&n1, &endpoint, root.path(), logs.path()).await;
     ensure!(runtime_name == expected_runtime, "the runtime says it is {runtime_name}");
-    let env = PodEnvironment {
-        cluster_dns: vec!["10.96.0.10".into()],
-        cluster_domain: "cluster.local".into(),
-        host_resolv: Resolv::default(),
-        pod_logs_dir: logs.path().display().to_string(),
-        node_name: "n1".into(),
-    };
-    let kubelet = Kubelet::new(
-        n1.clone(),
-        "n1".into(),
-        vec!["127.0.0.1".into()],
-        root.path().to_owned(),
-        env,
-        cri,
-        runtime_name.clone(),
-    );
     let running = tokio::spawn(pods::run(kubelet));
     let outcome = pods_on_node(&admin, &socket, root.path(), &runtime_name).await;
     running.abort();
@@ -496,6 +503,99 @@ fn pods_run_against_kube_apiserver() -> Result<()> {
     let bed = bed()?;
     let shim = start_shim(&bed)?;
     run(&shim, "keel-shim", true)
+}
+
+/// Each pod's container ID, restart count and status as JSON, by name.
+type Running = BTreeMap<String, (String, i32, String)>;
+
+/// Item 8 of the issue: a kubelet restarted with 50 pods running restarts none of their
+/// containers (same container IDs, restart counts 0, statuses not rewritten), and removes what
+/// belongs to a pod force-deleted while it was away.
+async fn restart(socket: PathBuf) -> Result<()> {
+    const PODS: usize = 50;
+    let (_server, admin, n1) = server(false).await?;
+    let root = tempfile::Builder::new().prefix("keel-kubelet-root-").tempdir()?;
+    let logs = tempfile::Builder::new().prefix("keel-kubelet-logs-").tempdir()?;
+    let endpoint = format!("unix://{}", socket.display());
+    let pods: Api<Pod> = Api::namespaced(admin.clone(), "default");
+    let config_maps: Api<ConfigMap> = Api::namespaced(admin.clone(), "default");
+    let ca: ConfigMap = serde_json::from_value(
+        json!({"metadata": {"name": "kube-root-ca.crt"}, "data": {"ca.crt": "the cluster CA"}}),
+    )?;
+    config_maps.create(&PostParams::default(), &ca).await?;
+    let image = format!("{PAUSE_REGISTRY}/keel/busybox:1.0");
+    for index in 0..PODS {
+        let spec = json!({"containers": [{"name": "c", "image": image, "command": ["sleep", "3600"]}]});
+        pods.create(&PostParams::default(), &pod(&format!("p{index}"), spec)?).await?;
+    }
+    let (first, _) = kubelet(&n1, &endpoint, root.path(), logs.path()).await;
+    let running = tokio::spawn(pods::run(first));
+    let running_ids = async || -> Result<Option<Running>> {
+        let mut ids = BTreeMap::new();
+        for pod in pods.list(&ListParams::default()).await?.items {
+            let status = pod.status.clone().unwrap_or_default();
+            let container = status.container_statuses.iter().flatten().next().cloned();
+            let Some(container) = container.filter(|c| c.state.as_ref().is_some_and(|s| s.running.is_some()))
+            else {
+                return Ok(None);
+            };
+            let id = container.container_id.clone().unwrap_or_default();
+            ids.insert(
+                pod.metadata.name.clone().unwrap_or_default(),
+                (id, container.restart_count, serde_json::to_string(&pod.status)?),
+            );
+        }
+        Ok(Some(ids))
+    };
+    let before = wait_for("50 pods running", async || running_ids().await).await?;
+    ensure!(before.len() == PODS, "{} pods", before.len());
+    running.abort();
+    // Away: one pod is force-deleted.
+    let gone = pods.get("p0").await?.metadata.uid.unwrap_or_default();
+    pods.delete("p0", &DeleteParams { grace_period_seconds: Some(0), ..DeleteParams::default() }).await?;
+    let (second, _) = kubelet(&n1, &endpoint, root.path(), logs.path()).await;
+    let running = tokio::spawn(pods::run(second));
+    let mut cri = CriClient::connect(&socket).await?;
+    wait_for("p0's sandbox and container removed after the restart", async || {
+        Ok((pod_leftovers(&mut cri, &gone).await? == 0).then_some(()))
+    })
+    .await?;
+    // A few relists and resyncs' worth of the new kubelet at work.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let after = running_ids().await?.context("a pod is not running after the restart")?;
+    let mut expected = before.clone();
+    expected.remove("p0");
+    let changed: Vec<&String> =
+        expected.iter().filter(|(name, was)| after.get(*name) != Some(*was)).map(|(name, _)| name).collect();
+    let shown: Vec<String> = changed
+        .iter()
+        .map(|name| format!("{name}: {:?} -> {:?}", expected[*name], after.get(*name)))
+        .collect();
+    ensure!(changed.is_empty() && after.len() == PODS - 1, "changed by the restart: {shown:?}");
+    running.abort();
+    for index in 1..PODS {
+        pods.delete(
+            &format!("p{index}"),
+            &DeleteParams { grace_period_seconds: Some(0), ..DeleteParams::default() },
+        )
+        .await?;
+    }
+    let (third, _) = kubelet(&n1, &endpoint, root.path(), logs.path()).await;
+    let running = tokio::spawn(pods::run(third));
+    wait_for("nothing left after the force deletes", async || {
+        Ok((pod_leftovers(&mut cri, "").await? == 0).then_some(()))
+    })
+    .await?;
+    running.abort();
+    Ok(())
+}
+
+#[test]
+fn a_restarted_kubelet_adopts_its_running_pods() -> Result<()> {
+    let bed = bed()?;
+    let shim = start_shim(&bed)?;
+    let threads = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?;
+    threads.block_on(restart(shim.socket()))
 }
 
 #[test]
