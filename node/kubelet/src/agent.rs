@@ -1,7 +1,8 @@
 //! The kubelet's node loop (upstream's registerWithAPIServer, syncNodeStatus, the node lease
 //! controller and updateRuntimeUp): register the Node, retrying with backoff; then ask the
 //! runtime every 5 s, renew the Lease every `lease_duration / 4`, and report the status every
-//! `status_update_frequency` when it changed — else at least every `status_report_frequency`.
+//! `status_update_frequency` when it changed — else at least every `status_report_frequency` —
+//! and hand the Node's pod CIDRs to the runtime when they change.
 
 use std::time::{Duration, Instant};
 
@@ -77,7 +78,8 @@ impl Agent {
     fn status(&self, previous: &NodeStatus) -> NodeStatus {
         let conditions = previous.conditions.clone().unwrap_or_default();
         let errors = self.state.errors(Instant::now());
-        node::status(&self.config, &self.machine, &self.state.version, &conditions, &errors, Timestamp::now())
+        let runtime = (self.state.version.as_str(), self.state.images.as_slice());
+        node::status(&self.config, &self.machine, runtime, &conditions, &errors, Timestamp::now())
     }
 
     /// Registers the Node (upstream's tryRegisterWithAPIServer): created, or — when one of its
@@ -147,6 +149,24 @@ impl Agent {
         Ok(Some(patched.status.unwrap_or(status)))
     }
 
+    /// Hands the Node's pod CIDRs to the runtime when they changed since `applied` (upstream's
+    /// updatePodCIDR, from the Node it reads on each status update).
+    pub async fn sync_pod_cidr(&mut self, applied: &mut String) -> Result<(), String> {
+        let node = self.nodes.get(&self.config.node_name).await.map_err(|e| e.to_string())?;
+        let spec = node.spec.unwrap_or_default();
+        let cidrs = match spec.pod_cidrs.filter(|c| !c.is_empty()) {
+            Some(cidrs) => cidrs.join(","),
+            None => spec.pod_cidr.unwrap_or_default(),
+        };
+        if cidrs.is_empty() || cidrs == *applied {
+            return Ok(());
+        }
+        self.runtime.update_pod_cidr(&cidrs).await.map_err(|e| format!("failed to update pod CIDR: {e}"))?;
+        tracing::info!(original = %applied, new = %cidrs, "updating pod CIDR");
+        *applied = cidrs;
+        Ok(())
+    }
+
     /// Registers, then heartbeats until the task is dropped. Failures are logged and retried, as
     /// upstream's loops do.
     pub async fn run(mut self) {
@@ -168,6 +188,7 @@ impl Agent {
         let mut lease = tokio::time::interval(Duration::from_millis(quarter));
         let mut runtime = tokio::time::interval(RUNTIME_CHECK_INTERVAL);
         let mut status = tokio::time::interval(self.timings.status_update_frequency);
+        let mut pod_cidr = String::new();
         loop {
             tokio::select! {
                 _ = lease.tick() => {
@@ -189,6 +210,9 @@ impl Agent {
                         }
                         Ok(None) => {}
                         Err(error) => tracing::warn!(%error, "error updating node status, will retry"),
+                    }
+                    if let Err(error) = self.sync_pod_cidr(&mut pod_cidr).await {
+                        tracing::warn!(%error, "the pod CIDR was not handed to the runtime");
                     }
                 }
             }

@@ -7,8 +7,8 @@ use std::net::IpAddr;
 
 use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
 use k8s_openapi::api::core::v1::{
-    DaemonEndpoint, Node, NodeAddress, NodeCondition, NodeDaemonEndpoints, NodeSpec, NodeStatus,
-    NodeSystemInfo, Taint,
+    ContainerImage, DaemonEndpoint, Node, NodeAddress, NodeCondition, NodeDaemonEndpoints, NodeSpec,
+    NodeStatus, NodeSystemInfo, Taint,
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta, OwnerReference};
 use k8s_openapi::jiff::Timestamp;
@@ -67,7 +67,7 @@ pub fn initial_node(config: &NodeConfig, machine: &MachineInfo, status: NodeStat
 pub fn status(
     config: &NodeConfig,
     machine: &MachineInfo,
-    runtime_version: &str,
+    (runtime_version, images): (&str, &[ContainerImage]),
     previous: &[NodeCondition],
     not_ready: &[String],
     now: Timestamp,
@@ -84,6 +84,8 @@ pub fn status(
         capacity: Some(node_status::to_api(&capacity)),
         allocatable: Some(node_status::to_api(&allocatable)),
         conditions: Some(node_status::conditions(previous, now, Pressure::default(), not_ready)),
+        // Left out when empty, as upstream's omitempty leaves it out.
+        images: (!images.is_empty()).then(|| images.to_vec()),
         daemon_endpoints: Some(NodeDaemonEndpoints {
             kubelet_endpoint: Some(DaemonEndpoint { port: config.port }),
         }),
@@ -177,7 +179,7 @@ mod tests {
     #[test]
     fn the_registered_node() {
         let now: Timestamp = "2026-12-03T12:00:00Z".parse().unwrap();
-        let status = status(&config(), &machine(), "keel-shim://0.1.0", &[], &[], now);
+        let status = status(&config(), &machine(), ("keel-shim://0.1.0", &[]), &[], &[], now);
         let node = initial_node(&config(), &machine(), status);
         let labels = node.metadata.labels.as_ref().unwrap();
         assert_eq!(labels["kubernetes.io/hostname"], "worker-1");
@@ -202,12 +204,18 @@ mod tests {
     fn heartbeats_alone_are_no_change() {
         let start: Timestamp = "2026-12-03T12:00:00Z".parse().unwrap();
         let later: Timestamp = "2026-12-03T12:00:10Z".parse().unwrap();
-        let first = status(&config(), &machine(), "r://1", &[], &[], start);
+        let first = status(&config(), &machine(), ("r://1", &[]), &[], &[], start);
         let conditions = first.conditions.clone().unwrap_or_default();
-        let second = status(&config(), &machine(), "r://1", &conditions, &[], later);
+        let second = status(&config(), &machine(), ("r://1", &[]), &conditions, &[], later);
         assert!(!changed(&first, &second));
-        let down =
-            status(&config(), &machine(), "r://1", &conditions, &["container runtime is down".into()], later);
+        let down = status(
+            &config(),
+            &machine(),
+            ("r://1", &[]),
+            &conditions,
+            &["container runtime is down".into()],
+            later,
+        );
         assert!(changed(&first, &down));
     }
 

@@ -13,6 +13,8 @@ use k8s_cri::v1::image_service_client::ImageServiceClient;
 use k8s_cri::v1::runtime_service_client::RuntimeServiceClient;
 use tonic::transport::{Channel, Endpoint, Uri};
 
+use k8s_openapi::api::core::v1::ContainerImage;
+
 use crate::pod_runtime::{POD_UID_LABEL, PodRuntime};
 
 /// One CRI runtime condition as the kubelet keeps it.
@@ -38,6 +40,8 @@ pub struct RuntimeState {
     pub conditions: Vec<Condition>,
     /// `<runtime name>://<runtime version>` from CRI Version (the Node's containerRuntimeVersion).
     pub version: String,
+    /// The images the runtime holds, as the Node reports them.
+    pub images: Vec<ContainerImage>,
 }
 
 /// How long after its last good answer the runtime counts as down (upstream's
@@ -168,7 +172,7 @@ impl Cri {
 #[derive(Debug, Clone)]
 pub struct Runtime {
     socket: PathBuf,
-    client: Option<RuntimeServiceClient<Channel>>,
+    client: Option<Cri>,
 }
 
 impl Runtime {
@@ -178,11 +182,24 @@ impl Runtime {
         Runtime { socket: PathBuf::from(socket), client: None }
     }
 
-    async fn client(&mut self) -> Result<&mut RuntimeServiceClient<Channel>, tonic::transport::Error> {
+    async fn client(&mut self) -> Result<&mut Cri, tonic::transport::Error> {
         if self.client.is_none() {
-            self.client = Some(RuntimeServiceClient::new(channel(&self.socket).await?));
+            self.client = Some(self.cri().await?);
         }
         Ok(self.client.as_mut().expect("set above"))
+    }
+
+    /// Hands the node's pod CIDRs (`,`-joined) to the runtime (upstream's updatePodCIDR through
+    /// UpdateRuntimeConfig).
+    pub async fn update_pod_cidr(&mut self, cidr: &str) -> Result<(), String> {
+        let client = self.client().await.map_err(|e| e.to_string())?;
+        let request = cri::UpdateRuntimeConfigRequest {
+            runtime_config: Some(cri::RuntimeConfig {
+                network_config: Some(cri::NetworkConfig { pod_cidr: cidr.to_owned() }),
+            }),
+        };
+        client.runtime.update_runtime_config(request).await.map_err(|s| s.message().to_owned())?;
+        Ok(())
     }
 
     /// The CRI services and the runtime's name, once the runtime answers (retried every second,
@@ -219,16 +236,21 @@ impl Runtime {
         let socket = self.socket.display().to_string();
         let answered = match self.client().await {
             Ok(client) => {
-                let version = client.version(cri::VersionRequest { version: "v1".into() }).await;
-                let status = client.status(cri::StatusRequest { verbose: false }).await;
-                match (version, status) {
-                    (Ok(version), Ok(status)) => Ok((version.into_inner(), status.into_inner())),
-                    (Err(error), _) | (_, Err(error)) => Err(format!("CRI on {socket}: {}", error.message())),
+                let version = client.runtime.version(cri::VersionRequest { version: "v1".into() }).await;
+                let status = client.runtime.status(cri::StatusRequest { verbose: false }).await;
+                let images = client.image.list_images(cri::ListImagesRequest { filter: None }).await;
+                match (version, status, images) {
+                    (Ok(version), Ok(status), Ok(images)) => {
+                        Ok((version.into_inner(), status.into_inner(), images.into_inner().images))
+                    }
+                    (Err(error), _, _) | (_, Err(error), _) | (_, _, Err(error)) => {
+                        Err(format!("CRI on {socket}: {}", error.message()))
+                    }
                 }
             }
             Err(error) => Err(format!("connecting to {socket}: {error}")),
         };
-        let (version, status) = match answered {
+        let (version, status, images) = match answered {
             Ok(answer) => answer,
             Err(error) => {
                 // Dialled again next time: the runtime may have been restarted.
@@ -244,10 +266,30 @@ impl Runtime {
             .into_iter()
             .map(|c| Condition { kind: c.r#type, status: c.status, reason: c.reason, message: c.message })
             .collect();
+        state.images = node_images(images);
         state.last_sync = Some(Instant::now());
         Ok(())
     }
 }
+
+/// The images a Node reports (upstream's Images setter): largest first, at most
+/// [`MAX_NODE_IMAGES`], each with its digests then its tags, at most five names.
+pub fn node_images(mut images: Vec<cri::Image>) -> Vec<ContainerImage> {
+    images.sort_by(|a, b| b.size.cmp(&a.size).then_with(|| a.id.cmp(&b.id)));
+    images
+        .into_iter()
+        .take(MAX_NODE_IMAGES)
+        .map(|image| {
+            let mut names = image.repo_digests;
+            names.extend(image.repo_tags);
+            names.truncate(5);
+            ContainerImage { names: Some(names), size_bytes: i64::try_from(image.size).ok() }
+        })
+        .collect()
+}
+
+/// nodeStatusMaxImages (50).
+pub const MAX_NODE_IMAGES: usize = 50;
 
 #[cfg(test)]
 mod tests {
@@ -279,5 +321,22 @@ mod tests {
         assert!(state.errors(now).is_empty());
         let later = now + RUNTIME_SYNC_THRESHOLD;
         assert_eq!(state.errors(later), ["container runtime is down"]);
+    }
+
+    #[test]
+    fn images_largest_first_digests_then_tags() {
+        let image = |id: &str, size: u64, tags: &[&str]| cri::Image {
+            id: id.into(),
+            size,
+            repo_tags: tags.iter().map(|t| (*t).to_owned()).collect(),
+            repo_digests: vec![format!("r@sha256:{id}")],
+            ..cri::Image::default()
+        };
+        let tags = ["r:1", "r:2", "r:3", "r:4", "r:5"];
+        let listed = node_images(vec![image("a", 10, &["a:1"]), image("b", 30, &tags)]);
+        assert_eq!(listed[0].size_bytes, Some(30));
+        let names = listed[0].names.clone().unwrap();
+        assert_eq!(names, ["r@sha256:b", "r:1", "r:2", "r:3", "r:4"]);
+        assert_eq!(listed[1].names.as_deref(), Some(&["r@sha256:a".to_owned(), "a:1".to_owned()][..]));
     }
 }

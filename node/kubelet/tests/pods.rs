@@ -5,7 +5,8 @@
 //!
 //! One scenario, on each runtime against keel-apiserver, and on keel-shim against kube-apiserver
 //! v1.34:
-//! - the Node turns Ready once the runtime and its network answer;
+//! - the Node turns Ready once the runtime and its network answer, lists the runtime's images, and
+//!   its pod CIDR reaches the runtime (UpdateRuntimeConfig; read back from keel-shim's Status);
 //! - a long-running pod reaches Running with Ready=True, a pod IP from the CNI subnet, a
 //!   `<runtime>://` container ID, and Pulled/Created/Started events; its environment holds the
 //!   downward-API and expanded values (read back through its emptyDir volume on the host);
@@ -380,6 +381,28 @@ async fn pods_on_node(admin: &kube::Client, socket: &Path, root: &Path, runtime_
     ] {
         let found = std::fs::read_to_string(env_file.with_file_name(file)).unwrap_or_default();
         ensure!(found == expected, "{file} in web's volumes: {found:?}, not {expected:?}");
+    }
+
+    // The Node lists the images the runtime holds, and its pod CIDR reaches the runtime.
+    wait_for("busybox among n1's images", async || {
+        let node = nodes.get("n1").await?;
+        let images = node.status.and_then(|s| s.images).unwrap_or_default();
+        Ok(images
+            .iter()
+            .flat_map(|i| i.names.iter().flatten())
+            .any(|n| n.contains("keel/busybox"))
+            .then_some(()))
+    })
+    .await?;
+    let cidr = json!({"spec": {"podCIDR": SUBNET, "podCIDRs": [SUBNET]}});
+    nodes.patch("n1", &Default::default(), &kube::api::Patch::Merge(&cidr)).await?;
+    if runtime_name == "keel-shim" {
+        let mut cri = CriClient::connect(socket).await?;
+        wait_for("the pod CIDR handed to keel-shim", async || {
+            let status = cri.runtime.status(api::StatusRequest { verbose: true }).await?.into_inner();
+            Ok((status.info.get("podCIDR").map(String::as_str) == Some(SUBNET)).then_some(()))
+        })
+        .await?;
     }
 
     let events: Api<Event> = Api::namespaced(admin.clone(), "default");
