@@ -13,7 +13,8 @@
 //! - a `Never` pod whose command exits 3 ends Failed with the exit code and reason Error;
 //! - a pod whose container keeps failing is restarted, then waits in CrashLoopBackOff;
 //! - a pod's init containers run to completion (Completed, Initialized=True) before it runs;
-//! - a pod whose image does not exist waits in ErrImagePull / ImagePullBackOff with a Failed event;
+//! - a pod whose image does not exist waits in ErrImagePull / ImagePullBackOff with a Failed event,
+//!   its repeated BackOff one Event with a count;
 //! - the pod's kube-api-access volume holds its namespace and a token (TokenRequest as the node),
 //!   its Secret volume (read-only) and ConfigMap volume their data, its env a Secret key and a
 //!   prefixed envFrom ConfigMap;
@@ -466,6 +467,18 @@ async fn pods_on_node(admin: &kube::Client, socket: &Path, root: &Path, runtime_
         let mounted = reasons(&list, "unmountable").iter().any(|r| r == "FailedMount");
         let pulled = reasons(&list, "ghost").iter().any(|r| r == "Failed");
         Ok((mounted && pulled).then_some(()))
+    })
+    .await?;
+    // Backing off repeats one Event, counted, rather than writing a new one each time.
+    wait_for("ghost's BackOff counted on one Event", async || {
+        let list = events.list(&ListParams::default()).await?.items;
+        let backoffs: Vec<&Event> = list
+            .iter()
+            .filter(|e| {
+                e.involved_object.name.as_deref() == Some("ghost") && e.reason.as_deref() == Some("BackOff")
+            })
+            .collect();
+        Ok((backoffs.len() == 1 && backoffs[0].count.unwrap_or(0) >= 2).then_some(()))
     })
     .await?;
     let unmountable = pods.get("unmountable").await?;
