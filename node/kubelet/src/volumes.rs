@@ -165,7 +165,23 @@ fn downward_payload(
     Ok(payload)
 }
 
-/// The files of a ConfigMap (a configMap volume or projection): `None` items are all keys.
+/// The files of a ConfigMap or Secret (`kind` "configMap" or "secret") read as `data` (`None`:
+/// not found) for a volume or projection: `None` items are all keys.
+fn object_files(
+    data: Option<BTreeMap<String, Vec<u8>>>,
+    (kind, name): (&str, &str),
+    items: Option<&Vec<KeyToPath>>,
+    default_mode: Option<i32>,
+    optional: Option<bool>,
+) -> Result<Payload, String> {
+    let optional = optional == Some(true);
+    match data {
+        Some(data) => key_payload(data, items, default_mode, optional, kind),
+        None if optional => Ok(Payload::new()),
+        None => Err(format!("{} {name:?} not found", kind.to_lowercase())),
+    }
+}
+
 fn config_map_files(
     sources: &Sources,
     name: &str,
@@ -173,15 +189,10 @@ fn config_map_files(
     default_mode: Option<i32>,
     optional: Option<bool>,
 ) -> Result<Payload, String> {
-    let optional = optional == Some(true);
-    match sources.config_map(name) {
-        Some(map) => key_payload(config_map_data(map), items, default_mode, optional, "configMap"),
-        None if optional => Ok(Payload::new()),
-        None => Err(format!("configmap {name:?} not found")),
-    }
+    let data = sources.config_map(name).map(config_map_data);
+    object_files(data, ("configMap", name), items, default_mode, optional)
 }
 
-/// The files of a Secret (a secret volume or projection).
 fn secret_files(
     sources: &Sources,
     name: &str,
@@ -189,12 +200,7 @@ fn secret_files(
     default_mode: Option<i32>,
     optional: Option<bool>,
 ) -> Result<Payload, String> {
-    let optional = optional == Some(true);
-    match sources.secret(name) {
-        Some(secret) => key_payload(secret_data(secret), items, default_mode, optional, "secret"),
-        None if optional => Ok(Payload::new()),
-        None => Err(format!("secret {name:?} not found")),
-    }
+    object_files(sources.secret(name).map(secret_data), ("secret", name), items, default_mode, optional)
 }
 
 /// The files of a configMap, secret, downwardAPI or projected volume; `None` for other volume
