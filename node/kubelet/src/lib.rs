@@ -14,6 +14,8 @@
 //! - [`pod_actions`]: what one sync of a pod does (computePodActions). Pure.
 //! - [`pod_config`]: the CRI sandbox and container configs of a pod. Pure.
 //! - [`pod_status`]: the Pod status reported (phase, conditions, container statuses). Pure.
+//! - [`probes`]: what a probe or hook reaches, and the probe worker's thresholds and gates. Pure.
+//! - [`prober`]: runs them (ExecSync, HTTP GET, TCP connect, gRPC health, sleep).
 //! - [`pods`]: the watch of the node's pods, one worker per pod, the relist, the syncs, the
 //!   status writes and the final deletion.
 //! - [`events`]: the Events about pods.
@@ -32,5 +34,7 @@ pub mod pod_config;
 pub mod pod_runtime;
 pub mod pod_status;
 pub mod pods;
+pub mod prober;
+pub mod probes;
 pub mod runtime;
 pub mod volumes;

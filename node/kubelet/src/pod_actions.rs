@@ -8,6 +8,7 @@
 use k8s_openapi::api::core::v1::{Container, Pod};
 
 use crate::pod_runtime::{PodRuntime, State};
+use crate::probes::{self, Kind, ResultsByContainer};
 
 /// upstream's podActions, without the parts keel-kubelet does not do yet (ephemeral containers,
 /// resizes).
@@ -24,8 +25,23 @@ pub struct PodActions {
     pub init_to_start: Option<usize>,
     /// Indexes into spec.containers.
     pub containers_to_start: Vec<usize>,
-    /// Container ids to kill, each with why (the Killing event's message).
-    pub containers_to_kill: Vec<(String, String)>,
+    /// Containers to kill, each with why.
+    pub containers_to_kill: Vec<Kill>,
+}
+
+/// A container to kill: its ID, the Killing event's message, and the probe that failed (whose
+/// terminationGracePeriodSeconds then applies).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Kill {
+    pub id: String,
+    pub message: String,
+    pub probe: Option<Kind>,
+}
+
+impl Kill {
+    fn new(id: &str, message: String) -> Kill {
+        Kill { id: id.to_owned(), message, probe: None }
+    }
 }
 
 fn spec_of(pod: &Pod) -> (&[Container], &[Container], &str, bool) {
@@ -113,8 +129,8 @@ fn init_actions(pod: &Pod, runtime: &PodRuntime, actions: &mut PodActions) -> bo
                 }
                 State::Exited | State::Created | State::Unknown => {
                     if status.state == State::Unknown {
-                        actions.containers_to_kill.push((
-                            status.id.clone(),
+                        actions.containers_to_kill.push(Kill::new(
+                            &status.id,
                             format!(
                                 "Init container is in {:?} state, try killing it before restart",
                                 "unknown"
@@ -130,8 +146,8 @@ fn init_actions(pod: &Pod, runtime: &PodRuntime, actions: &mut PodActions) -> bo
     true
 }
 
-/// What to do for `pod`, given what the runtime holds of it.
-pub fn compute(pod: &Pod, runtime: &PodRuntime) -> PodActions {
+/// What to do for `pod`, given what the runtime holds of it and its containers' probe results.
+pub fn compute(pod: &Pod, runtime: &PodRuntime, probes: &ResultsByContainer) -> PodActions {
     let (containers, init, restart_policy, host_network) = spec_of(pod);
     let (create, attempt, sandbox_id) = sandbox_changed(host_network, runtime);
     let mut actions =
@@ -167,12 +183,25 @@ pub fn compute(pod: &Pod, runtime: &PodRuntime) -> PodActions {
         let status = runtime.container(&container.name);
         match status {
             Some(status) if status.state == State::Running => {
+                let failed = probes.get(&status.id).and_then(probes::Results::failed);
                 if status.hash != container_hash(container) {
-                    actions.containers_to_kill.push((
-                        status.id.clone(),
+                    actions.containers_to_kill.push(Kill::new(
+                        &status.id,
                         format!("Container {} definition changed, will be restarted", container.name),
                     ));
                     actions.containers_to_start.push(index);
+                } else if let Some(kind) = failed {
+                    let mut message =
+                        format!("Container {} failed {} probe", container.name, kind.name().to_lowercase());
+                    if restart_policy != "Never" {
+                        message.push_str(", will be restarted");
+                        actions.containers_to_start.push(index);
+                    }
+                    actions.containers_to_kill.push(Kill {
+                        id: status.id.clone(),
+                        message,
+                        probe: Some(kind),
+                    });
                 } else {
                     keep += 1;
                 }
@@ -181,8 +210,8 @@ pub fn compute(pod: &Pod, runtime: &PodRuntime) -> PodActions {
                 if should_restart(pod, &container.name, runtime) {
                     actions.containers_to_start.push(index);
                     if let Some(status) = status.filter(|s| s.state == State::Unknown) {
-                        actions.containers_to_kill.push((
-                            status.id.clone(),
+                        actions.containers_to_kill.push(Kill::new(
+                            &status.id,
                             "Container is in \"unknown\" state, try killing it before restart".to_owned(),
                         ));
                     }
@@ -255,11 +284,11 @@ mod tests {
     #[test]
     fn a_new_pod_gets_a_sandbox_then_its_first_init_container() {
         let plain = pod("Always", &[], &["a", "b"]);
-        let actions = compute(&plain, &PodRuntime::default());
+        let actions = compute(&plain, &PodRuntime::default(), &ResultsByContainer::new());
         assert!(actions.create_sandbox && actions.kill_pod);
         assert_eq!((actions.attempt, actions.containers_to_start), (0, vec![0, 1]));
         let with_init = pod("Always", &["i0", "i1"], &["a"]);
-        let actions = compute(&with_init, &PodRuntime::default());
+        let actions = compute(&with_init, &PodRuntime::default(), &ResultsByContainer::new());
         assert_eq!((actions.init_to_start, actions.containers_to_start.len()), (Some(0), 0));
     }
 
@@ -268,13 +297,16 @@ mod tests {
         let p = pod("Never", &["i0", "i1"], &["a"]);
         let mut runtime = PodRuntime { sandboxes: vec![sandbox(true, 0)], containers: vec![] };
         runtime.containers.push(ran(&p, "i0", State::Exited, 0));
-        assert_eq!(compute(&p, &runtime).init_to_start, Some(1));
+        assert_eq!(compute(&p, &runtime, &ResultsByContainer::new()).init_to_start, Some(1));
         runtime.containers.insert(0, ran(&p, "i1", State::Running, 0));
-        assert_eq!(compute(&p, &runtime), PodActions { sandbox_id: "s0".into(), ..PodActions::default() });
+        assert_eq!(
+            compute(&p, &runtime, &ResultsByContainer::new()),
+            PodActions { sandbox_id: "s0".into(), ..PodActions::default() }
+        );
         runtime.containers[0] = ran(&p, "i1", State::Exited, 1);
-        assert!(compute(&p, &runtime).kill_pod);
+        assert!(compute(&p, &runtime, &ResultsByContainer::new()).kill_pod);
         runtime.containers[0] = ran(&p, "i1", State::Exited, 0);
-        assert_eq!(compute(&p, &runtime).containers_to_start, [0]);
+        assert_eq!(compute(&p, &runtime, &ResultsByContainer::new()).containers_to_start, [0]);
     }
 
     #[test]
@@ -291,7 +323,7 @@ mod tests {
                 sandboxes: vec![sandbox(true, 0)],
                 containers: vec![ran(&p, "a", State::Exited, exit_code)],
             };
-            let actions = compute(&p, &runtime);
+            let actions = compute(&p, &runtime, &ResultsByContainer::new());
             assert_eq!(actions.containers_to_start == [0], restarts, "{policy} exit {exit_code}");
             // Nothing left to run: the pod's sandbox goes.
             assert_eq!(actions.kill_pod, !restarts, "{policy} exit {exit_code}");
@@ -303,17 +335,20 @@ mod tests {
         let p = pod("Always", &[], &["a"]);
         let mut running = ran(&p, "a", State::Running, 0);
         let runtime = PodRuntime { sandboxes: vec![sandbox(true, 0)], containers: vec![running.clone()] };
-        assert_eq!(compute(&p, &runtime), PodActions { sandbox_id: "s0".into(), ..PodActions::default() });
+        assert_eq!(
+            compute(&p, &runtime, &ResultsByContainer::new()),
+            PodActions { sandbox_id: "s0".into(), ..PodActions::default() }
+        );
         running.hash = "other".into();
         let changed = PodRuntime { sandboxes: vec![sandbox(true, 0)], containers: vec![running.clone()] };
-        let actions = compute(&p, &changed);
+        let actions = compute(&p, &changed, &ResultsByContainer::new());
         assert_eq!(
             actions.containers_to_kill,
-            [("a-id".to_owned(), "Container a definition changed, will be restarted".to_owned())]
+            [Kill::new("a-id", "Container a definition changed, will be restarted".to_owned())]
         );
         assert_eq!(actions.containers_to_start, [0]);
         let lost = PodRuntime { sandboxes: vec![sandbox(false, 0)], containers: vec![running] };
-        let actions = compute(&p, &lost);
+        let actions = compute(&p, &lost, &ResultsByContainer::new());
         assert!(actions.create_sandbox && actions.kill_pod);
         assert_eq!((actions.attempt, actions.sandbox_id.as_str()), (1, "s0"));
         // A Never pod whose sandbox went after its containers ran is not started again.
@@ -322,7 +357,39 @@ mod tests {
             sandboxes: vec![sandbox(false, 0)],
             containers: vec![ran(&never, "a", State::Exited, 0)],
         };
-        let actions = compute(&never, &gone);
+        let actions = compute(&never, &gone, &ResultsByContainer::new());
         assert!(actions.kill_pod && !actions.create_sandbox);
+    }
+
+    #[test]
+    fn a_failed_liveness_or_startup_probe_kills_and_restarts_as_the_policy_says() {
+        use crate::probes::{Outcome, Results};
+        for (policy, kind, restarted) in [
+            ("Always", Kind::Liveness, true),
+            ("OnFailure", Kind::Startup, true),
+            ("Never", Kind::Liveness, false),
+        ] {
+            let p = pod(policy, &[], &["a"]);
+            let runtime = PodRuntime {
+                sandboxes: vec![sandbox(true, 0)],
+                containers: vec![ran(&p, "a", State::Running, 0)],
+            };
+            let mut results = Results::default();
+            results.set(kind, Some(Outcome::Failure));
+            let probes = ResultsByContainer::from([("a-id".to_owned(), results)]);
+            let actions = compute(&p, &runtime, &probes);
+            let mut message = format!("Container a failed {} probe", kind.name().to_lowercase());
+            if restarted {
+                message.push_str(", will be restarted");
+            }
+            assert_eq!(actions.containers_to_kill, [Kill { id: "a-id".into(), message, probe: Some(kind) }]);
+            assert_eq!(actions.containers_to_start == [0], restarted, "{policy}");
+            assert_eq!(actions.kill_pod, !restarted, "{policy}");
+            // Readiness failures never kill.
+            let mut unready = Results::default();
+            unready.set(Kind::Readiness, Some(Outcome::Failure));
+            let probes = ResultsByContainer::from([("a-id".to_owned(), unready)]);
+            assert!(compute(&p, &runtime, &probes).containers_to_kill.is_empty());
+        }
     }
 }

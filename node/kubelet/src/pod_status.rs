@@ -13,6 +13,7 @@ use k8s_openapi::jiff::Timestamp;
 use keel_api::validation::quantity::Quantity;
 
 use crate::pod_runtime::{Container as RuntimeContainer, PodRuntime, State};
+use crate::probes::ResultsByContainer;
 
 /// Why a container is not running, as the last sync found (upstream's reasonCache): ErrImagePull,
 /// ImagePullBackOff, CrashLoopBackOff, CreateContainerConfigError, RunContainerError...
@@ -36,6 +37,8 @@ pub struct Inputs<'a> {
     pub terminal: bool,
     /// Whole seconds, as the API keeps times (else every comparison with it differs).
     pub now: Timestamp,
+    /// The containers' probe results, by container ID.
+    pub probes: &'a ResultsByContainer,
 }
 
 /// A CRI time (nanoseconds) as the API keeps times: whole seconds.
@@ -149,8 +152,9 @@ fn container_status(
                 running: Some(ContainerStateRunning { started_at: time(newest.started_at) }),
                 ..ContainerState::default()
             });
-            status.started = Some(spec.startup_probe.is_none());
-            status.ready = spec.readiness_probe.is_none() && spec.startup_probe.is_none();
+            let results = inputs.probes.get(&newest.id).copied().unwrap_or_default();
+            status.started = Some(results.started(spec));
+            status.ready = results.ready(spec);
         }
         State::Exited => match reason {
             // To be started again, after a back-off: waiting, with the run that ended as lastState.
@@ -433,8 +437,11 @@ mod tests {
             runtime_name: "keel-shim",
             terminal,
             now: "2026-12-03T12:00:00Z".parse().unwrap(),
+            probes: &NO_PROBES,
         }
     }
+
+    static NO_PROBES: ResultsByContainer = ResultsByContainer::new();
 
     fn conditions(status: &PodStatus) -> Vec<(String, String, Option<String>)> {
         status

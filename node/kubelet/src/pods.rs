@@ -14,7 +14,12 @@
 //! Volumes: emptyDir (disk or tmpfs), hostPath, configMap, secret, downwardAPI and projected
 //! (the kube-api-access volume with its service account token); any other type, or a missing
 //! ConfigMap or Secret, keeps the pod in ContainerCreating with a FailedMount event until it can
-//! be set up. Probes, hooks and the kubelet API come next.
+//! be set up.
+//!
+//! Probes (upstream's prober manager): one worker per container and probe, fed by the status the
+//! kubelet last computed; a changed result wakes the pod's worker, whose sync reports readiness
+//! and kills a container whose liveness or startup probe failed. Hooks: postStart after a
+//! container starts (a failure kills it), preStop before it is stopped, within its grace period.
 
 use std::collections::{BTreeMap, HashMap};
 use std::os::unix::fs::PermissionsExt;
@@ -30,7 +35,7 @@ use k8s_openapi::jiff::Timestamp;
 use kube::Api;
 use kube::api::{DeleteParams, Patch, PatchParams, PostParams, Preconditions};
 use kube::runtime::watcher;
-use tokio::sync::watch;
+use tokio::sync::{mpsc, watch};
 
 use crate::atomic_writer;
 use crate::events::{Kind, Recorder};
@@ -38,6 +43,8 @@ use crate::pod_actions::{self, PodActions};
 use crate::pod_config::{self, PodEnvironment, PodFacts};
 use crate::pod_runtime::{PodRuntime, State};
 use crate::pod_status::{self, Reasons};
+use crate::prober;
+use crate::probes::{self, Kind as ProbeKind, Outcome, Probed, ResultsByContainer};
 use crate::runtime::Cri;
 use crate::volumes::{self, HostPathCheck, Sources};
 
@@ -69,6 +76,12 @@ pub struct Kubelet {
     tokens: Mutex<HashMap<String, (String, Instant)>>,
     /// The status last written for each pod, by UID.
     statuses: Mutex<HashMap<String, k8s_openapi::api::core::v1::PodStatus>>,
+    /// The containers' probe results, by container ID.
+    probe_results: Mutex<ResultsByContainer>,
+    /// The UIDs of pods whose worker is to sync again (a probe result changed).
+    wake: mpsc::UnboundedSender<String>,
+    woken: Mutex<Option<mpsc::UnboundedReceiver<String>>>,
+    started: Instant,
 }
 
 impl std::fmt::Debug for Kubelet {
@@ -87,6 +100,7 @@ impl Kubelet {
         cri: Cri,
         runtime_name: String,
     ) -> Kubelet {
+        let (wake, woken) = mpsc::unbounded_channel();
         Kubelet {
             recorder: Recorder::new(client.clone(), node_name.clone()),
             node_name,
@@ -99,6 +113,10 @@ impl Kubelet {
             backoff: Mutex::new(HashMap::new()),
             tokens: Mutex::new(HashMap::new()),
             statuses: Mutex::new(HashMap::new()),
+            probe_results: Mutex::new(ResultsByContainer::new()),
+            wake,
+            woken: Mutex::new(Some(woken)),
+            started: Instant::now(),
         }
     }
 
@@ -133,6 +151,47 @@ impl Kubelet {
         tokens.retain(|key, _| !key.starts_with(uid));
         self.statuses.lock().unwrap_or_else(std::sync::PoisonError::into_inner).remove(uid);
     }
+
+    fn probe_snapshot(&self) -> ResultsByContainer {
+        self.probe_results.lock().unwrap_or_else(std::sync::PoisonError::into_inner).clone()
+    }
+
+    /// Records a probe result of a container of pod `uid`; a change wakes the pod's worker.
+    fn set_probe_result(&self, uid: &str, container_id: &str, kind: ProbeKind, outcome: Option<Outcome>) {
+        let mut results = self.probe_results.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let entry = results.entry(container_id.to_owned()).or_default();
+        if entry.get(kind) == outcome {
+            return;
+        }
+        entry.set(kind, outcome);
+        if *entry == probes::Results::default() {
+            results.remove(container_id);
+        }
+        drop(results);
+        let _ = self.wake.send(uid.to_owned());
+    }
+
+    /// What a probe worker sees of its container: the status this kubelet last computed.
+    fn probe_view(&self, uid: &str, name: &str) -> (probes::View, String) {
+        let statuses = self.statuses.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let Some(status) = statuses.get(uid) else { return (probes::View::default(), String::new()) };
+        let phase = status.phase.as_deref().unwrap_or_default();
+        let all =
+            status.container_statuses.iter().flatten().chain(status.init_container_statuses.iter().flatten());
+        let mut view =
+            probes::View { finished: phase == "Succeeded" || phase == "Failed", ..probes::View::default() };
+        if let Some(container) = all.into_iter().find(|c| c.name == name) {
+            let id = container.container_id.as_deref().unwrap_or_default();
+            view.container_id = id.split_once("://").map_or(id, |(_, bare)| bare).to_owned();
+            view.started = container.started == Some(true);
+            let state = container.state.clone().unwrap_or_default();
+            view.terminated = state.terminated.is_some();
+            view.running_for = state
+                .running
+                .map(|r| r.started_at.map_or(0, |at| Timestamp::now().as_second() - at.0.as_second()));
+        }
+        (view, status.pod_ip.clone().unwrap_or_default())
+    }
 }
 
 fn pod_name(pod: &Pod) -> String {
@@ -151,6 +210,12 @@ fn field_path(pod: &Pod, name: &str) -> String {
         .and_then(|s| s.init_containers.as_ref())
         .is_some_and(|i| i.iter().any(|c| c.name == name));
     if init { format!("spec.initContainers{{{name}}}") } else { format!("spec.containers{{{name}}}") }
+}
+
+/// The spec of the pod's container (or init container) `name`.
+fn container_spec<'a>(pod: &'a Pod, name: &str) -> Option<&'a Container> {
+    let spec = pod.spec.as_ref()?;
+    spec.containers.iter().chain(spec.init_containers.iter().flatten()).find(|c| c.name == name)
 }
 
 fn rpc_message(status: &tonic::Status) -> String {
@@ -589,23 +654,73 @@ impl Kubelet {
             format!("Created container: {}", container.name),
         );
         if let Err(status) =
-            cri.runtime.start_container(cri::StartContainerRequest { container_id: id }).await
+            cri.runtime.start_container(cri::StartContainerRequest { container_id: id.clone() }).await
         {
             return failed("RunContainerError", rpc_message(&status));
         }
         self.recorder.pod_event(
             pod,
-            path,
+            path.clone(),
             Kind::Normal,
             "Started",
             format!("Started container {}", container.name),
         );
+        // upstream's startContainer step 4: the postStart hook; a failure kills the container.
+        if let Some(hook) = container.lifecycle.as_ref().and_then(|l| l.post_start.as_ref()) {
+            let pod_ip = pod_ips.first().map(String::as_str).unwrap_or_default();
+            if let Err(message) = self.run_hook(pod, container, &id, hook, pod_ip).await {
+                // The event does not carry the message, which could hold secrets (as upstream).
+                self.recorder.pod_event(
+                    pod,
+                    path,
+                    Kind::Warning,
+                    "FailedPostStartHook",
+                    "PostStartHook failed".into(),
+                );
+                let grace = pod.spec.as_ref().and_then(|s| s.termination_grace_period_seconds).unwrap_or(30);
+                self.kill_container(pod, &id, &container.name, grace, "FailedPostStartHook").await;
+                return Err(("PostStartHookError".into(), message));
+            }
+        }
         Ok(())
     }
 
-    /// Stops a container within `grace` seconds — at least [`MINIMUM_GRACE_SECONDS`], as upstream.
+    /// Runs a lifecycle hook of `container` (upstream's handlerRunner); the error is upstream's
+    /// message for it.
+    async fn run_hook(
+        &self,
+        pod: &Pod,
+        container: &Container,
+        container_id: &str,
+        hook: &k8s_openapi::api::core::v1::LifecycleHandler,
+        pod_ip: &str,
+    ) -> Result<(), String> {
+        let handler = probes::Handler::of_hook(hook);
+        let target = probes::target(handler, container, pod_ip, false);
+        let failed = |kind: &str, what: String, error: String| {
+            format!(
+                "{kind} lifecycle hook ({what}) for Container {:?} in Pod {:?} failed - error: {error}",
+                container.name,
+                pod_name(pod)
+            )
+        };
+        let target = match target {
+            Ok(target) => target,
+            Err(error) => return Err(format!("Cannot run handler: {error}")),
+        };
+        let outcome = prober::hook(&self.cri, container_id, &target).await;
+        outcome.map_err(|error| match &target {
+            probes::Target::Exec { command } => failed("Exec", format!("{command:?}"), error),
+            probes::Target::Http { path, .. } => failed("HTTP", path.clone(), error),
+            probes::Target::Sleep { seconds } => failed("Sleep", seconds.to_string(), error),
+            _ => failed("TCP", String::new(), error),
+        })
+    }
+
+    /// Stops a container within `grace` seconds (upstream's killContainer): its preStop hook first,
+    /// within the grace period, then SIGTERM with what is left of it — at least
+    /// [`MINIMUM_GRACE_SECONDS`], as upstream.
     async fn kill_container(&self, pod: &Pod, id: &str, name: &str, grace: i64, message: &str) {
-        let grace = grace.max(MINIMUM_GRACE_SECONDS);
         self.recorder.pod_event(
             pod,
             Some(field_path(pod, name)),
@@ -613,6 +728,42 @@ impl Kubelet {
             "Killing",
             message.to_owned(),
         );
+        let mut grace = grace;
+        let spec = container_spec(pod, name);
+        if let Some((spec, hook)) = spec.and_then(|c| Some((c, c.lifecycle.as_ref()?.pre_stop.as_ref()?)))
+            && grace > 0
+        {
+            let started = Instant::now();
+            let pod_ip = self
+                .statuses
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .get(pod.metadata.uid.as_deref().unwrap_or_default())
+                .and_then(|s| s.pod_ip.clone())
+                .unwrap_or_default();
+            let within = Duration::from_secs(u64::try_from(grace).unwrap_or(0));
+            match tokio::time::timeout(within, self.run_hook(pod, spec, id, hook, &pod_ip)).await {
+                Ok(Err(message)) => {
+                    tracing::info!(pod = %pod_name(pod), container = name, %message, "preStop hook failed");
+                    self.recorder.pod_event(
+                        pod,
+                        Some(field_path(pod, name)),
+                        Kind::Warning,
+                        "FailedPreStopHook",
+                        "PreStopHook failed".into(),
+                    );
+                }
+                Ok(Ok(())) => {}
+                Err(_) => {
+                    tracing::info!(
+                        pod = %pod_name(pod), container = name, grace,
+                        "preStop hook not completed in the grace period"
+                    );
+                }
+            }
+            grace -= i64::try_from(started.elapsed().as_secs()).unwrap_or(grace);
+        }
+        let grace = grace.max(MINIMUM_GRACE_SECONDS);
         let mut cri = self.cri.clone();
         let request = cri::StopContainerRequest { container_id: id.to_owned(), timeout: grace };
         if let Err(status) = cri.runtime.stop_container(request).await
@@ -660,6 +811,12 @@ impl Kubelet {
                 _ => {}
             }
         }
+        {
+            let mut results = self.probe_results.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+            for container in &runtime.containers {
+                results.remove(&container.id);
+            }
+        }
         let dir = self.pod_dir(uid);
         unmount_under(&dir);
         if let Err(error) = std::fs::remove_dir_all(&dir)
@@ -681,6 +838,7 @@ impl Kubelet {
             runtime_name: &self.runtime_name,
             terminal,
             now: Timestamp::from_second(Timestamp::now().as_second()).unwrap_or_else(|_| Timestamp::now()),
+            probes: &self.probe_snapshot(),
         };
         // The kubelet's own conditions and startTime as it last wrote them (upstream's status
         // manager cache): the Pod a sync holds may be older than that write, and must not move
@@ -710,6 +868,8 @@ impl Kubelet {
         let current = serde_json::to_value(&pod.status).unwrap_or_default();
         let wanted = serde_json::to_value(&status).unwrap_or_default();
         if current == wanted {
+            // What the API holds is what this kubelet would write: its probe workers read it.
+            self.statuses.lock().unwrap_or_else(std::sync::PoisonError::into_inner).insert(uid, status);
             return;
         }
         let namespace = pod.metadata.namespace.as_deref().unwrap_or("default");
@@ -729,17 +889,28 @@ impl Kubelet {
         let uid = pod.metadata.uid.as_deref().unwrap_or_default();
         let mut cri = self.cri.clone();
         let runtime = cri.pod(uid).await.map_err(|s| rpc_message(&s))?;
-        let actions: PodActions = pod_actions::compute(pod, &runtime);
+        let actions: PodActions = pod_actions::compute(pod, &runtime, &self.probe_snapshot());
         let mut reasons = Reasons::new();
         let mut again = RESYNC;
         let grace = pod.spec.as_ref().and_then(|s| s.termination_grace_period_seconds).unwrap_or(30);
         if actions.kill_pod {
             self.kill_pod(pod, &runtime, grace).await.map_err(|s| rpc_message(&s))?;
         }
-        for (id, message) in &actions.containers_to_kill {
-            let name =
-                runtime.containers.iter().find(|c| &c.id == id).map(|c| c.name.clone()).unwrap_or_default();
-            self.kill_container(pod, id, &name, grace, message).await;
+        for kill in &actions.containers_to_kill {
+            let name = runtime
+                .containers
+                .iter()
+                .find(|c| c.id == kill.id)
+                .map(|c| c.name.clone())
+                .unwrap_or_default();
+            // A probe's own terminationGracePeriodSeconds wins for the kill it causes.
+            let spec = container_spec(pod, &name);
+            let probe_grace = kill
+                .probe
+                .zip(spec)
+                .and_then(|(kind, spec)| kind.of(spec))
+                .and_then(|probe| probe.termination_grace_period_seconds);
+            self.kill_container(pod, &kill.id, &name, probe_grace.unwrap_or(grace), &kill.message).await;
         }
         let mut sandbox_id = actions.sandbox_id.clone();
         let sandbox_config = pod_config::sandbox_config(pod, actions.attempt, &self.env);
@@ -874,13 +1045,134 @@ enum Latest {
     Removed(Option<Pod>),
 }
 
+/// One probe of one container (upstream's prober worker): every periodSeconds, what the kubelet
+/// last computed of the container decides whether it is probed; results past their threshold are
+/// recorded, and a change wakes the pod's worker. Ends with the pod (or once nothing can change).
+async fn probe_worker(
+    kubelet: Arc<Kubelet>,
+    pod: Pod,
+    container: Container,
+    kind: ProbeKind,
+    mut updates: watch::Receiver<Latest>,
+) {
+    let Some(probe) = kind.of(&container).cloned() else { return };
+    let uid = pod.metadata.uid.clone().unwrap_or_default();
+    let never_restarts = pod.spec.as_ref().and_then(|s| s.restart_policy.as_deref()) == Some("Never");
+    let timing = probes::Timing::of(&probe);
+    let period = Duration::from_secs(timing.period_seconds);
+    // Right after the kubelet starts, the probes of the pods it finds are spread over a period.
+    if kubelet.started.elapsed() < period {
+        let nanos = u64::from(Timestamp::now().subsec_nanosecond().unsigned_abs());
+        tokio::time::sleep(Duration::from_nanos(nanos % u64::try_from(period.as_nanos()).unwrap_or(1))).await;
+    }
+    let timeout = Duration::from_secs(timing.timeout_seconds);
+    let path = Some(field_path(&pod, &container.name));
+    let mut worker = probes::Worker::new(kind, timing);
+    let mut ticker = tokio::time::interval(period);
+    ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let state = |updates: &watch::Receiver<Latest>| match &*updates.borrow() {
+        Latest::Removed(_) => None,
+        Latest::Pod(pod) => Some(pod.metadata.deletion_timestamp.is_some()),
+    };
+    loop {
+        tokio::select! {
+            _ = ticker.tick() => {}
+            changed = updates.changed() => {
+                if changed.is_err() || state(&updates).is_none() {
+                    break;
+                }
+                continue;
+            }
+        }
+        let Some(deleting) = state(&updates) else { break };
+        let (mut view, pod_ip) = kubelet.probe_view(&uid, &container.name);
+        view.deleting = deleting;
+        view.never_restarts = never_restarts;
+        let tick = worker.step(&view);
+        if let Some(old) = &tick.forget {
+            kubelet.set_probe_result(&uid, old, kind, None);
+        }
+        if let Some((id, outcome)) = &tick.set {
+            kubelet.set_probe_result(&uid, id, kind, *outcome);
+        }
+        match tick.action {
+            probes::Action::Stop => break,
+            probes::Action::Wait => continue,
+            probes::Action::Probe => {}
+        }
+        let target = probes::target(probes::Handler::of_probe(&probe), &container, &pod_ip, true);
+        let mut probed = Probed::Error(String::new());
+        // upstream's runProbeWithRetries: a probe that could not run is tried three times.
+        for _ in 0..3 {
+            probed = match &target {
+                Ok(target) => prober::probe(&kubelet.cri, &view.container_id, target, timeout).await,
+                Err(error) => Probed::Error(error.clone()),
+            };
+            if !matches!(probed, Probed::Error(_)) {
+                break;
+            }
+        }
+        let name = kind.name();
+        let outcome = match probed {
+            Probed::Success => Outcome::Success,
+            Probed::Warning(output) => {
+                let message = format!("{name} probe warning: {output}");
+                kubelet.recorder.pod_event(&pod, path.clone(), Kind::Warning, "ProbeWarning", message);
+                Outcome::Success
+            }
+            Probed::Failure(output) => {
+                let message = format!("{name} probe failed: {output}");
+                kubelet.recorder.pod_event(&pod, path.clone(), Kind::Warning, "Unhealthy", message);
+                Outcome::Failure
+            }
+            Probed::Error(error) => {
+                // upstream's doProbe throws the result away: no count towards a threshold.
+                let message = format!("{name} probe errored and resulted in unknown state: {error}");
+                kubelet.recorder.pod_event(&pod, path.clone(), Kind::Warning, "Unhealthy", message);
+                continue;
+            }
+        };
+        if let Some((id, outcome)) = worker.record(outcome) {
+            kubelet.set_probe_result(&uid, &id, kind, Some(outcome));
+        }
+    }
+    if !worker.container_id().is_empty() {
+        let mut results = kubelet.probe_results.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        if let Some(entry) = results.get_mut(worker.container_id()) {
+            entry.set(kind, None);
+        }
+    }
+}
+
 /// One pod's worker (upstream's podWorkerLoop): syncs the latest version of its pod whenever it
 /// changes, the relist wakes it, or its resync is due; tears it down once deleted.
 async fn pod_worker(kubelet: Arc<Kubelet>, uid: String, mut updates: watch::Receiver<Latest>) {
     let mut backoff = Duration::from_millis(500);
     let mut last: Option<Pod> = None;
+    let mut probing = false;
     loop {
         let latest = updates.borrow_and_update().clone();
+        // upstream's prober AddPod: a worker for each probe of each container (probes are
+        // immutable, so the first version of the pod has them all).
+        if let Latest::Pod(pod) = &latest
+            && !probing
+        {
+            probing = true;
+            for container in pod.spec.iter().flat_map(|s| &s.containers) {
+                for kind in ProbeKind::ALL {
+                    if kind.of(container).is_some() {
+                        let worker = probe_worker(
+                            kubelet.clone(),
+                            pod.clone(),
+                            container.clone(),
+                            kind,
+                            updates.clone(),
+                        );
+                        tokio::spawn(worker);
+                    }
+                }
+            }
+        }
         let wait = match &latest {
             Latest::Pod(pod) if pod.metadata.deletion_timestamp.is_none() => {
                 match kubelet.sync_pod(pod).await {
@@ -927,6 +1219,11 @@ async fn pod_worker(kubelet: Arc<Kubelet>, uid: String, mut updates: watch::Rece
 /// The pods of one node: the watch, the workers and the relist. Runs until dropped.
 pub async fn run(kubelet: Kubelet) {
     let kubelet = Arc::new(kubelet);
+    let woken = kubelet.woken.lock().unwrap_or_else(std::sync::PoisonError::into_inner).take();
+    let Some(mut woken) = woken else {
+        tracing::error!("the kubelet's pods are already running");
+        return;
+    };
     let mut workers: HashMap<String, watch::Sender<Latest>> = HashMap::new();
     let pods: Api<Pod> = Api::all(kubelet.client.clone());
     let config = watcher::Config::default().fields(&format!("spec.nodeName={}", kubelet.node_name));
@@ -983,6 +1280,11 @@ pub async fn run(kubelet: Kubelet) {
                         tracing::warn!(%error, "watching the node's pods");
                         tokio::time::sleep(Duration::from_secs(1)).await;
                     }
+                }
+            }
+            Some(uid) = woken.recv() => {
+                if let Some(sender) = workers.get(&uid) {
+                    sender.send_modify(|_| {});
                 }
             }
             _ = relist.tick() => {

@@ -55,6 +55,8 @@ const SUBNET: &str = "10.97.0.0/24";
 /// The node: a fabric host with the registry on its loopback and a CNI config for the runtime.
 struct Bed {
     net_d: tempfile::TempDir,
+    /// A hostPath the hook pods write to, which outlives them.
+    hooks: tempfile::TempDir,
     _ipam: tempfile::TempDir,
     pause: String,
     _registry: Registry,
@@ -84,7 +86,8 @@ fn bed() -> Result<Bed> {
                      "ipam": {"type": "host-local", "ranges": [[{"subnet": SUBNET}]], "dataDir": ipam.path()}}]
     });
     std::fs::write(net_d.path().join("10-kubelet-test.conflist"), conflist.to_string())?;
-    Ok(Bed { net_d, _ipam: ipam, pause, _registry: registry, node, _fabric: fabric })
+    let hooks = tempfile::Builder::new().prefix("keel-kubelet-hooks-").tempdir()?;
+    Ok(Bed { net_d, hooks, _ipam: ipam, pause, _registry: registry, node, _fabric: fabric })
 }
 
 /// keel-shim as `cargo build` left it beside this test binary (nextest builds every binary of the
@@ -233,7 +236,7 @@ async fn kubelet(n1: &kube::Client, endpoint: &str, root: &Path, logs: &Path) ->
     (kubelet, runtime_name)
 }
 
-async fn scenario(socket: PathBuf, expected_runtime: &str, upstream: bool) -> Result<()> {
+async fn scenario(socket: PathBuf, hooks: &Path, expected_runtime: &str, upstream: bool) -> Result<()> {
     let (_server, admin, n1) = server(upstream).await?;
     let root = tempfile::Builder::new().prefix("keel-kubelet-root-").tempdir()?;
     let logs = tempfile::Builder::new().prefix("keel-kubelet-logs-").tempdir()?;
@@ -254,7 +257,10 @@ async fn scenario(socket: PathBuf, expected_runtime: &str, upstream: bool) -> Re
     let (kubelet, runtime_name) = kubelet(&n1, &endpoint, root.path(), logs.path()).await;
     ensure!(runtime_name == expected_runtime, "the runtime says it is {runtime_name}");
     let running = tokio::spawn(pods::run(kubelet));
-    let outcome = pods_on_node(&admin, &socket, root.path(), &runtime_name).await;
+    let mut outcome = pods_on_node(&admin, &socket, root.path(), &runtime_name).await;
+    if outcome.is_ok() {
+        outcome = probes_and_hooks(&admin, &socket, hooks).await;
+    }
     running.abort();
     agent.abort();
     outcome
@@ -521,16 +527,174 @@ async fn pods_on_node(admin: &kube::Client, socket: &Path, root: &Path, runtime_
     Ok(())
 }
 
-fn run(runtime: &RuntimeUnderTest, name: &str, upstream: bool) -> Result<()> {
-    let threads = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?;
-    threads.block_on(scenario(runtime.socket(), name, upstream))
+/// Probes and hooks, on pods whose IPs the kubelet reaches from the node:
+/// - a pod with a startup (exec), readiness (httpGet on a named port) and liveness (tcpSocket)
+///   probe turns Ready once its server answers, and unready once its health file goes; its
+///   postStart hook ran, and deleted, its preStop hook runs before it stops;
+/// - a failing readiness probe keeps a running pod unready, with Unhealthy events quoting the
+///   probe's output;
+/// - a failing liveness probe restarts its container, with the Killing event upstream gives;
+/// - a failing postStart hook kills the container (FailedPostStartHook).
+async fn probes_and_hooks(admin: &kube::Client, socket: &Path, hooks: &Path) -> Result<()> {
+    let pods: Api<Pod> = Api::namespaced(admin.clone(), "default");
+    let events: Api<Event> = Api::namespaced(admin.clone(), "default");
+    let image = format!("{PAUSE_REGISTRY}/keel/busybox:1.0");
+    let sleeper = json!(["sh", "-c", "trap 'exit 0' TERM; sleep 3600 & wait"]);
+    let created = [
+        pod(
+            "probed",
+            json!({
+                "containers": [{"name": "web", "image": image,
+                    "command": ["sh", "-c", concat!(
+                        "mkdir -p /www && echo ok > /www/healthz && touch /tmp/started; ",
+                        "httpd -f -p 8080 -h /www & trap 'exit 0' TERM; wait")],
+                    "ports": [{"name": "http", "containerPort": 8080}],
+                    "startupProbe": {"exec": {"command": ["test", "-f", "/tmp/started"]}, "periodSeconds": 1},
+                    "readinessProbe": {"httpGet": {"path": "/healthz", "port": "http"}, "periodSeconds": 1},
+                    "livenessProbe": {"tcpSocket": {"port": 8080}, "periodSeconds": 1},
+                    "lifecycle": {
+                        "postStart": {"exec": {"command": ["sh", "-c", "echo started > /hooks/poststart"]}},
+                        "preStop": {"exec": {"command": ["sh", "-c", "echo stopping > /hooks/prestop"]}}},
+                    "volumeMounts": [{"name": "hooks", "mountPath": "/hooks"}]}],
+                "volumes": [{"name": "hooks", "hostPath": {"path": hooks, "type": "Directory"}}]
+            }),
+        )?,
+        pod(
+            "unready",
+            json!({"containers": [{"name": "c", "image": image, "command": sleeper,
+                "readinessProbe": {"exec": {"command": ["sh", "-c", "echo not yet; exit 1"]}, "periodSeconds": 1}}]}),
+        )?,
+        pod(
+            "unhealthy",
+            json!({"containers": [{"name": "c", "image": image, "command": sleeper,
+                "livenessProbe": {"httpGet": {"path": "/", "port": 8081}, "periodSeconds": 1,
+                                  "failureThreshold": 1, "terminationGracePeriodSeconds": 1}}]}),
+        )?,
+        pod(
+            "hookfail",
+            json!({"containers": [{"name": "c", "image": image, "command": sleeper,
+                "lifecycle": {"postStart": {"exec": {"command": ["false"]}}}}]}),
+        )?,
+    ];
+    for pod in &created {
+        pods.create(&PostParams::default(), pod).await?;
+    }
+    let condition = |pod: &Pod, kind: &str| {
+        pod.status
+            .as_ref()
+            .and_then(|s| s.conditions.as_ref())
+            .and_then(|c| c.iter().find(|c| c.type_ == kind))
+            .map(|c| c.status.clone())
+    };
+    let probed = wait_for("probed Ready after its startup and readiness probes", async || {
+        let pod = pods.get("probed").await?;
+        Ok((condition(&pod, "Ready").as_deref() == Some("True")).then_some(pod))
+    })
+    .await;
+    let probed = match probed {
+        Ok(pod) => pod,
+        Err(error) => {
+            let status = pods.get("probed").await?.status;
+            let list = events.list(&ListParams::default()).await?.items;
+            let said: Vec<_> = list
+                .iter()
+                .filter(|e| e.involved_object.name.as_deref() == Some("probed"))
+                .map(|e| (&e.reason, &e.message))
+                .collect();
+            bail!("{error}: {status:?}, events {said:?}");
+        }
+    };
+    let status = probed.status.clone().unwrap_or_default().container_statuses.unwrap_or_default();
+    ensure!(status[0].started == Some(true) && status[0].ready, "{:?}", status[0]);
+    let started = std::fs::read_to_string(hooks.join("poststart")).unwrap_or_default();
+    ensure!(started == "started\n", "the postStart hook wrote {started:?}");
+
+    // The health file goes: the readiness probe fails three times and the pod turns unready.
+    let id = status[0].container_id.clone().unwrap_or_default();
+    let id = id.split_once("://").map(|(_, id)| id.to_owned()).unwrap_or_default();
+    let mut cri = CriClient::connect(socket).await?;
+    let request =
+        api::ExecSyncRequest { container_id: id, cmd: vec!["rm".into(), "/www/healthz".into()], timeout: 5 };
+    let removed = cri.runtime.exec_sync(request).await?.into_inner();
+    ensure!(removed.exit_code == 0, "rm /www/healthz: {removed:?}");
+    wait_for("probed unready once its health file is gone", async || {
+        let pod = pods.get("probed").await?;
+        Ok((condition(&pod, "Ready").as_deref() == Some("False")).then_some(()))
+    })
+    .await?;
+
+    let messages = async |name: &str, reason: &str| -> Result<Vec<String>> {
+        let list = events.list(&ListParams::default()).await?.items;
+        Ok(list
+            .into_iter()
+            .filter(|e| {
+                e.involved_object.name.as_deref() == Some(name) && e.reason.as_deref() == Some(reason)
+            })
+            .filter_map(|e| e.message)
+            .collect())
+    };
+    wait_for("unready Running and unready, with Unhealthy events", async || {
+        let pod = pods.get("unready").await?;
+        let running = pod.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running");
+        let unhealthy = messages("unready", "Unhealthy").await?;
+        let quoted = unhealthy.iter().any(|m| m == "Readiness probe failed: not yet\n");
+        Ok((running && condition(&pod, "Ready").as_deref() == Some("False") && quoted).then_some(()))
+    })
+    .await?;
+    wait_for("unhealthy restarted by its liveness probe", async || {
+        let pod = pods.get("unhealthy").await?;
+        let restarts =
+            pod.status.as_ref().and_then(|s| s.container_statuses.as_ref()).map_or(0, |c| c[0].restart_count);
+        let killed = messages("unhealthy", "Killing").await?;
+        let unhealthy = messages("unhealthy", "Unhealthy").await?;
+        let refused = unhealthy.iter().any(|m| {
+            m.starts_with("Liveness probe failed: Get \"http://10.97.0.")
+                && m.ends_with("connect: connection refused")
+        });
+        let said = killed.iter().any(|m| m == "Container c failed liveness probe, will be restarted");
+        Ok((restarts >= 1 && said && refused).then_some(()))
+    })
+    .await?;
+    wait_for("hookfail's container killed by its failed postStart hook", async || {
+        let failed = messages("hookfail", "FailedPostStartHook").await?;
+        let killed = messages("hookfail", "Killing").await?;
+        Ok((failed.iter().any(|m| m == "PostStartHook failed")
+            && killed.iter().any(|m| m == "FailedPostStartHook"))
+        .then_some(()))
+    })
+    .await?;
+
+    // Deleted: the preStop hook runs before the container is stopped.
+    pods.delete("probed", &DeleteParams { grace_period_seconds: Some(5), ..DeleteParams::default() }).await?;
+    wait_for("probed deleted", async || Ok(pods.get_opt("probed").await?.is_none().then_some(()))).await?;
+    let stopping = std::fs::read_to_string(hooks.join("prestop")).unwrap_or_default();
+    ensure!(stopping == "stopping\n", "the preStop hook wrote {stopping:?}");
+    for name in ["unready", "unhealthy", "hookfail"] {
+        pods.delete(name, &DeleteParams { grace_period_seconds: Some(0), ..DeleteParams::default() }).await?;
+    }
+    wait_for("nothing of the probed pods left in the runtime", async || {
+        Ok((pod_leftovers(&mut cri, "").await? == 0).then_some(()))
+    })
+    .await?;
+    Ok(())
+}
+
+/// The scenario inside the node's network namespace (the API server too, in process or as
+/// kube-apiserver), as a kubelet runs on its node: its probes and hooks reach the pods' IPs.
+fn run(bed: &Bed, runtime: &RuntimeUnderTest, name: &str, upstream: bool) -> Result<()> {
+    let socket = runtime.socket();
+    let hooks = bed.hooks.path().to_owned();
+    bed.node.run(move || {
+        let threads = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?;
+        threads.block_on(scenario(socket, &hooks, name, upstream))
+    })?
 }
 
 #[test]
 fn pods_run_through_keel_shim() -> Result<()> {
     let bed = bed()?;
     let shim = start_shim(&bed)?;
-    run(&shim, "keel-shim", false)
+    run(&bed, &shim, "keel-shim", false)
 }
 
 /// keel-kubelet speaks the standard API: the same scenario against kube-apiserver v1.34.
@@ -538,7 +702,7 @@ fn pods_run_through_keel_shim() -> Result<()> {
 fn pods_run_against_kube_apiserver() -> Result<()> {
     let bed = bed()?;
     let shim = start_shim(&bed)?;
-    run(&shim, "keel-shim", true)
+    run(&bed, &shim, "keel-shim", true)
 }
 
 /// Each pod's container ID, restart count and status as JSON, by name.
@@ -638,5 +802,5 @@ fn a_restarted_kubelet_adopts_its_running_pods() -> Result<()> {
 fn pods_run_through_containerd() -> Result<()> {
     let bed = bed()?;
     let containerd = start_containerd(&bed)?;
-    run(&containerd, "containerd", false)
+    run(&bed, &containerd, "containerd", false)
 }
