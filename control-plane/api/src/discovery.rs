@@ -280,7 +280,7 @@ mod tests {
     }
 
     /// The resource lists in kube-apiserver 1.34's order (its api/discovery fixtures), less what
-    /// Keel does not serve (bindings, componentstatuses, podtemplates, the proxy, exec, attach, log,
+    /// Keel does not serve (bindings, componentstatuses, podtemplates, the proxy, exec, attach,
     /// portforward, ephemeralcontainers and resize subresources, volumeattributesclasses,
     /// resourceclaimtemplates, ingresses, ingressclasses, networkpolicies, networking.k8s.io/v1beta1).
     #[test]
@@ -307,6 +307,7 @@ mod tests {
                 "pods",
                 "pods/binding",
                 "pods/eviction",
+                "pods/log",
                 "pods/status",
                 "replicationcontrollers",
                 "replicationcontrollers/scale",

@@ -244,6 +244,7 @@ pub const RESOURCES: &[Resource] = &[
         &[
             Subresource { name: "binding", kind: "Binding", group: "", version: "", verbs: CREATE },
             Subresource { name: "eviction", kind: "Eviction", group: "policy", version: "v1", verbs: CREATE },
+            Subresource { name: "log", kind: "Pod", group: "", version: "", verbs: &["get"] },
             status("Pod"),
         ],
     ),

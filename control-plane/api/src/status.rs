@@ -184,6 +184,10 @@ pub enum ApiError {
     ServiceUnavailable(String),
     #[error("Timeout: {0}")]
     Timeout(String),
+    /// Another server's answer passed on (upstream's NewGenericServerResponse): `reason` from
+    /// its status code, the message naming what was asked of it.
+    #[error("{message}")]
+    ServerResponse { code: u16, reason: &'static str, message: String },
     /// 429: try again later (`retry_after_seconds`); `causes` are (reason, message) pairs, e.g. the
     /// DisruptionBudget cause of a refused eviction.
     #[error("{message}")]
@@ -237,6 +241,46 @@ impl ApiError {
         ApiError::Invalid { group: group.to_owned(), kind, name: name.to_owned(), causes }
     }
 
+    /// upstream's NewGenericServerResponse for a `code` another server answered a request about
+    /// `resource` (qualified, e.g. `pods/log`) `name` with, its body `said`; the verb is not known
+    /// (as when the API server passes a kubelet's answer on), so it shows as empty.
+    pub fn server_response(code: u16, resource: &str, name: &str, said: &str) -> ApiError {
+        let (reason, message) = match code {
+            409 => ("Conflict", "the server reported a conflict".to_owned()),
+            404 => ("NotFound", "the server could not find the requested resource".to_owned()),
+            400 => ("BadRequest", "the server rejected our request for an unknown reason".to_owned()),
+            401 => ("Unauthorized", "the server has asked for the client to provide credentials".to_owned()),
+            403 => ("Forbidden", said.to_owned()),
+            406 if said.is_empty() || said == "unknown" => {
+                ("NotAcceptable", "the server was unable to respond with a content type that the client supports".to_owned())
+            }
+            406 => ("NotAcceptable", said.to_owned()),
+            415 => ("UnsupportedMediaType", said.to_owned()),
+            405 => ("MethodNotAllowed", "the server does not allow this method on the requested resource".to_owned()),
+            422 => ("Invalid", "the server rejected our request due to an error in our request".to_owned()),
+            503 => ("ServiceUnavailable", "the server is currently unable to handle the request".to_owned()),
+            504 => (
+                "Timeout",
+                "the server was unable to return a response in the time allotted, but may still be processing the request"
+                    .to_owned(),
+            ),
+            429 => {
+                ("TooManyRequests", "the server has received too many requests and has asked us to try again later".to_owned())
+            }
+            500.. => (
+                "InternalError",
+                format!("an error on the server ({said:?}) has prevented the request from succeeding"),
+            ),
+            _ => ("", format!("the server responded with the status code {code} but did not return more information")),
+        };
+        let message = match (resource.is_empty(), name.is_empty()) {
+            (false, false) => format!("{message} ( {resource} {name})"),
+            (false, true) => format!("{message} ( {resource})"),
+            _ => message,
+        };
+        ApiError::ServerResponse { code, reason, message }
+    }
+
     /// The HTTP status code.
     pub fn code(&self) -> u16 {
         match self {
@@ -257,6 +301,7 @@ impl ApiError {
             ApiError::ServiceUnavailable(_) => 503,
             ApiError::Timeout(_) => 504,
             ApiError::TooManyRequests { .. } => 429,
+            ApiError::ServerResponse { code, .. } => *code,
         }
     }
 
@@ -281,6 +326,7 @@ impl ApiError {
             ApiError::ServiceUnavailable(_) => "ServiceUnavailable",
             ApiError::Timeout(_) => "Timeout",
             ApiError::TooManyRequests { .. } => "TooManyRequests",
+            ApiError::ServerResponse { reason, .. } => reason,
         }
     }
 

@@ -24,6 +24,7 @@ pub mod field_manager;
 pub mod filter;
 pub mod follow;
 pub mod handlers;
+pub mod kubelet_client;
 pub mod negotiate;
 pub mod node_authorizer;
 pub mod node_restriction;
@@ -90,6 +91,8 @@ pub struct Config {
     /// `--audit-policy-file` with `--audit-log-path`: what is audited and where it is written;
     /// `None` audits nothing (as upstream without a policy or a backend).
     pub audit: Option<audit::Audit>,
+    /// How kubelets are reached (`pods/log`): `--kubelet-*`.
+    pub kubelet: kubelet_client::KubeletClientConfig,
 }
 
 impl Config {
@@ -108,6 +111,7 @@ impl Config {
             bootstrap_tokens: true,
             signer: None,
             audit: None,
+            kubelet: kubelet_client::KubeletClientConfig::default(),
         }
     }
 }
@@ -165,6 +169,8 @@ pub struct ApiServer {
     _node_graph: Option<follow::Following>,
     /// The CSR approving and signing controllers ([`certificates::controller`]).
     _certificates: Option<follow::Following>,
+    /// The client of the kubelets' API.
+    kubelet: kubelet_client::KubeletClient,
 }
 
 impl ApiServer {
@@ -205,7 +211,10 @@ impl ApiServer {
             config.bootstrap_tokens,
             objects,
         ));
+        let kubelet = kubelet_client::KubeletClient::new(&config.kubelet)
+            .map_err(|e| ApiError::Internal(format!("the kubelet client: {e}")))?;
         let server = Arc::new(ApiServer {
+            kubelet,
             handlers,
             address: config.address.to_string(),
             authenticator,
@@ -424,6 +433,19 @@ impl ApiServer {
                 .unwrap_or_else(|_| json_response(500, &json!({})));
         }
         let target = request::parse(&parts.method, path, query);
+        // pods/log answers in text/plain whatever was asked for, as upstream's LogREST.
+        if let Ok(Target::Resource(r)) = &target
+            && r.resource.plural == "pods"
+            && r.resource.group.is_empty()
+            && r.subresource.as_deref() == Some("log")
+            && r.verb == Verb::Get
+        {
+            let name = r.name.clone().unwrap_or_default();
+            return match self.pod_log(r, &name, query).await {
+                Ok(response) => response,
+                Err(error) => refused(record, &error),
+            };
+        }
         let header = |name| parts.headers.get(name).and_then(|v: &http::HeaderValue| v.to_str().ok());
         let root = path.trim_end_matches('/');
         let aggregated = parts.method == http::Method::GET && (root == "/api" || root == "/apis");
@@ -687,6 +709,57 @@ impl ApiServer {
                 }
             }
         }
+    }
+}
+
+impl ApiServer {
+    /// `pods/log`: the pod's container log, streamed from its node's kubelet (upstream's
+    /// LogREST and LocationStreamer; an unscheduled pod's log is empty).
+    async fn pod_log(
+        &self,
+        request: &request::ResourceRequest,
+        name: &str,
+        query: Option<&str>,
+    ) -> Result<Response<Body>, ApiError> {
+        let options = kubelet_client::PodLogOptions::from_query(query, name)?;
+        let Reply::Json(_, pod) = self.handlers.get(request, name).await? else {
+            return Err(ApiError::Internal("reading the pod".into()));
+        };
+        let text = |body: Body| {
+            Response::builder()
+                .status(StatusCode::OK)
+                .header(header::CONTENT_TYPE, "text/plain")
+                .body(body)
+                .unwrap_or_else(|_| json_response(500, &json!({})))
+        };
+        let Some((node_name, path)) = kubelet_client::log_location(&pod, &options)? else {
+            return Ok(text(BodyExt::boxed_unsync(Full::new(Bytes::new()))));
+        };
+        let nodes = keel_api::resources::find("", "v1", "nodes")
+            .ok_or_else(|| ApiError::Internal("no nodes resource".into()))?;
+        let key = objects::key(nodes, None, &node_name);
+        let stored = self.handlers.store.get(&key).await.map_err(handlers::store_error)?;
+        let stored = stored.ok_or_else(|| ApiError::not_found("", "nodes", &node_name))?;
+        let node = objects::served(nodes, &stored.value, stored.mod_revision)?;
+        let host = kubelet_client::preferred_address(&node, &self.kubelet.preferred_address_types)
+            .map_err(ApiError::Unclassified)?;
+        let port = kubelet_client::kubelet_port(&node);
+        let insecure = options.insecure_skip_tls_verify_backend;
+        let response =
+            self.kubelet.get(&host, port, &path, insecure).await.map_err(ApiError::Unclassified)?;
+        let code = response.status().as_u16();
+        if !(200..=206).contains(&code) {
+            // upstream reads at most 50,000 bytes of a refusal.
+            let limited = Limited::new(response.into_body(), 50_000);
+            let body = limited.collect().await.map(http_body_util::Collected::to_bytes).unwrap_or_default();
+            return Err(kubelet_client::refused_by_kubelet(code, &String::from_utf8_lossy(&body), name));
+        }
+        let stream = response
+            .into_body()
+            .into_data_stream()
+            .take_while(|chunk| std::future::ready(chunk.is_ok()))
+            .filter_map(|chunk| std::future::ready(chunk.ok().map(|b| Ok::<_, Infallible>(Frame::data(b)))));
+        Ok(text(BodyExt::boxed_unsync(StreamBody::new(stream))))
     }
 }
 

@@ -111,6 +111,22 @@ struct Flags {
     /// aesgcm, aescbc, secretbox and identity providers); without it everything is stored as it is.
     #[arg(long)]
     encryption_provider_config: Option<PathBuf>,
+    /// The client certificate presented to kubelets (pods/log).
+    #[arg(long, requires = "kubelet_client_key")]
+    kubelet_client_certificate: Option<PathBuf>,
+    /// The key of `--kubelet-client-certificate`.
+    #[arg(long, requires = "kubelet_client_certificate")]
+    kubelet_client_key: Option<PathBuf>,
+    /// The CA kubelets' serving certificates are verified against; without it they are not.
+    #[arg(long)]
+    kubelet_certificate_authority: Option<PathBuf>,
+    /// The node address types tried, in order, to reach a kubelet.
+    #[arg(
+        long,
+        value_delimiter = ',',
+        default_value = "Hostname,InternalDNS,InternalIP,ExternalDNS,ExternalIP"
+    )]
+    kubelet_preferred_address_types: Vec<String>,
     /// The audit policy (audit.k8s.io/v1 Policy, YAML or JSON); without it nothing is audited.
     #[arg(long)]
     audit_policy_file: Option<PathBuf>,
@@ -373,6 +389,16 @@ async fn main() -> Result<()> {
             .map_err(|e| anyhow::anyhow!("the CSR signers' CA: {e}"))?,
     );
     config.audit = audit;
+    let read =
+        |path: &PathBuf| std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()));
+    config.kubelet = keel_apiserver::kubelet_client::KubeletClientConfig {
+        client_cert: match (&flags.kubelet_client_certificate, &flags.kubelet_client_key) {
+            (Some(cert), Some(key)) => Some((read(cert)?, read(key)?)),
+            _ => None,
+        },
+        ca: flags.kubelet_certificate_authority.as_ref().map(read).transpose()?,
+        preferred_address_types: flags.kubelet_preferred_address_types.clone(),
+    };
     config.limits = keel_apiserver::Limits {
         max_requests_inflight: flags.max_requests_inflight,
         max_mutating_requests_inflight: flags.max_mutating_requests_inflight,

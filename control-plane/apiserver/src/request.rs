@@ -71,7 +71,11 @@ impl RequestInfo {
     /// A watch, proxy or other long-running request (upstream's long-running check: not counted
     /// by the in-flight limits, not timed out).
     pub fn is_long_running(&self) -> bool {
-        self.is_resource_request && (self.verb == "watch" || self.verb == "proxy")
+        // upstream's BasicLongRunningRequestCheck(verbs watch, proxy; subresources attach, exec,
+        // proxy, log, portforward).
+        let streaming =
+            matches!(self.subresource.as_str(), "attach" | "exec" | "proxy" | "log" | "portforward");
+        self.is_resource_request && (self.verb == "watch" || self.verb == "proxy" || streaming)
     }
 
     /// The value the field selector requires `field` to equal, if it does (upstream's

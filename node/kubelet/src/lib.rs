@@ -21,10 +21,13 @@
 //! - [`events`]: the Events about pods.
 //! - [`volumes`]: the files of configMap, secret, downwardAPI and projected volumes. Pure.
 //! - [`atomic_writer`]: writes them as upstream's AtomicWriter (`..data` swapped by a rename).
+//! - [`container_logs`]: PodLogOptions, the CRI log format, tails and limits. Pure.
+//! - [`server`]: the kubelet API on :10250 (authn/authz, `/healthz`, `/pods`, `/containerLogs`).
 
 pub mod agent;
 pub mod atomic_writer;
 pub mod cli;
+pub mod container_logs;
 pub mod events;
 pub mod machine;
 pub mod node;
@@ -37,4 +40,5 @@ pub mod pods;
 pub mod prober;
 pub mod probes;
 pub mod runtime;
+pub mod server;
 pub mod volumes;

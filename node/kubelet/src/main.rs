@@ -3,6 +3,7 @@
 
 use std::net::IpAddr;
 use std::path::PathBuf;
+use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{Context, Result};
@@ -14,6 +15,7 @@ use keel_kubelet::node_status::Reservations;
 use keel_kubelet::pod_config::{PodEnvironment, Resolv};
 use keel_kubelet::pods::{self, Kubelet};
 use keel_kubelet::runtime::Runtime;
+use keel_kubelet::server::{self, Authorization, ServerConfigFlags};
 
 #[derive(Debug, Parser)]
 #[command(name = "keel-kubelet", about = "Keel's kubelet: registers the Node and heartbeats it")]
@@ -54,6 +56,33 @@ struct Flags {
     /// The resolver configuration pods with dnsPolicy Default get.
     #[arg(long, default_value = "/etc/resolv.conf")]
     resolv_conf: PathBuf,
+    /// The address the kubelet API is served on.
+    #[arg(long, default_value = "0.0.0.0")]
+    address: IpAddr,
+    /// The port of the kubelet API (HTTPS).
+    #[arg(long, default_value_t = 10250)]
+    port: u16,
+    /// The kubelet API's serving certificate (with its CA chain); without it, a self-signed one in
+    /// --cert-dir.
+    #[arg(long, requires = "tls_private_key_file")]
+    tls_cert_file: Option<PathBuf>,
+    #[arg(long, requires = "tls_cert_file")]
+    tls_private_key_file: Option<PathBuf>,
+    /// Where the self-signed serving certificate is kept (default <root-dir>/pki).
+    #[arg(long)]
+    cert_dir: Option<PathBuf>,
+    /// The CA client certificates of kubelet API requests are verified against.
+    #[arg(long)]
+    client_ca_file: Option<PathBuf>,
+    /// Kubelet API requests no authenticator recognises are system:anonymous.
+    #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
+    anonymous_auth: bool,
+    /// Bearer tokens of kubelet API requests are reviewed by the API server (TokenReview).
+    #[arg(long, default_value_t = false, action = clap::ArgAction::Set, num_args = 0..=1, default_missing_value = "true")]
+    authentication_token_webhook: bool,
+    /// AlwaysAllow, or Webhook: kubelet API requests authorized by SubjectAccessReviews.
+    #[arg(long, default_value = "AlwaysAllow")]
+    authorization_mode: Authorization,
 }
 
 #[tokio::main]
@@ -83,7 +112,7 @@ async fn main() -> Result<()> {
         taints,
         max_pods: flags.max_pods,
         reservations: Reservations::defaults(),
-        port: 10250,
+        port: i32::from(flags.port),
     };
     let timings = Timings {
         status_update_frequency: Duration::from_secs(flags.node_status_update_frequency.max(1)),
@@ -98,18 +127,34 @@ async fn main() -> Result<()> {
         pod_logs_dir: "/var/log/pods".into(),
         node_name: config.node_name.clone(),
     };
+    let serving = ServerConfigFlags {
+        address: std::net::SocketAddr::new(flags.address, flags.port),
+        tls: flags.tls_cert_file.clone().zip(flags.tls_private_key_file.clone()),
+        cert_dir: flags.cert_dir.clone().unwrap_or_else(|| flags.root_dir.join("pki")),
+        client_ca_file: flags.client_ca_file.clone(),
+        anonymous: flags.anonymous_auth,
+        token_webhook: flags.authentication_token_webhook,
+        authorization: flags.authorization_mode,
+        node_name: config.node_name.clone(),
+        hostname: config.hostname.clone(),
+    };
     let pods = {
         let (client, runtime, node_name, root_dir) =
             (client.clone(), runtime.clone(), config.node_name.clone(), flags.root_dir.clone());
         async move {
             let (cri, runtime_name) = runtime.wait_for_cri().await;
-            pods::run(Kubelet::new(client, node_name, host_ips, root_dir, env, cri, runtime_name)).await;
+            let kubelet =
+                Arc::new(Kubelet::new(client, node_name, host_ips, root_dir, env, cri, runtime_name));
+            tokio::select! {
+                () = pods::run(kubelet.clone()) => Ok(()),
+                served = server::serve(kubelet, serving) => served,
+            }
         }
     };
     let agent = Agent::new(client, config, machine, runtime, timings);
     tokio::select! {
         () = agent.run() => Ok(()),
-        () = pods => Ok(()),
+        result = pods => result,
         signal = tokio::signal::ctrl_c() => signal.context("waiting for a signal"),
     }
 }

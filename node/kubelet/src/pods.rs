@@ -76,6 +76,8 @@ pub struct Kubelet {
     tokens: Mutex<HashMap<String, (String, Instant)>>,
     /// The status last written for each pod, by UID.
     statuses: Mutex<HashMap<String, k8s_openapi::api::core::v1::PodStatus>>,
+    /// The pods bound to this node as the API last gave them, by UID (upstream's pod manager).
+    pods: Mutex<HashMap<String, Pod>>,
     /// The containers' probe results, by container ID.
     probe_results: Mutex<ResultsByContainer>,
     /// The UIDs of pods whose worker is to sync again (a probe result changed).
@@ -113,6 +115,7 @@ impl Kubelet {
             backoff: Mutex::new(HashMap::new()),
             tokens: Mutex::new(HashMap::new()),
             statuses: Mutex::new(HashMap::new()),
+            pods: Mutex::new(HashMap::new()),
             probe_results: Mutex::new(ResultsByContainer::new()),
             wake,
             woken: Mutex::new(Some(woken)),
@@ -150,6 +153,32 @@ impl Kubelet {
         let mut tokens = self.tokens.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
         tokens.retain(|key, _| !key.starts_with(uid));
         self.statuses.lock().unwrap_or_else(std::sync::PoisonError::into_inner).remove(uid);
+    }
+
+    /// The pod `namespace/name` bound to this node, as the API last gave it.
+    pub fn pod_by_name(&self, namespace: &str, name: &str) -> Option<Pod> {
+        let pods = self.pods.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        pods.values()
+            .find(|p| {
+                p.metadata.name.as_deref() == Some(name)
+                    && p.metadata.namespace.as_deref().unwrap_or("default") == namespace
+            })
+            .cloned()
+    }
+
+    /// The pods bound to this node, as the API last gave them, by namespace and name.
+    pub fn pods(&self) -> Vec<Pod> {
+        let pods = self.pods.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let mut all: Vec<Pod> = pods.values().cloned().collect();
+        all.sort_by(|a, b| {
+            (&a.metadata.namespace, &a.metadata.name).cmp(&(&b.metadata.namespace, &b.metadata.name))
+        });
+        all
+    }
+
+    /// The status this kubelet last computed for pod `uid` (upstream's status manager cache).
+    pub fn status_of(&self, uid: &str) -> Option<k8s_openapi::api::core::v1::PodStatus> {
+        self.statuses.lock().unwrap_or_else(std::sync::PoisonError::into_inner).get(uid).cloned()
     }
 
     fn probe_snapshot(&self) -> ResultsByContainer {
@@ -1217,8 +1246,8 @@ async fn pod_worker(kubelet: Arc<Kubelet>, uid: String, mut updates: watch::Rece
 }
 
 /// The pods of one node: the watch, the workers and the relist. Runs until dropped.
-pub async fn run(kubelet: Kubelet) {
-    let kubelet = Arc::new(kubelet);
+pub async fn run(kubelet: impl Into<Arc<Kubelet>>) {
+    let kubelet: Arc<Kubelet> = kubelet.into();
     let woken = kubelet.woken.lock().unwrap_or_else(std::sync::PoisonError::into_inner).take();
     let Some(mut woken) = woken else {
         tracing::error!("the kubelet's pods are already running");
@@ -1233,6 +1262,13 @@ pub async fn run(kubelet: Kubelet) {
     let mut seen_in_init: Vec<String> = Vec::new();
     let mut fingerprints: BTreeMap<String, Vec<(String, i32)>> = BTreeMap::new();
     let update = |workers: &mut HashMap<String, watch::Sender<Latest>>, uid: String, pod: Latest| {
+        {
+            let mut known = kubelet.pods.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+            match &pod {
+                Latest::Pod(pod) => known.insert(uid.clone(), pod.clone()),
+                Latest::Removed(_) => known.remove(&uid),
+            };
+        }
         workers.retain(|_, sender| !sender.is_closed());
         match workers.get(&uid) {
             Some(sender) => {

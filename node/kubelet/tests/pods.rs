@@ -26,10 +26,12 @@
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail, ensure};
 use k8s_openapi::api::core::v1::{ConfigMap, Event, Node, Pod, Secret, ServiceAccount};
+use keel_apiserver::kubelet_client::KubeletClientConfig;
 use keel_kubelet::agent::{Agent, Timings};
 use keel_kubelet::machine::MachineInfo;
 use keel_kubelet::node::NodeConfig;
@@ -37,6 +39,7 @@ use keel_kubelet::node_status::Reservations;
 use keel_kubelet::pod_config::{PodEnvironment, Resolv};
 use keel_kubelet::pods::{self, Kubelet};
 use keel_kubelet::runtime::Runtime;
+use keel_kubelet::server::{Authorization, ServerConfigFlags};
 use keel_testbed::containerd::{Containerd, ContainerdOptions, PAUSE_REGISTRY, pause_registry_in};
 use keel_testbed::cri::{CriClient, api};
 use keel_testbed::kube_apiserver::{self, KubeApiServer, KubeApiServerOptions};
@@ -46,7 +49,7 @@ use kube::Api;
 use kube::api::{DeleteParams, ListParams, PostParams};
 use serde_json::json;
 
-use crate::support::{client, keel};
+use crate::support::{client, keel_with};
 
 /// How long a state the kubelet reaches by itself is waited for (a bound on failure only).
 const WAIT: Duration = Duration::from_secs(90);
@@ -187,31 +190,69 @@ async fn pod_leftovers(cri: &mut CriClient, uid: &str) -> Result<usize> {
 }
 
 /// The API server the kubelet runs against, kept until the scenario ends.
-#[derive(Default)]
 struct Server {
     _keel: Option<crate::support::Keel>,
     _kube: Option<KubeApiServer>,
+    /// The admin's kubeconfig (for kubectl).
+    admin_kubeconfig: String,
 }
 
-async fn server(upstream: bool) -> Result<(Server, kube::Client, kube::Client)> {
+/// The kubelet API's clients: a CA of their own the kubelet trusts (`--client-ca-file`), the
+/// API server's client certificate (system:masters, as kubeadm's kube-apiserver-kubelet-client)
+/// and one of a user nobody authorized.
+struct KubeletClients {
+    dir: tempfile::TempDir,
+    apiserver: kube_apiserver::ClientCert,
+}
+
+impl KubeletClients {
+    fn new() -> Result<KubeletClients> {
+        let dir = tempfile::Builder::new().prefix("keel-kubelet-clients-").tempdir()?;
+        let pki = kube_apiserver::TestPki::new()?;
+        let apiserver = pki.client_cert("kube-apiserver-kubelet-client", &["system:masters"])?;
+        std::fs::write(dir.path().join("ca.crt"), &pki.ca_pem)?;
+        for (name, cert) in [("apiserver", &apiserver), ("nobody", &pki.client_cert("nobody", &[])?)] {
+            std::fs::write(dir.path().join(format!("{name}.crt")), &cert.cert_pem)?;
+            std::fs::write(dir.path().join(format!("{name}.key")), &cert.key_pem)?;
+        }
+        Ok(KubeletClients { dir, apiserver })
+    }
+
+    fn file(&self, name: &str) -> PathBuf {
+        self.dir.path().join(name)
+    }
+}
+
+async fn server(upstream: bool, clients: &KubeletClients) -> Result<(Server, kube::Client, kube::Client)> {
     if upstream {
-        let options = KubeApiServerOptions::new().arg("--enable-admission-plugins=NodeRestriction");
+        let options = KubeApiServerOptions::new()
+            .arg("--enable-admission-plugins=NodeRestriction")
+            .arg(format!("--kubelet-client-certificate={}", clients.file("apiserver.crt").display()))
+            .arg(format!("--kubelet-client-key={}", clients.file("apiserver.key").display()))
+            .arg("--kubelet-preferred-address-types=InternalIP");
         let kube = tokio::task::spawn_blocking(move || KubeApiServer::start_with(&options)).await??;
-        let admin = client(&kube.kubeconfig(&kube.client_cert("admin", &["system:masters"])?)).await?;
+        let admin_kubeconfig = kube.kubeconfig(&kube.client_cert("admin", &["system:masters"])?);
+        let admin = client(&admin_kubeconfig).await?;
         let n1 = client(&kube.kubeconfig(&kube.client_cert("system:node:n1", &["system:nodes"])?)).await?;
         // No controller manager creates the namespace's default ServiceAccount, which pods need.
         let accounts: Api<ServiceAccount> = Api::namespaced(admin.clone(), "default");
         let account: ServiceAccount = serde_json::from_value(json!({"metadata": {"name": "default"}}))?;
         accounts.create(&PostParams::default(), &account).await?;
-        return Ok((Server { _kube: Some(kube), ..Server::default() }, admin, n1));
+        return Ok((Server { _kube: Some(kube), _keel: None, admin_kubeconfig }, admin, n1));
     }
-    let keel = keel().await?;
+    let keel = keel_with(KubeletClientConfig {
+        client_cert: Some((clients.apiserver.cert_pem.clone(), clients.apiserver.key_pem.clone())),
+        ca: None,
+        preferred_address_types: vec!["InternalIP".into()],
+    })
+    .await?;
     let (ca, key) = (&keel.pki.ca_pem, &keel.pki.ca_key_pem);
     let admin = kube_apiserver::client_cert_signed_by(ca, key, "admin", &["system:masters"])?;
-    let admin = client(&kube_apiserver::kubeconfig_for(&keel.url, ca, &admin)).await?;
+    let admin_kubeconfig = kube_apiserver::kubeconfig_for(&keel.url, ca, &admin);
+    let admin = client(&admin_kubeconfig).await?;
     let n1 = kube_apiserver::client_cert_signed_by(ca, key, "system:node:n1", &["system:nodes"])?;
     let n1 = client(&kube_apiserver::kubeconfig_for(&keel.url, ca, &n1)).await?;
-    Ok((Server { _keel: Some(keel), ..Server::default() }, admin, n1))
+    Ok((Server { _keel: Some(keel), _kube: None, admin_kubeconfig }, admin, n1))
 }
 
 /// The pod side of a kubelet for n1 on `endpoint`, its state in `root` and logs in `logs`.
@@ -237,7 +278,8 @@ async fn kubelet(n1: &kube::Client, endpoint: &str, root: &Path, logs: &Path) ->
 }
 
 async fn scenario(socket: PathBuf, hooks: &Path, expected_runtime: &str, upstream: bool) -> Result<()> {
-    let (_server, admin, n1) = server(upstream).await?;
+    let clients = KubeletClients::new()?;
+    let (server, admin, n1) = server(upstream, &clients).await?;
     let root = tempfile::Builder::new().prefix("keel-kubelet-root-").tempdir()?;
     let logs = tempfile::Builder::new().prefix("keel-kubelet-logs-").tempdir()?;
     let endpoint = format!("unix://{}", socket.display());
@@ -256,11 +298,28 @@ async fn scenario(socket: PathBuf, hooks: &Path, expected_runtime: &str, upstrea
     let agent = tokio::spawn(Agent::new(n1.clone(), config, machine, Runtime::new(&endpoint), timings).run());
     let (kubelet, runtime_name) = kubelet(&n1, &endpoint, root.path(), logs.path()).await;
     ensure!(runtime_name == expected_runtime, "the runtime says it is {runtime_name}");
-    let running = tokio::spawn(pods::run(kubelet));
+    let kubelet = Arc::new(kubelet);
+    let running = tokio::spawn(pods::run(kubelet.clone()));
+    let serving = ServerConfigFlags {
+        address: "127.0.0.1:10250".parse()?,
+        tls: None,
+        cert_dir: root.path().join("pki"),
+        client_ca_file: Some(clients.file("ca.crt")),
+        anonymous: false,
+        token_webhook: true,
+        authorization: Authorization::Webhook,
+        node_name: "n1".into(),
+        hostname: "n1".into(),
+    };
+    let api = tokio::spawn(keel_kubelet::server::serve(kubelet, serving));
     let mut outcome = pods_on_node(&admin, &socket, root.path(), &runtime_name).await;
+    if outcome.is_ok() {
+        outcome = container_logs(&admin, &server.admin_kubeconfig, &clients).await;
+    }
     if outcome.is_ok() {
         outcome = probes_and_hooks(&admin, &socket, hooks).await;
     }
+    api.abort();
     running.abort();
     agent.abort();
     outcome
@@ -527,6 +586,129 @@ async fn pods_on_node(admin: &kube::Client, socket: &Path, root: &Path, runtime_
     Ok(())
 }
 
+/// The kubelet API (:10250, client certificates from its own CA, Webhook authorization) and
+/// `pods/log` through the API server, with kube-rs and kubectl as clients:
+/// - a container's log is what it wrote to stdout and stderr, a partial line joined;
+/// - tailLines, limitBytes, timestamps and follow as upstream; previous, a missing container
+///   name and an unknown one refused with upstream's messages;
+/// - the kubelet refuses a request without a certificate (401) and one from a user the API
+///   server does not authorize (403, upstream's words), and serves /pods and /containerLogs.
+async fn container_logs(admin: &kube::Client, kubeconfig: &str, clients: &KubeletClients) -> Result<()> {
+    use futures::{AsyncBufReadExt, TryStreamExt};
+    use kube::api::LogParams;
+    let pods: Api<Pod> = Api::namespaced(admin.clone(), "default");
+    let image = format!("{PAUSE_REGISTRY}/keel/busybox:1.0");
+    let logger = pod(
+        "logger",
+        json!({"terminationGracePeriodSeconds": 0, "containers": [
+            {"name": "a", "image": image, "command": ["sh", "-c", concat!(
+                "echo one; sleep 1; echo two >&2; sleep 1; printf partial; sleep 1; echo ' line'; ",
+                "while true; do echo tick; sleep 1; done")]},
+            {"name": "b", "image": image, "command": ["sh", "-c", "echo from b; trap 'exit 0' TERM; sleep 3600 & wait"]}]}),
+    )?;
+    pods.create(&PostParams::default(), &logger).await?;
+    let of = |container: &str| LogParams { container: Some(container.into()), ..LogParams::default() };
+    let text = wait_for("logger's log with its partial line joined", async || {
+        let text = pods.logs("logger", &of("a")).await?;
+        Ok(text.contains("tick\n").then_some(text))
+    })
+    .await?;
+    ensure!(text.starts_with("one\ntwo\npartial line\ntick\n"), "logger's log: {text:?}");
+    let tail = pods.logs("logger", &LogParams { tail_lines: Some(1), ..of("b") }).await?;
+    ensure!(tail == "from b\n", "tailLines=1: {tail:?}");
+    let limited = pods.logs("logger", &LogParams { limit_bytes: Some(6), ..of("a") }).await?;
+    ensure!(limited == "one\ntw", "limitBytes=6: {limited:?}");
+    let stamped = pods.logs("logger", &LogParams { timestamps: true, ..of("b") }).await?;
+    let (stamp, line) = stamped.split_once(' ').unwrap_or_default();
+    let parsed = stamp.parse::<k8s_openapi::jiff::Timestamp>();
+    ensure!(parsed.is_ok() && stamp.len() == 30 && line == "from b\n", "timestamps: {stamped:?}");
+    let refused = async |params: LogParams| -> Result<(u16, String)> {
+        match pods.logs("logger", &params).await {
+            Ok(text) => bail!("{params:?} answered {text:?}"),
+            Err(kube::Error::Api(status)) => Ok((status.code, status.message)),
+            Err(error) => Err(error.into()),
+        }
+    };
+    let expected = [
+        (
+            LogParams { previous: true, ..of("a") },
+            r#"previous terminated container "a" in pod "logger" not found"#,
+        ),
+        (LogParams::default(), "a container name must be specified for pod logger, choose one of: [a b]"),
+        (of("x"), "container x is not valid for pod logger"),
+    ];
+    for (params, message) in expected {
+        let answer = refused(params).await?;
+        ensure!(answer == (400, message.to_owned()), "{message}: {answer:?}");
+    }
+
+    // Followed: lines written after the request arrive.
+    let before = text.matches("tick\n").count();
+    let stream = pods.log_stream("logger", &LogParams { follow: true, ..of("a") }).await?;
+    let mut lines = stream.lines();
+    let followed = tokio::time::timeout(WAIT, async {
+        let mut ticks = 0;
+        while let Some(line) = lines.try_next().await? {
+            ticks += usize::from(line == "tick");
+            if ticks >= before + 2 {
+                return Ok::<_, anyhow::Error>(ticks);
+            }
+        }
+        bail!("the followed log ended after {ticks} ticks")
+    })
+    .await;
+    ensure!(matches!(followed, Ok(Ok(_))), "following logger's log: {followed:?}");
+
+    // kubectl, unmodified.
+    let file = tempfile::NamedTempFile::new()?;
+    std::fs::write(file.path(), kubeconfig)?;
+    let kubectl = keel_testbed::kubectl::newest()?;
+    let mut command = tokio::process::Command::from(kubectl.command());
+    let output =
+        command.arg("--kubeconfig").arg(file.path()).args(["logs", "logger", "-c", "b"]).output().await?;
+    let said = String::from_utf8_lossy(&output.stdout);
+    ensure!(output.status.success() && said == "from b\n", "kubectl logs: {output:?}");
+
+    // The kubelet API itself.
+    let curl = async |cert: Option<&str>, path: &str| -> Result<(String, String)> {
+        let mut command = tokio::process::Command::new("curl");
+        command.args(["-sk", "-w", "\n%{http_code}"]);
+        if let Some(name) = cert {
+            command.arg("--cert").arg(clients.file(&format!("{name}.crt")));
+            command.arg("--key").arg(clients.file(&format!("{name}.key")));
+        }
+        let output = command.arg(format!("https://127.0.0.1:10250{path}")).output().await?;
+        let text = String::from_utf8_lossy(&output.stdout).into_owned();
+        let (body, code) = text.rsplit_once('\n').unwrap_or_default();
+        Ok((code.to_owned(), body.to_owned()))
+    };
+    let anonymous = curl(None, "/healthz").await?;
+    ensure!(anonymous == ("401".into(), "Unauthorized".into()), "no certificate: {anonymous:?}");
+    let nobody = curl(Some("nobody"), "/pods").await?;
+    let denied = "Forbidden (user=nobody, verb=get, resource=nodes, subresource(s)=[pods proxy])\n";
+    ensure!(nobody == ("403".into(), denied.into()), "nobody: {nobody:?}");
+    let (code, list) = curl(Some("apiserver"), "/pods").await?;
+    let list: serde_json::Value = serde_json::from_str(&list)?;
+    let names: Vec<&str> = list["items"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|p| p["metadata"]["name"].as_str())
+        .collect();
+    ensure!(
+        code == "200" && list["kind"] == "PodList" && names.contains(&"logger"),
+        "/pods: {code} {names:?}"
+    );
+    let direct = curl(Some("apiserver"), "/containerLogs/default/logger/b?tailLines=1").await?;
+    ensure!(direct == ("200".into(), "from b\n".into()), "/containerLogs: {direct:?}");
+    let missing = curl(Some("apiserver"), "/containerLogs/default/nope/b").await?;
+    ensure!(missing == ("404".into(), r#"pod "nope" does not exist"#.into()), "a missing pod: {missing:?}");
+
+    pods.delete("logger", &DeleteParams { grace_period_seconds: Some(0), ..DeleteParams::default() }).await?;
+    wait_for("logger deleted", async || Ok(pods.get_opt("logger").await?.is_none().then_some(()))).await?;
+    Ok(())
+}
+
 /// Probes and hooks, on pods whose IPs the kubelet reaches from the node:
 /// - a pod with a startup (exec), readiness (httpGet on a named port) and liveness (tcpSocket)
 ///   probe turns Ready once its server answers, and unready once its health file goes; its
@@ -672,10 +854,20 @@ async fn probes_and_hooks(admin: &kube::Client, socket: &Path, hooks: &Path) -> 
     for name in ["unready", "unhealthy", "hookfail"] {
         pods.delete(name, &DeleteParams { grace_period_seconds: Some(0), ..DeleteParams::default() }).await?;
     }
-    wait_for("nothing of the probed pods left in the runtime", async || {
+    let gone = wait_for("nothing of the probed pods left in the runtime", async || {
         Ok((pod_leftovers(&mut cri, "").await? == 0).then_some(()))
     })
-    .await?;
+    .await;
+    if let Err(error) = gone {
+        let containers = cri.runtime.list_containers(api::ListContainersRequest { filter: None }).await?;
+        let left: Vec<_> = containers
+            .into_inner()
+            .containers
+            .into_iter()
+            .map(|c| (c.labels.get("io.kubernetes.pod.name").cloned(), c.metadata.map(|m| m.name), c.state))
+            .collect();
+        bail!("{error}: containers left {left:?}");
+    }
     Ok(())
 }
 
@@ -713,7 +905,7 @@ type Running = BTreeMap<String, (String, i32, String)>;
 /// belongs to a pod force-deleted while it was away.
 async fn restart(socket: PathBuf) -> Result<()> {
     const PODS: usize = 50;
-    let (_server, admin, n1) = server(false).await?;
+    let (_server, admin, n1) = server(false, &KubeletClients::new()?).await?;
     let root = tempfile::Builder::new().prefix("keel-kubelet-root-").tempdir()?;
     let logs = tempfile::Builder::new().prefix("keel-kubelet-logs-").tempdir()?;
     let endpoint = format!("unix://{}", socket.display());

@@ -20,6 +20,11 @@ impl Drop for Keel {
 }
 
 pub async fn keel() -> Result<Keel> {
+    keel_with(keel_apiserver::kubelet_client::KubeletClientConfig::default()).await
+}
+
+/// keel-apiserver reaching kubelets as `kubelet` says.
+pub async fn keel_with(kubelet: keel_apiserver::kubelet_client::KubeletClientConfig) -> Result<Keel> {
     let dir = tempfile::tempdir()?;
     let options = keel_store::embedded::Options::new(dir.path().join("data"));
     let store: Arc<dyn keel_store::Store> = Arc::new(keel_store::embedded::EmbeddedStore::open(options)?);
@@ -27,7 +32,9 @@ pub async fn keel() -> Result<Keel> {
     let address = listener.local_addr()?;
     let pki = keel_apiserver::pki::ensure(&dir.path().join("pki"), &[])?;
     let tls = keel_apiserver::auth::server_config(&pki)?;
-    let server = keel_apiserver::ApiServer::new(store, keel_apiserver::Config::new(address)).await?;
+    let mut config = keel_apiserver::Config::new(address);
+    config.kubelet = kubelet;
+    let server = keel_apiserver::ApiServer::new(store, config).await?;
     let serving = tokio::spawn(server.serve(listener, tls));
     Ok(Keel { url: format!("https://{address}"), pki, _dir: dir, serving })
 }
