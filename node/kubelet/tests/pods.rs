@@ -874,6 +874,7 @@ async fn probes_and_hooks(admin: &kube::Client, socket: &Path, hooks: &Path) -> 
 /// The scenario inside the node's network namespace (the API server too, in process or as
 /// kube-apiserver), as a kubelet runs on its node: its probes and hooks reach the pods' IPs.
 fn run(bed: &Bed, runtime: &RuntimeUnderTest, name: &str, upstream: bool) -> Result<()> {
+    crate::support::kubelet_log();
     let socket = runtime.socket();
     let hooks = bed.hooks.path().to_owned();
     bed.node.run(move || {
@@ -984,6 +985,7 @@ async fn restart(socket: PathBuf) -> Result<()> {
 
 #[test]
 fn a_restarted_kubelet_adopts_its_running_pods() -> Result<()> {
+    crate::support::kubelet_log();
     let bed = bed()?;
     let shim = start_shim(&bed)?;
     let threads = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?;

@@ -19,6 +19,16 @@ impl Drop for Keel {
     }
 }
 
+/// The kubelet's own log (info and up) on standard error, shown with a failing test's output.
+pub fn kubelet_log() {
+    let filter = tracing_subscriber::EnvFilter::new("keel_kubelet=info");
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_ansi(false)
+        .with_writer(std::io::stderr)
+        .try_init();
+}
+
 pub async fn keel() -> Result<Keel> {
     keel_with(keel_apiserver::kubelet_client::KubeletClientConfig::default()).await
 }
