@@ -1204,15 +1204,23 @@ async fn pod_worker(kubelet: Arc<Kubelet>, uid: String, mut updates: watch::Rece
         }
         let wait = match &latest {
             Latest::Pod(pod) if pod.metadata.deletion_timestamp.is_none() => {
-                match kubelet.sync_pod(pod).await {
-                    Ok(synced) => {
-                        backoff = Duration::from_millis(500);
-                        synced.again
-                    }
-                    Err(error) => {
-                        tracing::warn!(pod = %pod_name(pod), %error, "error syncing pod, skipping");
-                        backoff = (backoff * 2).min(Duration::from_secs(10));
-                        backoff
+                // upstream's pod worker cancels a sync in flight once the pod is to terminate (a
+                // hanging postStart hook or image pull must not hold its deletion up).
+                tokio::select! {
+                    synced = kubelet.sync_pod(pod) => match synced {
+                        Ok(synced) => {
+                            backoff = Duration::from_millis(500);
+                            synced.again
+                        }
+                        Err(error) => {
+                            tracing::warn!(pod = %pod_name(pod), %error, "error syncing pod, skipping");
+                            backoff = (backoff * 2).min(Duration::from_secs(10));
+                            backoff
+                        }
+                    },
+                    () = terminating(updates.clone()) => {
+                        tracing::info!(pod = %pod_name(pod), "sync cancelled: the pod is terminating");
+                        Duration::ZERO
                     }
                 }
             }
@@ -1241,6 +1249,23 @@ async fn pod_worker(kubelet: Arc<Kubelet>, uid: String, mut updates: watch::Rece
         tokio::select! {
             changed = updates.changed() => if changed.is_err() { return },
             () = tokio::time::sleep(wait) => {}
+        }
+    }
+}
+
+/// Returns once the pod's latest version is a deletion or its removal; never if the worker's
+/// channel closes first.
+async fn terminating(mut updates: watch::Receiver<Latest>) {
+    loop {
+        if updates.changed().await.is_err() {
+            return std::future::pending().await;
+        }
+        let ends = match &*updates.borrow() {
+            Latest::Removed(_) => true,
+            Latest::Pod(pod) => pod.metadata.deletion_timestamp.is_some(),
+        };
+        if ends {
+            return;
         }
     }
 }

@@ -716,7 +716,8 @@ async fn container_logs(admin: &kube::Client, kubeconfig: &str, clients: &Kubele
 /// - a failing readiness probe keeps a running pod unready, with Unhealthy events quoting the
 ///   probe's output;
 /// - a failing liveness probe restarts its container, with the Killing event upstream gives;
-/// - a failing postStart hook kills the container (FailedPostStartHook).
+/// - a failing postStart hook kills the container (FailedPostStartHook);
+/// - a pod whose postStart hook never ends is still deleted (its sync is cancelled).
 async fn probes_and_hooks(admin: &kube::Client, socket: &Path, hooks: &Path) -> Result<()> {
     let pods: Api<Pod> = Api::namespaced(admin.clone(), "default");
     let events: Api<Event> = Api::namespaced(admin.clone(), "default");
@@ -756,6 +757,11 @@ async fn probes_and_hooks(admin: &kube::Client, socket: &Path, hooks: &Path) -> 
             "hookfail",
             json!({"containers": [{"name": "c", "image": image, "command": sleeper,
                 "lifecycle": {"postStart": {"exec": {"command": ["false"]}}}}]}),
+        )?,
+        pod(
+            "hookhang",
+            json!({"containers": [{"name": "c", "image": image, "command": sleeper,
+                "lifecycle": {"postStart": {"exec": {"command": ["sleep", "3600"]}}}}]}),
         )?,
     ];
     for pod in &created {
@@ -851,7 +857,8 @@ async fn probes_and_hooks(admin: &kube::Client, socket: &Path, hooks: &Path) -> 
     wait_for("probed deleted", async || Ok(pods.get_opt("probed").await?.is_none().then_some(()))).await?;
     let stopping = std::fs::read_to_string(hooks.join("prestop")).unwrap_or_default();
     ensure!(stopping == "stopping\n", "the preStop hook wrote {stopping:?}");
-    for name in ["unready", "unhealthy", "hookfail"] {
+    // hookhang's postStart hook never ends: its deletion cancels the sync waiting on it.
+    for name in ["unready", "unhealthy", "hookfail", "hookhang"] {
         pods.delete(name, &DeleteParams { grace_period_seconds: Some(0), ..DeleteParams::default() }).await?;
     }
     let gone = wait_for("nothing of the probed pods left in the runtime", async || {

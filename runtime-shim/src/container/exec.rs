@@ -10,6 +10,37 @@ use super::{Containers, EXEC_COUNTER, Error, Record, Streams, exit_code, stream}
 use crate::monitor;
 use crate::oci::runtime::ExecOptions;
 
+/// What an ExecSync leaves to undo however it ends: its files, and — when its client gave up on it
+/// (the future dropped, as a kubelet cancelling a hanging postStart hook does) — the command
+/// itself, killed by its pid so the runtime reaps it and exits. Killing the runtime instead would
+/// orphan the command inside the container, and a container init waiting for it could not exit.
+struct ExecCleanup {
+    pid_file: PathBuf,
+    files: [PathBuf; 2],
+    /// The runtime's exec process: killed only when the command's pid was never written.
+    runtime: Option<u32>,
+    done: bool,
+}
+
+impl Drop for ExecCleanup {
+    fn drop(&mut self) {
+        if !self.done {
+            let pid = std::fs::read_to_string(&self.pid_file).ok().and_then(|p| p.trim().parse::<i32>().ok());
+            let target = pid.or_else(|| self.runtime.and_then(|p| i32::try_from(p).ok()));
+            if let Some(pid) = target {
+                let _ = nix::sys::signal::kill(
+                    nix::unistd::Pid::from_raw(pid),
+                    nix::sys::signal::Signal::SIGKILL,
+                );
+            }
+        }
+        let _ = std::fs::remove_file(&self.pid_file);
+        for file in &self.files {
+            let _ = std::fs::remove_file(file);
+        }
+    }
+}
+
 impl Containers {
     /// Writes a process.json for an exec of `cmd` (the container's process with other args).
     fn exec_process(&self, record: &Record, cmd: &[String], tty: bool) -> Result<PathBuf, Error> {
@@ -51,9 +82,18 @@ impl Containers {
             .stdin(std::process::Stdio::null())
             .stdout(std::process::Stdio::piped())
             .stderr(std::process::Stdio::piped())
-            .kill_on_drop(true);
+            // A call given up by its client (dropped) is ended by [`ExecCleanup`]: the command
+            // killed, not the runtime (see there).
+            .kill_on_drop(false);
+        let mut cleanup = ExecCleanup {
+            pid_file: pid_file.clone(),
+            files: [log.clone(), process.clone()],
+            runtime: None,
+            done: false,
+        };
         let result = async {
             let mut child = command.spawn().map_err(Error::io("running the runtime's exec"))?;
+            cleanup.runtime = child.id();
             let mut stdout = child.stdout.take();
             let mut stderr = child.stderr.take();
             let run = async {
@@ -123,9 +163,7 @@ impl Containers {
             }
         }
         .await;
-        let _ = std::fs::remove_file(&log);
-        let _ = std::fs::remove_file(&pid_file);
-        let _ = std::fs::remove_file(&process);
+        cleanup.done = true;
         result
     }
 
