@@ -39,6 +39,19 @@ pub struct Inputs<'a> {
     pub now: Timestamp,
     /// The containers' probe results, by container ID.
     pub probes: &'a ResultsByContainer,
+    /// The pod ran past its activeDeadlineSeconds (upstream's activeDeadlineHandler evicts it).
+    pub deadline_exceeded: bool,
+}
+
+/// The reason and message of a pod failed by its activeDeadlineSeconds, as upstream's.
+pub const DEADLINE_EXCEEDED: (&str, &str) =
+    ("DeadlineExceeded", "Pod was active on the node longer than the specified deadline");
+
+/// The seconds left at `now` before the pod's activeDeadlineSeconds, counted from its startTime;
+/// none without a deadline or a start (upstream's pastActiveDeadline: past it when <= 0).
+pub fn deadline_left(pod: &Pod, start: Option<Timestamp>, now: Timestamp) -> Option<i64> {
+    let deadline = pod.spec.as_ref()?.active_deadline_seconds?;
+    Some(deadline - (now.as_second() - start?.as_second()))
 }
 
 /// A CRI time (nanoseconds) as the API keeps times: whole seconds.
@@ -298,6 +311,11 @@ pub fn status(pod: &Pod, inputs: &Inputs<'_>) -> PodStatus {
         })
         .collect();
     let mut phase = phase(pod, &init, &containers, inputs.terminal);
+    let (mut reason, mut message) = (previous.reason.clone(), previous.message.clone());
+    if inputs.deadline_exceeded {
+        phase = "Failed";
+        (reason, message) = (Some(DEADLINE_EXCEEDED.0.to_owned()), Some(DEADLINE_EXCEEDED.1.to_owned()));
+    }
     // A terminal phase is never left (upstream's status manager refuses it).
     if let Some(old @ ("Succeeded" | "Failed")) = previous.phase.as_deref() {
         phase = if old == "Succeeded" { "Succeeded" } else { "Failed" };
@@ -371,6 +389,8 @@ pub fn status(pod: &Pod, inputs: &Inputs<'_>) -> PodStatus {
         container_statuses: Some(containers),
         qos_class: Some(qos_class(pod).to_owned()),
         start_time: previous.start_time.or(Some(Time(inputs.now))),
+        reason,
+        message,
         ..previous
     }
 }
@@ -438,6 +458,7 @@ mod tests {
             terminal,
             now: "2026-12-03T12:00:00Z".parse().unwrap(),
             probes: &NO_PROBES,
+            deadline_exceeded: false,
         }
     }
 
@@ -501,6 +522,26 @@ mod tests {
         );
         assert_eq!(container.last_state.as_ref().unwrap().terminated.as_ref().unwrap().exit_code, 1);
         assert_eq!(status.phase.as_deref(), Some("Running"));
+    }
+
+    #[test]
+    fn past_its_active_deadline_a_pod_fails_as_upstream_says() {
+        let mut p = pod("Always");
+        let at = |t: &str| t.parse::<Timestamp>().unwrap();
+        let start = Some(at("2026-12-03T12:00:00Z"));
+        assert_eq!(deadline_left(&p, start, at("2026-12-03T12:00:05Z")), None);
+        p.spec.as_mut().unwrap().active_deadline_seconds = Some(10);
+        assert_eq!(deadline_left(&p, start, at("2026-12-03T12:00:04Z")), Some(6));
+        assert_eq!(deadline_left(&p, start, at("2026-12-03T12:00:10Z")), Some(0));
+        assert_eq!(deadline_left(&p, None, at("2026-12-03T12:00:10Z")), None);
+        let none = Reasons::new();
+        let running = runtime(Some((State::Running, 0)));
+        let status = status(&p, &Inputs { deadline_exceeded: true, ..inputs(&running, &none, true) });
+        assert_eq!(status.phase.as_deref(), Some("Failed"));
+        assert_eq!(
+            (status.reason.as_deref(), status.message.as_deref()),
+            (Some(DEADLINE_EXCEEDED.0), Some(DEADLINE_EXCEEDED.1))
+        );
     }
 
     #[test]

@@ -860,19 +860,21 @@ impl Kubelet {
     /// Patches the pod's status when it differs from what the API holds (upstream's status
     /// manager); the uid in the patch makes it fail for another pod of the same name.
     async fn write_status(&self, pod: &Pod, runtime: &PodRuntime, reasons: &Reasons, terminal: bool) {
+        let now = Timestamp::from_second(Timestamp::now().as_second()).unwrap_or_else(|_| Timestamp::now());
+        let uid = pod.metadata.uid.clone().unwrap_or_default();
         let inputs = pod_status::Inputs {
             runtime,
             reasons,
             host_ips: &self.host_ips,
             runtime_name: &self.runtime_name,
             terminal,
-            now: Timestamp::from_second(Timestamp::now().as_second()).unwrap_or_else(|_| Timestamp::now()),
+            now,
             probes: &self.probe_snapshot(),
+            deadline_exceeded: self.deadline_left(pod, now).is_some_and(|left| left <= 0),
         };
         // The kubelet's own conditions and startTime as it last wrote them (upstream's status
         // manager cache): the Pod a sync holds may be older than that write, and must not move
         // their transition times.
-        let uid = pod.metadata.uid.clone().unwrap_or_default();
         let written =
             self.statuses.lock().unwrap_or_else(std::sync::PoisonError::into_inner).get(&uid).cloned();
         let mut base = pod.clone();
@@ -913,15 +915,49 @@ impl Kubelet {
         }
     }
 
+    /// The seconds left before the pod's activeDeadlineSeconds, from the startTime this kubelet
+    /// wrote (or the API's); none without a deadline.
+    fn deadline_left(&self, pod: &Pod, now: Timestamp) -> Option<i64> {
+        let uid = pod.metadata.uid.as_deref().unwrap_or_default();
+        let start = self
+            .status_of(uid)
+            .and_then(|s| s.start_time)
+            .or_else(|| pod.status.as_ref().and_then(|s| s.start_time.clone()))
+            .map(|t| t.0);
+        pod_status::deadline_left(pod, start, now)
+    }
+
     /// One sync of a pod that is to run (upstream's SyncPod).
     async fn sync_pod(&self, pod: &Pod) -> Result<Synced, String> {
         let uid = pod.metadata.uid.as_deref().unwrap_or_default();
         let mut cri = self.cri.clone();
         let runtime = cri.pod(uid).await.map_err(|s| rpc_message(&s))?;
+        let grace = pod.spec.as_ref().and_then(|s| s.termination_grace_period_seconds).unwrap_or(30);
+        // Past its activeDeadlineSeconds, or already in a terminal phase, a pod runs nothing
+        // again: its containers are stopped and its status written terminal (upstream's
+        // activeDeadlineHandler and the pod worker's terminating path).
+        let left = self.deadline_left(pod, Timestamp::now());
+        let phase = self.status_of(uid).and_then(|s| s.phase).or_else(|| pod.status.as_ref()?.phase.clone());
+        let finished = matches!(phase.as_deref(), Some("Succeeded" | "Failed"));
+        if left.is_some_and(|left| left <= 0) || finished {
+            if left.is_some_and(|left| left <= 0) && !finished {
+                let (reason, message) = pod_status::DEADLINE_EXCEEDED;
+                self.recorder.pod_event(pod, None, Kind::Normal, reason, message.to_owned());
+            }
+            if runtime.running().next().is_some() {
+                self.kill_pod(pod, &runtime, grace).await.map_err(|s| rpc_message(&s))?;
+            }
+            let stopped = cri.pod(uid).await.map_err(|s| rpc_message(&s))?;
+            self.write_status(pod, &stopped, &Reasons::new(), true).await;
+            return Ok(Synced { again: RESYNC });
+        }
         let actions: PodActions = pod_actions::compute(pod, &runtime, &self.probe_snapshot());
         let mut reasons = Reasons::new();
-        let mut again = RESYNC;
-        let grace = pod.spec.as_ref().and_then(|s| s.termination_grace_period_seconds).unwrap_or(30);
+        // A pod with a deadline is synced again when it falls due.
+        let mut again = match left {
+            Some(left) => RESYNC.min(Duration::from_secs(u64::try_from(left).unwrap_or(0))),
+            None => RESYNC,
+        };
         if actions.kill_pod {
             self.kill_pod(pod, &runtime, grace).await.map_err(|s| rpc_message(&s))?;
         }

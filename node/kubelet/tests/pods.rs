@@ -717,7 +717,8 @@ async fn container_logs(admin: &kube::Client, kubeconfig: &str, clients: &Kubele
 ///   probe's output;
 /// - a failing liveness probe restarts its container, with the Killing event upstream gives;
 /// - a failing postStart hook kills the container (FailedPostStartHook);
-/// - a pod whose postStart hook never ends is still deleted (its sync is cancelled).
+/// - a pod whose postStart hook never ends is still deleted (its sync is cancelled);
+/// - a pod past its activeDeadlineSeconds fails (DeadlineExceeded) and its containers stop.
 async fn probes_and_hooks(admin: &kube::Client, socket: &Path, hooks: &Path) -> Result<()> {
     let pods: Api<Pod> = Api::namespaced(admin.clone(), "default");
     let events: Api<Event> = Api::namespaced(admin.clone(), "default");
@@ -757,6 +758,10 @@ async fn probes_and_hooks(admin: &kube::Client, socket: &Path, hooks: &Path) -> 
             "hookfail",
             json!({"containers": [{"name": "c", "image": image, "command": sleeper,
                 "lifecycle": {"postStart": {"exec": {"command": ["false"]}}}}]}),
+        )?,
+        pod(
+            "deadline",
+            json!({"activeDeadlineSeconds": 2, "containers": [{"name": "c", "image": image, "command": sleeper}]}),
         )?,
         pod(
             "hookhang",
@@ -852,13 +857,31 @@ async fn probes_and_hooks(admin: &kube::Client, socket: &Path, hooks: &Path) -> 
     })
     .await?;
 
+    wait_for("deadline Failed past its activeDeadlineSeconds, its container stopped", async || {
+        let pod = pods.get("deadline").await?;
+        let status = pod.status.unwrap_or_default();
+        let stopped = status
+            .container_statuses
+            .iter()
+            .flatten()
+            .all(|c| c.state.as_ref().is_some_and(|s| s.terminated.is_some()));
+        let failed = status.phase.as_deref() == Some("Failed")
+            && status.reason.as_deref() == Some("DeadlineExceeded")
+            && status.message.as_deref()
+                == Some("Pod was active on the node longer than the specified deadline");
+        let said = messages("deadline", "DeadlineExceeded").await?;
+        let said = said.iter().any(|m| m == "Pod was active on the node longer than the specified deadline");
+        Ok((failed && stopped && said).then_some(()))
+    })
+    .await?;
+
     // Deleted: the preStop hook runs before the container is stopped.
     pods.delete("probed", &DeleteParams { grace_period_seconds: Some(5), ..DeleteParams::default() }).await?;
     wait_for("probed deleted", async || Ok(pods.get_opt("probed").await?.is_none().then_some(()))).await?;
     let stopping = std::fs::read_to_string(hooks.join("prestop")).unwrap_or_default();
     ensure!(stopping == "stopping\n", "the preStop hook wrote {stopping:?}");
     // hookhang's postStart hook never ends: its deletion cancels the sync waiting on it.
-    for name in ["unready", "unhealthy", "hookfail", "hookhang"] {
+    for name in ["unready", "unhealthy", "hookfail", "hookhang", "deadline"] {
         pods.delete(name, &DeleteParams { grace_period_seconds: Some(0), ..DeleteParams::default() }).await?;
     }
     let gone = wait_for("nothing of the probed pods left in the runtime", async || {
