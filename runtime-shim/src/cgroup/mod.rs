@@ -108,6 +108,20 @@ impl Layout {
         self.v1.get(controller).map(PathBuf::as_path)
     }
 
+    /// Whether the OCI runtime can set hugepage limits here: a v1 `hugetlb` hierarchy (runc uses v1
+    /// for every controller on a v1 or hybrid host, so the hybrid unified mount's hugetlb does not
+    /// count), or `hugetlb` among a unified host's root `cgroup.controllers`. containerd makes the
+    /// same check (`isHugetlbControllerPresent`).
+    pub fn hugetlb(&self) -> bool {
+        match self.mode() {
+            Mode::V1 | Mode::Hybrid => self.v1.contains_key("hugetlb"),
+            Mode::Unified => self.unified.as_ref().is_some_and(|root| {
+                std::fs::read_to_string(root.join("cgroup.controllers"))
+                    .is_ok_and(|list| list.split_whitespace().any(|c| c == "hugetlb"))
+            }),
+        }
+    }
+
     /// Every distinct hierarchy mount point (v1 ones, then the unified one).
     pub fn mount_points(&self) -> Vec<&Path> {
         let mut points: Vec<&Path> = Vec::new();
@@ -264,6 +278,24 @@ pub(crate) mod tests {
 22 1 0:21 / /proc rw,nosuid,nodev,noexec,relatime shared:12 - proc proc rw
 26 21 0:23 / /sys/fs/cgroup rw,nosuid,nodev,noexec,relatime shared:4 - cgroup2 cgroup2 rw,nsdelegate,memory_recursiveprot
 ";
+
+    #[test]
+    fn hugetlb_is_present_only_where_runc_can_use_it() {
+        // This machine: hugetlb only in the hybrid cgroup2 mount, which runc does not use.
+        assert!(!parse_mountinfo(HYBRID, Path::new("/")).unwrap().hugetlb());
+        assert!(!parse_mountinfo(V1, Path::new("/")).unwrap().hugetlb());
+        let v1 = format!(
+            "{V1}32 25 0:28 / /sys/fs/cgroup/hugetlb rw,relatime shared:14 - cgroup cgroup rw,hugetlb\n"
+        );
+        assert!(parse_mountinfo(&v1, Path::new("/")).unwrap().hugetlb());
+        let root = tempfile::tempdir().unwrap();
+        let unified = parse_mountinfo(UNIFIED, root.path()).unwrap();
+        std::fs::create_dir_all(root.path().join("sys/fs/cgroup")).unwrap();
+        std::fs::write(root.path().join("sys/fs/cgroup/cgroup.controllers"), "cpu memory pids\n").unwrap();
+        assert!(!unified.hugetlb());
+        std::fs::write(root.path().join("sys/fs/cgroup/cgroup.controllers"), "cpu hugetlb memory\n").unwrap();
+        assert!(unified.hugetlb());
+    }
 
     #[test]
     fn hybrid_layout_is_read_as_this_machine_mounts_it() {

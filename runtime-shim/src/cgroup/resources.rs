@@ -4,13 +4,16 @@ use k8s_cri::v1 as api;
 use oci_spec::runtime::{LinuxCpu, LinuxHugepageLimit, LinuxMemory, LinuxResources};
 
 /// The OCI resources for a CRI request: CPU period, quota and shares, cpuset cpus and mems, memory limit
-/// and swap limit (each only when non-zero/non-empty, as containerd), hugepage limits, and the v2
+/// and swap limit (each only when non-zero/non-empty, as containerd), hugepage limits when `hugetlb`
+/// (the controller is present: [`super::Layout::hugetlb`]; without it they are dropped, as
+/// containerd's default `tolerate_missing_hugetlb_controller` drops them, since the kubelet sends a
+/// limit for every page size the node has even when no pod asks for hugepages), and the v2
 /// `unified` map as given. Not set: the OOM killer stays enabled, no pids limit (the kubelet enforces
 /// pod pids limits on the pod cgroup), no block IO. Unlike containerd, swap is not set to the memory
 /// limit when the request leaves it 0 (containerd does so when the swap controller exists, to keep
 /// containers from swapping): the kubelet sends the swap limit it wants since 1.28. `oom_score_adj`
 /// is a process setting: the spec builder puts it in `process`.
-pub fn resources(requested: &api::LinuxContainerResources) -> LinuxResources {
+pub fn resources(requested: &api::LinuxContainerResources, hugetlb: bool) -> LinuxResources {
     let mut cpu = LinuxCpu::default();
     if requested.cpu_period > 0 {
         cpu.set_period(u64::try_from(requested.cpu_period).ok());
@@ -41,7 +44,10 @@ pub fn resources(requested: &api::LinuxContainerResources) -> LinuxResources {
     if memory != LinuxMemory::default() {
         out.set_memory(Some(memory));
     }
-    if !requested.hugepage_limits.is_empty() {
+    if !requested.hugepage_limits.is_empty() && !hugetlb {
+        tracing::debug!("the hugetlb cgroup controller is absent: hugepage limits are not set");
+    }
+    if !requested.hugepage_limits.is_empty() && hugetlb {
         let limits = requested
             .hugepage_limits
             .iter()
@@ -68,7 +74,7 @@ mod tests {
 
     #[test]
     fn nothing_requested_gives_empty_resources() {
-        let out = resources(&api::LinuxContainerResources::default());
+        let out = resources(&api::LinuxContainerResources::default(), true);
         assert_eq!(out, LinuxResources::default());
         assert_eq!(serde_json::to_value(&out).unwrap(), serde_json::json!({}));
     }
@@ -87,7 +93,7 @@ mod tests {
             hugepage_limits: vec![api::HugepageLimit { page_size: "2MB".into(), limit: 4 << 21 }],
             unified: HashMap::from([("memory.high".to_owned(), "50000000".to_owned())]),
         };
-        let json = serde_json::to_value(resources(&requested)).unwrap();
+        let json = serde_json::to_value(resources(&requested, true)).unwrap();
         assert_eq!(
             json,
             serde_json::json!({
@@ -97,6 +103,10 @@ mod tests {
                 "unified": {"memory.high": "50000000"},
             })
         );
+        // Without the hugetlb controller the limits are dropped (runc would fail the container).
+        let json = serde_json::to_value(resources(&requested, false)).unwrap();
+        assert_eq!(json.get("hugepageLimits"), None);
+        assert_eq!(json["memory"], serde_json::json!({"limit": 67108864, "swap": 134217728}));
     }
 
     #[test]
@@ -107,7 +117,7 @@ mod tests {
             memory_swap_limit_in_bytes: -1,
             ..Default::default()
         };
-        let json = serde_json::to_value(resources(&requested)).unwrap();
+        let json = serde_json::to_value(resources(&requested, true)).unwrap();
         assert_eq!(json, serde_json::json!({"cpu": {"quota": -1}, "memory": {"swap": -1}}));
     }
 }

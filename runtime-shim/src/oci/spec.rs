@@ -257,7 +257,11 @@ struct Host {
     /// Whether /sys/fs/cgroup is the cgroup2 unified hierarchy (containers then get a cgroup
     /// namespace, as containerd gives them).
     unified_cgroups: bool,
+    /// Whether hugepage limits can be set ([`crate::cgroup::Layout::hugetlb`]).
+    hugetlb: bool,
 }
+
+static HUGETLB: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
 
 impl Host {
     fn real() -> Host {
@@ -269,6 +273,8 @@ impl Host {
                 .unwrap_or_default(),
             unified_cgroups: nix::sys::statfs::statfs("/sys/fs/cgroup")
                 .is_ok_and(|fs| fs.filesystem_type() == nix::sys::statfs::CGROUP2_SUPER_MAGIC),
+            // The mount table is read once: the hierarchies do not change under a running shim.
+            hugetlb: *HUGETLB.get_or_init(|| crate::cgroup::Layout::host().is_ok_and(|l| l.hugetlb())),
         }
     }
 }
@@ -503,7 +509,8 @@ fn build_on(input: &SpecInput<'_>, host: &Host) -> Result<Spec, SpecError> {
         },
     )?;
     let (mut devices, device_rules) = mounts::cri_devices(container)?;
-    let mut resources = resources_config.map(crate::cgroup::resources).unwrap_or_default();
+    let mut resources =
+        resources_config.map(|r| crate::cgroup::resources(r, host.hugetlb)).unwrap_or_default();
     let mut rules = Vec::new();
     let mut all_devices = LinuxDeviceCgroup::default();
     all_devices.set_typ(Some(LinuxDeviceType::A));

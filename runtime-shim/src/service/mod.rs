@@ -373,7 +373,8 @@ impl RuntimeService for Shim {
         request: Request<api::UpdateContainerResourcesRequest>,
     ) -> Result<Response<api::UpdateContainerResourcesResponse>, Status> {
         let request = request.into_inner();
-        let resources = request.linux.as_ref().map(cgroup::resources).unwrap_or_default();
+        let hugetlb = self.inner.parts.cgroups.as_ref().is_some_and(cgroup::Layout::hugetlb);
+        let resources = request.linux.as_ref().map(|r| cgroup::resources(r, hugetlb)).unwrap_or_default();
         self.inner.parts.containers.update_resources(&request.container_id, resources).await?;
         Ok(Response::new(api::UpdateContainerResourcesResponse {}))
     }

@@ -118,6 +118,7 @@ fn test_host() -> Host {
         capabilities: caps::known(),
         hostname: "node-1".into(),
         unified_cgroups: false,
+        hugetlb: true,
     }
 }
 
