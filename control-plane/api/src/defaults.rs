@@ -225,6 +225,43 @@ pub fn pod_spec(spec: &mut Value) {
             }
         }
     }
+    if let Some(volumes) = map.get_mut("volumes").and_then(Value::as_array_mut) {
+        for volume in volumes.iter_mut().filter_map(Value::as_object_mut) {
+            self::volume(volume);
+        }
+    }
+}
+
+/// SetDefaults_Volume and its sources': a volume without a source is an emptyDir; secret,
+/// configMap, downwardAPI and projected volumes get the 0644 defaultMode (the upstream kubelet
+/// refuses to mount one without it); a projected token expires after an hour; field references
+/// are of v1.
+fn volume(volume: &mut Map<String, Value>) {
+    const DEFAULT_MODE: i64 = 0o644;
+    if volume.keys().all(|key| key == "name") {
+        volume.insert("emptyDir".into(), json!({}));
+    }
+    for source in ["secret", "configMap", "downwardAPI", "projected"] {
+        if let Some(source) = volume.get_mut(source).and_then(object_mut) {
+            or_insert(source, "defaultMode", json!(DEFAULT_MODE));
+        }
+    }
+    let field_refs = |items: Option<&mut Value>| {
+        for item in items.and_then(Value::as_array_mut).into_iter().flatten() {
+            if let Some(field) = item.get_mut("fieldRef").and_then(object_mut) {
+                or_insert(field, "apiVersion", json!("v1"));
+            }
+        }
+    };
+    field_refs(volume.get_mut("downwardAPI").and_then(|d| d.get_mut("items")));
+    let sources =
+        volume.get_mut("projected").and_then(|p| p.get_mut("sources")).and_then(Value::as_array_mut);
+    for source in sources.into_iter().flatten() {
+        if let Some(token) = source.get_mut("serviceAccountToken").and_then(object_mut) {
+            or_insert(token, "expirationSeconds", json!(3600));
+        }
+        field_refs(source.get_mut("downwardAPI").and_then(|d| d.get_mut("items")));
+    }
 }
 
 fn container(container: &mut Value) {
@@ -241,6 +278,13 @@ fn container(container: &mut Value) {
     if let Some(ports) = map.get_mut("ports").and_then(Value::as_array_mut) {
         for port in ports.iter_mut().filter_map(Value::as_object_mut) {
             or_insert(port, "protocol", json!("TCP"));
+        }
+    }
+    // SetDefaults_ObjectFieldSelector: the upstream kubelet refuses a fieldRef without a version.
+    for env in map.get_mut("env").and_then(Value::as_array_mut).into_iter().flatten() {
+        if let Some(field) = env.get_mut("valueFrom").and_then(|v| v.get_mut("fieldRef")).and_then(object_mut)
+        {
+            or_insert(field, "apiVersion", json!("v1"));
         }
     }
 }
@@ -340,7 +384,8 @@ mod tests {
         let pods = find("", "v1", "pods").unwrap();
         let mut pod = json!({"spec": {"containers": [
             {"name": "a", "image": "busybox"},
-            {"name": "b", "image": "registry:5000/busybox:1.36", "ports": [{"containerPort": 80}]},
+            {"name": "b", "image": "registry:5000/busybox:1.36", "ports": [{"containerPort": 80}],
+             "env": [{"name": "N", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}}]},
             {"name": "c", "image": "busybox@sha256:abc"}
         ], "restartPolicy": "Never"}});
         apply(pods, &mut pod);
@@ -359,7 +404,29 @@ mod tests {
             .collect();
         assert_eq!(pulls, ["Always", "IfNotPresent", "IfNotPresent"]);
         assert_eq!(spec["containers"][1]["ports"][0]["protocol"], "TCP");
+        assert_eq!(spec["containers"][1]["env"][0]["valueFrom"]["fieldRef"]["apiVersion"], "v1");
         assert_eq!(spec["containers"][0]["terminationMessagePolicy"], "File");
+    }
+
+    #[test]
+    fn pod_volumes_as_upstream_defaults_them() {
+        let pods = find("", "v1", "pods").unwrap();
+        let mut pod = json!({"spec": {"containers": [{"name": "a", "image": "busybox"}], "volumes": [
+            {"name": "bare"},
+            {"name": "cm", "configMap": {"name": "settings"}},
+            {"name": "s", "secret": {"secretName": "db", "defaultMode": 0o400}},
+            {"name": "d", "downwardAPI": {"items": [{"path": "n", "fieldRef": {"fieldPath": "metadata.name"}}]}},
+            {"name": "p", "projected": {"sources": [{"serviceAccountToken": {"path": "token"}}]}},
+        ]}});
+        apply(pods, &mut pod);
+        let volumes = &pod["spec"]["volumes"];
+        assert_eq!(volumes[0], json!({"name": "bare", "emptyDir": {}}));
+        assert_eq!(volumes[1]["configMap"], json!({"name": "settings", "defaultMode": 420}));
+        assert_eq!(volumes[2]["secret"]["defaultMode"], 0o400);
+        assert_eq!(volumes[3]["downwardAPI"]["defaultMode"], 420);
+        assert_eq!(volumes[3]["downwardAPI"]["items"][0]["fieldRef"]["apiVersion"], "v1");
+        assert_eq!(volumes[4]["projected"]["defaultMode"], 420);
+        assert_eq!(volumes[4]["projected"]["sources"][0]["serviceAccountToken"]["expirationSeconds"], 3600);
     }
 
     #[test]
