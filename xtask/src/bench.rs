@@ -61,6 +61,26 @@ pub fn run(args: &Args) -> Result<()> {
         ]))?;
         command.env("KEEL_APISERVER_BIN", util::workspace_root().join("target/release/keel-apiserver"));
     }
+    if name == "kubelet" {
+        // Both kubelets' sides as they ship: keel-kubelet, keel-shim and keel-apiserver release builds.
+        util::run(util::cargo().args([
+            "build",
+            "--release",
+            "--locked",
+            "-p",
+            "keel-kubelet",
+            "--bin",
+            "keel-kubelet",
+            "-p",
+            "keel-apiserver",
+            "--bin",
+            "keel-apiserver",
+        ]))?;
+        let release = util::workspace_root().join("target/release");
+        command.env("KEEL_KUBELET_BIN", release.join("keel-kubelet"));
+        command.env("KEEL_APISERVER_BIN", release.join("keel-apiserver"));
+        command.env("KEEL_SHIM_BIN", crate::build::release_shim()?);
+    }
     if name == "cri" {
         // keel-shim is measured as it ships: the release build.
         command.env("KEEL_SHIM_BIN", crate::build::release_shim()?);

@@ -40,11 +40,11 @@ use keel_kubelet::pod_config::{PodEnvironment, Resolv};
 use keel_kubelet::pods::{self, Kubelet};
 use keel_kubelet::runtime::Runtime;
 use keel_kubelet::server::{Authorization, ServerConfigFlags};
-use keel_testbed::containerd::{Containerd, ContainerdOptions, PAUSE_REGISTRY, pause_registry_in};
+use keel_testbed::containerd::PAUSE_REGISTRY;
 use keel_testbed::cri::{CriClient, api};
 use keel_testbed::kube_apiserver::{self, KubeApiServer, KubeApiServerOptions};
-use keel_testbed::registry::Registry;
-use keel_testbed::{Daemon, Fabric, Forwarder, Host, Readiness};
+use keel_testbed::kubelet_node::{KubeletNode, NodeRuntime, POD_SUBNET as SUBNET, UpstreamKubelet};
+use keel_testbed::mount_ns::{MountNs, kubelet_overlays};
 use kube::Api;
 use kube::api::{DeleteParams, ListParams, PostParams};
 use serde_json::json;
@@ -53,44 +53,17 @@ use crate::support::{client, keel_with};
 
 /// How long a state the kubelet reaches by itself is waited for (a bound on failure only).
 const WAIT: Duration = Duration::from_secs(90);
-const SUBNET: &str = "10.97.0.0/24";
 
-/// The node: a fabric host with the registry on its loopback and a CNI config for the runtime.
+/// The node, and a hostPath the hook pods write to, which outlives them.
 struct Bed {
-    net_d: tempfile::TempDir,
-    /// A hostPath the hook pods write to, which outlives them.
     hooks: tempfile::TempDir,
-    _ipam: tempfile::TempDir,
-    pause: String,
-    _registry: Registry,
-    node: Host,
-    _fabric: Fabric,
+    node: KubeletNode,
 }
 
 fn bed() -> Result<Bed> {
-    keel_testbed::require_root()?;
-    let fabric = Fabric::new()?;
-    let node = fabric.add_host("kubelet")?;
-    let (registry, pause) = pause_registry_in(node.fd())?;
-    let forwarder = Forwarder::start(node.fd(), PAUSE_REGISTRY.parse()?)?;
-    let busybox = keel_testbed::images::busybox_image()?;
-    keel_testbed::registry::push_oci_layout_to(
-        &forwarder.local_addr().to_string(),
-        &busybox.layout,
-        &busybox.tag,
-        "keel/busybox",
-        "1.0",
-    )?;
-    let ipam = tempfile::Builder::new().prefix("keel-kubelet-ipam-").tempdir()?;
-    let net_d = tempfile::Builder::new().prefix("keel-kubelet-netd-").tempdir()?;
-    let conflist = json!({
-        "cniVersion": "1.0.0", "name": "keel-kubelet-test",
-        "plugins": [{"type": "bridge", "bridge": "kbl0", "isGateway": true, "ipMasq": false,
-                     "ipam": {"type": "host-local", "ranges": [[{"subnet": SUBNET}]], "dataDir": ipam.path()}}]
-    });
-    std::fs::write(net_d.path().join("10-kubelet-test.conflist"), conflist.to_string())?;
+    let node = KubeletNode::new("kubelet")?;
     let hooks = tempfile::Builder::new().prefix("keel-kubelet-hooks-").tempdir()?;
-    Ok(Bed { net_d, hooks, _ipam: ipam, pause, _registry: registry, node, _fabric: fabric })
+    Ok(Bed { hooks, node })
 }
 
 /// keel-shim as `cargo build` left it beside this test binary (nextest builds every binary of the
@@ -107,43 +80,12 @@ fn keel_shim_binary() -> Result<PathBuf> {
     Ok(shim)
 }
 
-/// The runtime under test, dropped before the bed.
-enum RuntimeUnderTest {
-    Shim { _daemon: Box<Daemon>, dir: tempfile::TempDir },
-    Containerd(Box<Containerd>),
+fn start_shim(bed: &Bed) -> Result<NodeRuntime> {
+    bed.node.start_shim(&keel_shim_binary()?, None)
 }
 
-impl RuntimeUnderTest {
-    fn socket(&self) -> PathBuf {
-        match self {
-            RuntimeUnderTest::Shim { dir, .. } => dir.path().join("cri.sock"),
-            RuntimeUnderTest::Containerd(containerd) => containerd.socket().to_owned(),
-        }
-    }
-}
-
-fn start_shim(bed: &Bed) -> Result<RuntimeUnderTest> {
-    let dir = tempfile::Builder::new().prefix("keel-kubelet-shim-").tempdir()?;
-    let mut cmd = std::process::Command::new(keel_shim_binary()?);
-    cmd.arg("--socket").arg(dir.path().join("cri.sock"));
-    cmd.arg("--root").arg(dir.path().join("root"));
-    cmd.arg("--cni-conf-dir").arg(bed.net_d.path());
-    cmd.arg("--cni-bin-dir").arg("/usr/lib/cni");
-    cmd.arg("--insecure-registry").arg(PAUSE_REGISTRY);
-    let ready = Readiness::UnixSocket(dir.path().join("cri.sock"));
-    let daemon = bed.node.start_daemon("keel-shim", cmd, ready, Duration::from_secs(20))?;
-    Ok(RuntimeUnderTest::Shim { _daemon: Box::new(daemon), dir })
-}
-
-fn start_containerd(bed: &Bed) -> Result<RuntimeUnderTest> {
-    let options = ContainerdOptions {
-        cni_conf_dir: Some(bed.net_d.path().to_owned()),
-        netns: Some(bed.node.fd().clone()),
-        sandbox_image: Some(bed.pause.clone()),
-        plain_http_registries: vec![PAUSE_REGISTRY.to_owned()],
-        ..ContainerdOptions::default()
-    };
-    Ok(RuntimeUnderTest::Containerd(Box::new(Containerd::start(&options)?)))
+fn start_containerd(bed: &Bed) -> Result<NodeRuntime> {
+    bed.node.start_containerd(None)
 }
 
 fn pod(name: &str, spec: serde_json::Value) -> Result<Pod> {
@@ -195,6 +137,8 @@ struct Server {
     _kube: Option<KubeApiServer>,
     /// The admin's kubeconfig (for kubectl).
     admin_kubeconfig: String,
+    /// n1's kubeconfig (for the upstream kubelet).
+    n1_kubeconfig: String,
 }
 
 /// The kubelet API's clients: a CA of their own the kubelet trusts (`--client-ca-file`), the
@@ -233,12 +177,14 @@ async fn server(upstream: bool, clients: &KubeletClients) -> Result<(Server, kub
         let kube = tokio::task::spawn_blocking(move || KubeApiServer::start_with(&options)).await??;
         let admin_kubeconfig = kube.kubeconfig(&kube.client_cert("admin", &["system:masters"])?);
         let admin = client(&admin_kubeconfig).await?;
-        let n1 = client(&kube.kubeconfig(&kube.client_cert("system:node:n1", &["system:nodes"])?)).await?;
+        let n1_kubeconfig = kube.kubeconfig(&kube.client_cert("system:node:n1", &["system:nodes"])?);
+        let n1 = client(&n1_kubeconfig).await?;
         // No controller manager creates the namespace's default ServiceAccount, which pods need.
         let accounts: Api<ServiceAccount> = Api::namespaced(admin.clone(), "default");
         let account: ServiceAccount = serde_json::from_value(json!({"metadata": {"name": "default"}}))?;
         accounts.create(&PostParams::default(), &account).await?;
-        return Ok((Server { _kube: Some(kube), _keel: None, admin_kubeconfig }, admin, n1));
+        let server = Server { _kube: Some(kube), _keel: None, admin_kubeconfig, n1_kubeconfig };
+        return Ok((server, admin, n1));
     }
     let keel = keel_with(KubeletClientConfig {
         client_cert: Some((clients.apiserver.cert_pem.clone(), clients.apiserver.key_pem.clone())),
@@ -251,8 +197,9 @@ async fn server(upstream: bool, clients: &KubeletClients) -> Result<(Server, kub
     let admin_kubeconfig = kube_apiserver::kubeconfig_for(&keel.url, ca, &admin);
     let admin = client(&admin_kubeconfig).await?;
     let n1 = kube_apiserver::client_cert_signed_by(ca, key, "system:node:n1", &["system:nodes"])?;
-    let n1 = client(&kube_apiserver::kubeconfig_for(&keel.url, ca, &n1)).await?;
-    Ok((Server { _keel: Some(keel), _kube: None, admin_kubeconfig }, admin, n1))
+    let n1_kubeconfig = kube_apiserver::kubeconfig_for(&keel.url, ca, &n1);
+    let n1 = client(&n1_kubeconfig).await?;
+    Ok((Server { _keel: Some(keel), _kube: None, admin_kubeconfig, n1_kubeconfig }, admin, n1))
 }
 
 /// The pod side of a kubelet for n1 on `endpoint`, its state in `root` and logs in `logs`.
@@ -277,55 +224,124 @@ async fn kubelet(n1: &kube::Client, endpoint: &str, root: &Path, logs: &Path) ->
     (kubelet, runtime_name)
 }
 
-async fn scenario(socket: PathBuf, hooks: &Path, expected_runtime: &str, upstream: bool) -> Result<()> {
+/// What the scenario checks of the kubelet's side of the node.
+struct Side {
+    /// The node's InternalIP: the pods' hostIP.
+    node_ip: String,
+    /// The kubelet's root directory.
+    root: PathBuf,
+    /// The mount table the kubelet mounts the pods' volumes in.
+    mountinfo: PathBuf,
+}
+
+/// The upstream kubelet v1.34 in place of keel-kubelet: the node it runs on and the mount
+/// namespace it shares with its runtime ([`keel_testbed::mount_ns`]).
+struct Upstream<'a> {
+    node: &'a KubeletNode,
+    mount_ns: &'a MountNs,
+}
+
+async fn scenario(
+    socket: PathBuf,
+    hooks: &Path,
+    expected_runtime: &str,
+    kube_apiserver: bool,
+    upstream_kubelet: Option<Upstream<'_>>,
+) -> Result<()> {
     let clients = KubeletClients::new()?;
-    let (server, admin, n1) = server(upstream, &clients).await?;
+    let (server, admin, n1) = server(kube_apiserver, &clients).await?;
     let root = tempfile::Builder::new().prefix("keel-kubelet-root-").tempdir()?;
     let logs = tempfile::Builder::new().prefix("keel-kubelet-logs-").tempdir()?;
     let endpoint = format!("unix://{}", socket.display());
-    let config = NodeConfig {
-        node_name: "n1".into(),
-        hostname: "n1".into(),
-        node_ip: Some("127.0.0.1".parse()?),
-        labels: Default::default(),
-        taints: vec![],
-        max_pods: 110,
-        reservations: Reservations::defaults(),
-        port: 10250,
+    let mut tasks = Vec::new();
+    // Declared after `root`: the kubelet stops before its directory goes.
+    let mut daemon = None;
+    let side = match upstream_kubelet {
+        None => {
+            let config = NodeConfig {
+                node_name: "n1".into(),
+                hostname: "n1".into(),
+                node_ip: Some("127.0.0.1".parse()?),
+                labels: Default::default(),
+                taints: vec![],
+                max_pods: 110,
+                reservations: Reservations::defaults(),
+                port: 10250,
+            };
+            let timings =
+                Timings { status_update_frequency: Duration::from_millis(500), ..Timings::default() };
+            let machine = MachineInfo::read(root.path())?;
+            let agent = Agent::new(n1.clone(), config, machine, Runtime::new(&endpoint), timings);
+            tasks.push(tokio::spawn(agent.run()).abort_handle());
+            let (kubelet, runtime_name) = kubelet(&n1, &endpoint, root.path(), logs.path()).await;
+            ensure!(runtime_name == expected_runtime, "the runtime says it is {runtime_name}");
+            let kubelet = Arc::new(kubelet);
+            tasks.push(tokio::spawn(pods::run(kubelet.clone())).abort_handle());
+            let serving = ServerConfigFlags {
+                address: "127.0.0.1:10250".parse()?,
+                tls: None,
+                cert_dir: root.path().join("pki"),
+                client_ca_file: Some(clients.file("ca.crt")),
+                anonymous: false,
+                token_webhook: true,
+                authorization: Authorization::Webhook,
+                node_name: "n1".into(),
+                hostname: "n1".into(),
+            };
+            tasks.push(tokio::spawn(keel_kubelet::server::serve(kubelet, serving)).abort_handle());
+            Side {
+                node_ip: "127.0.0.1".into(),
+                root: root.path().to_owned(),
+                mountinfo: "/proc/self/mountinfo".into(),
+            }
+        }
+        Some(upstream) => {
+            let kubeconfig = root.path().join("n1.kubeconfig");
+            std::fs::write(&kubeconfig, &server.n1_kubeconfig)?;
+            let kubelet_root = root.path().join("kubelet");
+            // keel-kubelet's settings in the scenario: client certificates from the test's CA,
+            // bearer tokens and authorization through the API server.
+            let config = json!({
+                "authentication": {"x509": {"clientCAFile": clients.file("ca.crt")},
+                                   "webhook": {"enabled": true}, "anonymous": {"enabled": false}},
+                "authorization": {"mode": "Webhook"},
+                "podLogsDirectory": logs.path(),
+                "nodeStatusUpdateFrequency": "1s",
+            });
+            let kubelet = UpstreamKubelet {
+                node_name: "n1",
+                kubeconfig: &kubeconfig,
+                root_dir: &kubelet_root,
+                endpoint: &endpoint,
+                mount_ns: upstream.mount_ns,
+                config,
+            };
+            daemon = Some(upstream.node.start_upstream_kubelet(&kubelet)?);
+            Side {
+                node_ip: upstream.node.host().address().to_string(),
+                root: kubelet_root,
+                mountinfo: upstream.mount_ns.mountinfo(),
+            }
+        }
     };
-    let timings = Timings { status_update_frequency: Duration::from_millis(500), ..Timings::default() };
-    let machine = MachineInfo::read(root.path())?;
-    let agent = tokio::spawn(Agent::new(n1.clone(), config, machine, Runtime::new(&endpoint), timings).run());
-    let (kubelet, runtime_name) = kubelet(&n1, &endpoint, root.path(), logs.path()).await;
-    ensure!(runtime_name == expected_runtime, "the runtime says it is {runtime_name}");
-    let kubelet = Arc::new(kubelet);
-    let running = tokio::spawn(pods::run(kubelet.clone()));
-    let serving = ServerConfigFlags {
-        address: "127.0.0.1:10250".parse()?,
-        tls: None,
-        cert_dir: root.path().join("pki"),
-        client_ca_file: Some(clients.file("ca.crt")),
-        anonymous: false,
-        token_webhook: true,
-        authorization: Authorization::Webhook,
-        node_name: "n1".into(),
-        hostname: "n1".into(),
-    };
-    let api = tokio::spawn(keel_kubelet::server::serve(kubelet, serving));
-    let mut outcome = pods_on_node(&admin, &socket, root.path(), &runtime_name).await;
+    let mut outcome = pods_on_node(&admin, &socket, &side, expected_runtime).await;
     if outcome.is_ok() {
         outcome = container_logs(&admin, &server.admin_kubeconfig, &clients).await;
     }
     if outcome.is_ok() {
-        outcome = probes_and_hooks(&admin, &socket, hooks).await;
+        outcome = probes_and_hooks(&admin, &socket, hooks, daemon.is_some()).await;
     }
-    api.abort();
-    running.abort();
-    agent.abort();
+    for task in tasks {
+        task.abort();
+    }
+    if let (Err(_), Some(daemon)) = (&outcome, &daemon) {
+        eprintln!("the upstream kubelet's log:\n{}", daemon.log_tail(80));
+    }
     outcome
 }
 
-async fn pods_on_node(admin: &kube::Client, socket: &Path, root: &Path, runtime_name: &str) -> Result<()> {
+async fn pods_on_node(admin: &kube::Client, socket: &Path, side: &Side, runtime_name: &str) -> Result<()> {
+    let root = side.root.as_path();
     let nodes: Api<Node> = Api::all(admin.clone());
     wait_for("n1 Ready=True", async || {
         let node = nodes.get_opt("n1").await?;
@@ -419,7 +435,8 @@ async fn pods_on_node(admin: &kube::Client, socket: &Path, root: &Path, runtime_
     ensure!(id.starts_with(&format!("{runtime_name}://")), "web's container ID {id}");
     ensure!(container.ready && container.restart_count == 0, "{container:?}");
     ensure!(
-        status.qos_class.as_deref() == Some("BestEffort") && status.host_ip.as_deref() == Some("127.0.0.1"),
+        status.qos_class.as_deref() == Some("BestEffort")
+            && status.host_ip.as_deref() == Some(side.node_ip.as_str()),
         "{status:?}"
     );
     let web_uid = web.metadata.uid.clone().unwrap_or_default();
@@ -562,8 +579,12 @@ async fn pods_on_node(admin: &kube::Client, socket: &Path, root: &Path, runtime_
     pods.delete("web", &DeleteParams { grace_period_seconds: Some(1), ..DeleteParams::default() }).await?;
     wait_for("web deleted", async || Ok(pods.get_opt("web").await?.is_none().then_some(()))).await?;
     let mut cri = CriClient::connect(socket).await?;
-    let left = pod_leftovers(&mut cri, &web_uid).await?;
-    ensure!(left == 0, "{left} sandboxes and containers of web are left");
+    // keel-kubelet removes the sandbox with the pod; the upstream kubelet's garbage collection
+    // removes it within a minute.
+    wait_for("nothing of web left in the runtime", async || {
+        Ok((pod_leftovers(&mut cri, &web_uid).await? == 0).then_some(()))
+    })
+    .await?;
 
     // Force deletes: the kubelet tears down what the API no longer has.
     for name in ["once", "crash", "init", "ghost", "unmountable"] {
@@ -578,7 +599,7 @@ async fn pods_on_node(admin: &kube::Client, socket: &Path, root: &Path, runtime_
         Ok((left == 0).then_some(()))
     })
     .await?;
-    let mountinfo = std::fs::read_to_string("/proc/self/mountinfo")?;
+    let mountinfo = std::fs::read_to_string(&side.mountinfo)?;
     let prefix = format!("{}/", root.display());
     let mounted: Vec<&str> =
         mountinfo.lines().filter(|l| l.split(' ').nth(4).is_some_and(|p| p.starts_with(&prefix))).collect();
@@ -719,7 +740,12 @@ async fn container_logs(admin: &kube::Client, kubeconfig: &str, clients: &Kubele
 /// - a failing postStart hook kills the container (FailedPostStartHook);
 /// - a pod whose postStart hook never ends is still deleted (its sync is cancelled);
 /// - a pod past its activeDeadlineSeconds fails (DeadlineExceeded) and its containers stop.
-async fn probes_and_hooks(admin: &kube::Client, socket: &Path, hooks: &Path) -> Result<()> {
+async fn probes_and_hooks(
+    admin: &kube::Client,
+    socket: &Path,
+    hooks: &Path,
+    upstream_kubelet: bool,
+) -> Result<()> {
     let pods: Api<Pod> = Api::namespaced(admin.clone(), "default");
     let events: Api<Event> = Api::namespaced(admin.clone(), "default");
     let image = format!("{PAUSE_REGISTRY}/keel/busybox:1.0");
@@ -884,8 +910,24 @@ async fn probes_and_hooks(admin: &kube::Client, socket: &Path, hooks: &Path) -> 
     for name in ["unready", "unhealthy", "hookfail", "hookhang", "deadline"] {
         pods.delete(name, &DeleteParams { grace_period_seconds: Some(0), ..DeleteParams::default() }).await?;
     }
+    // The upstream kubelet's pod worker waits on hookhang's postStart hook (an exec hook has no
+    // timeout), so it never tears that pod down: its sandbox and container stay. keel-kubelet
+    // cancels the sync.
+    let expected: &[&str] = if upstream_kubelet { &["hookhang", "hookhang"] } else { &[] };
     let gone = wait_for("nothing of the probed pods left in the runtime", async || {
-        Ok((pod_leftovers(&mut cri, "").await? == 0).then_some(()))
+        let sandboxes = cri.runtime.list_pod_sandbox(api::ListPodSandboxRequest { filter: None }).await?;
+        let containers = cri.runtime.list_containers(api::ListContainersRequest { filter: None }).await?;
+        let pod = |labels: &std::collections::HashMap<String, String>| {
+            labels.get("io.kubernetes.pod.name").cloned().unwrap_or_default()
+        };
+        let left: Vec<String> = sandboxes
+            .into_inner()
+            .items
+            .iter()
+            .map(|s| pod(&s.labels))
+            .chain(containers.into_inner().containers.iter().map(|c| pod(&c.labels)))
+            .collect();
+        Ok((left == expected).then_some(()))
     })
     .await;
     if let Err(error) = gone {
@@ -903,13 +945,14 @@ async fn probes_and_hooks(admin: &kube::Client, socket: &Path, hooks: &Path) -> 
 
 /// The scenario inside the node's network namespace (the API server too, in process or as
 /// kube-apiserver), as a kubelet runs on its node: its probes and hooks reach the pods' IPs.
-fn run(bed: &Bed, runtime: &RuntimeUnderTest, name: &str, upstream: bool) -> Result<()> {
+fn run(bed: &Bed, runtime: &NodeRuntime, kube_apiserver: bool, upstream: Option<&MountNs>) -> Result<()> {
     crate::support::kubelet_log();
     let socket = runtime.socket();
     let hooks = bed.hooks.path().to_owned();
-    bed.node.run(move || {
+    let upstream = upstream.map(|mount_ns| Upstream { node: &bed.node, mount_ns });
+    bed.node.host().run(move || {
         let threads = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?;
-        threads.block_on(scenario(socket, &hooks, name, upstream))
+        threads.block_on(scenario(socket, &hooks, runtime.name(), kube_apiserver, upstream))
     })?
 }
 
@@ -917,7 +960,7 @@ fn run(bed: &Bed, runtime: &RuntimeUnderTest, name: &str, upstream: bool) -> Res
 fn pods_run_through_keel_shim() -> Result<()> {
     let bed = bed()?;
     let shim = start_shim(&bed)?;
-    run(&bed, &shim, "keel-shim", false)
+    run(&bed, &shim, false, None)
 }
 
 /// keel-kubelet speaks the standard API: the same scenario against kube-apiserver v1.34.
@@ -925,7 +968,17 @@ fn pods_run_through_keel_shim() -> Result<()> {
 fn pods_run_against_kube_apiserver() -> Result<()> {
     let bed = bed()?;
     let shim = start_shim(&bed)?;
-    run(&bed, &shim, "keel-shim", true)
+    run(&bed, &shim, true, None)
+}
+
+/// keel-apiserver serves what a real kubelet needs: the same scenario run by the upstream kubelet
+/// v1.34, on keel-shim.
+#[test]
+fn upstream_kubelet_runs_pods_through_keel_shim() -> Result<()> {
+    let bed = bed()?;
+    let mount_ns = MountNs::new(&kubelet_overlays())?;
+    let shim = bed.node.start_shim(&keel_shim_binary()?, Some(mount_ns.fd().clone()))?;
+    run(&bed, &shim, false, Some(&mount_ns))
 }
 
 /// Each pod's container ID, restart count and status as JSON, by name.
@@ -1026,5 +1079,5 @@ fn a_restarted_kubelet_adopts_its_running_pods() -> Result<()> {
 fn pods_run_through_containerd() -> Result<()> {
     let bed = bed()?;
     let containerd = start_containerd(&bed)?;
-    run(&bed, &containerd, "containerd", false)
+    run(&bed, &containerd, false, None)
 }

@@ -24,6 +24,9 @@ pub struct ContainerdOptions {
     /// The network namespace containerd runs in (a test host's, so CNI wires pods there); the
     /// machine's own when `None`.
     pub netns: Option<NetNsFd>,
+    /// The mount namespace containerd runs in (the one its kubelet runs in); the machine's own when
+    /// `None`.
+    pub mount_ns: Option<crate::mount_ns::MountNsFd>,
     /// The CRI's `sandbox_image` (the pause image every pod sandbox runs); `localhost/keel/pause:latest`
     /// when `None`.
     pub sandbox_image: Option<String>,
@@ -45,6 +48,7 @@ impl Default for ContainerdOptions {
             cni_bin_dir: PathBuf::from("/usr/lib/cni"),
             cni_conf_dir: None,
             netns: None,
+            mount_ns: None,
             sandbox_image: None,
             plain_http_registries: Vec::new(),
             registry_mirrors: Vec::new(),
@@ -99,6 +103,9 @@ impl Containerd {
         if let Some(ns) = &opts.netns {
             ns.enter_on_spawn(&mut cmd);
         }
+        if let Some(ns) = &opts.mount_ns {
+            ns.enter_on_spawn(&mut cmd);
+        }
         let mut ready = Command::new("ctr");
         ready.arg("--address").arg(&socket).arg("version");
         let daemon = Daemon::start("containerd", cmd, Readiness::Command(ready), START_TIMEOUT)
@@ -114,6 +121,11 @@ impl Containerd {
     /// The generated config file.
     pub fn config_path(&self) -> &Path {
         &self.config
+    }
+
+    /// The daemon's pid.
+    pub fn pid(&self) -> u32 {
+        self.daemon.pid()
     }
 
     /// The containerd daemon (its pid, its log, or to kill it).

@@ -15,6 +15,9 @@
 //! - [`kube_apiserver`]: the upstream kube-apiserver peer on its own etcd, with a test PKI that mints
 //!   client certificates for any user.
 //! - [`kubectl`]: every installed kubectl version, for version-matrix tests.
+//! - [`kubelet_node`]: a host with a registry, busybox and a CNI config, and the CRI runtime in it.
+//! - [`mount_ns`]: a private mount namespace with paths bound to the fixture's files, so the
+//!   upstream kubelet's global sysctls stay the machine's.
 //! - [`peers`]: the upstream components (Kubernetes v1.34, cri-tools, etcd 3.6, kwok) `cargo xtask
 //!   peers` builds, and where they are.
 //! - [`python`], [`node`]: the official Python and JavaScript Kubernetes clients, installed by
@@ -46,7 +49,9 @@ pub mod host_state;
 pub mod images;
 pub mod kube_apiserver;
 pub mod kubectl;
+pub mod kubelet_node;
 pub mod loopback;
+pub mod mount_ns;
 pub mod netlink;
 pub mod netns;
 pub mod node;

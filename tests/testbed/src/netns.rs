@@ -89,18 +89,7 @@ impl NetNsFd {
 
     /// Makes `command` enter this network namespace between fork and exec.
     pub fn enter_on_spawn(&self, command: &mut Command) {
-        let fd = Arc::clone(&self.fd);
-        // SAFETY: the hook runs in the forked child before exec and only calls setns(2), which is
-        // async-signal-safe; the descriptor is owned by the closure, so it is open at spawn time.
-        unsafe {
-            command.pre_exec(move || {
-                if libc::setns(fd.as_raw_fd(), libc::CLONE_NEWNET) == 0 {
-                    Ok(())
-                } else {
-                    Err(std::io::Error::last_os_error())
-                }
-            });
-        }
+        setns_on_spawn(command, Arc::clone(&self.fd), libc::CLONE_NEWNET);
     }
 
     pub fn as_fd(&self) -> std::os::fd::BorrowedFd<'_> {
@@ -292,6 +281,21 @@ fn check_name(name: &str) -> Result<()> {
         bail!("invalid network namespace name {name:?}");
     }
     Ok(())
+}
+
+/// Makes `command` join the namespace `fd` (of type `nstype`) between fork and exec.
+pub(crate) fn setns_on_spawn(command: &mut Command, fd: Arc<OwnedFd>, nstype: libc::c_int) {
+    // SAFETY: the hook runs in the forked child before exec and only calls setns(2), which is
+    // async-signal-safe; the descriptor is owned by the closure, so it is open at spawn time.
+    unsafe {
+        command.pre_exec(move || {
+            if libc::setns(fd.as_raw_fd(), nstype) == 0 {
+                Ok(())
+            } else {
+                Err(std::io::Error::last_os_error())
+            }
+        });
+    }
 }
 
 #[cfg(test)]
