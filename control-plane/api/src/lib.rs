@@ -11,6 +11,13 @@ pub mod crd;
 pub mod custom;
 pub mod defaults;
 pub mod discovery;
+
+/// metav1.Duration's text form, Go's `time.Duration` (`1m30s`), as the API's JSON and the
+/// components' configuration files write it.
+pub mod duration {
+    pub use crate::protobuf::forms::{format_duration as format, parse_duration as parse};
+}
+
 pub mod fields;
 pub mod labels;
 pub mod managed_fields;

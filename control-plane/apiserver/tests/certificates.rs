@@ -444,7 +444,7 @@ fn csr_controllers(upstream: &KubeApiServer, kubeconfig: &Path) -> Result<Daemon
         format!("--cluster-signing-cert-file={}", upstream.pki_file("ca.crt").display()),
         format!("--cluster-signing-key-file={}", upstream.pki_file("ca.key").display()),
     ];
-    common::kube_controller_manager(kubeconfig, "csrapproving,csrsigning", &signing)
+    keel_testbed::kube_apiserver::kube_controller_manager(kubeconfig, "csrapproving,csrsigning", &signing)
 }
 
 #[tokio::test]

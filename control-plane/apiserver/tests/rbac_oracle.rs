@@ -365,7 +365,7 @@ fn kubectl_output(kubectl: &Path, kubeconfig: &Path, args: &[&str]) -> Result<St
 
 /// kube-controller-manager with only the clusterrole-aggregation controller, on `kubeconfig`.
 fn aggregation_controller(kubeconfig: &Path) -> Result<Daemon> {
-    common::kube_controller_manager(kubeconfig, "clusterrole-aggregation", &[])
+    keel_testbed::kube_apiserver::kube_controller_manager(kubeconfig, "clusterrole-aggregation", &[])
 }
 
 #[tokio::test]

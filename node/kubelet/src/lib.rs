@@ -9,7 +9,8 @@
 //! - [`node`]: the Node to register, the status to report and the Lease to renew. Pure.
 //! - [`runtime`]: the CRI runtime's health as the Ready condition reads it, and the client.
 //! - [`agent`]: registration, the Lease, runtime checks and status reports against the API.
-//! - [`cli`]: `--node-labels` and `--register-with-taints`.
+//! - [`config`]: the KubeletConfiguration file, decoded, defaulted and validated as upstream's.
+//! - [`cli`]: the flags, over the file (upstream's flag precedence), and the list flags' forms.
 //! - [`pod_runtime`]: a pod as the runtime holds it (sandboxes, containers). Pure.
 //! - [`pod_actions`]: what one sync of a pod does (computePodActions). Pure.
 //! - [`pod_config`]: the CRI sandbox and container configs of a pod. Pure.
@@ -22,11 +23,17 @@
 //! - [`volumes`]: the files of configMap, secret, downwardAPI and projected volumes. Pure.
 //! - [`atomic_writer`]: writes them as upstream's AtomicWriter (`..data` swapped by a rename).
 //! - [`container_logs`]: PodLogOptions, the CRI log format, tails and limits. Pure.
+//! - [`certificate`]: certificate requests, their names and renewal times, the `--cert-dir` store.
+//! - [`bootstrap`]: TLS bootstrap from `--bootstrap-kubeconfig`, and the rotation of the client and
+//!   serving certificates.
 //! - [`server`]: the kubelet API on :10250 (authn/authz, `/healthz`, `/pods`, `/containerLogs`).
 
 pub mod agent;
 pub mod atomic_writer;
+pub mod bootstrap;
+pub mod certificate;
 pub mod cli;
+pub mod config;
 pub mod container_logs;
 pub mod events;
 pub mod machine;

@@ -42,6 +42,30 @@ pub enum MachineError {
 }
 
 impl MachineInfo {
+    /// `--test-node-capacity cpu=8,memory=32Gi[,ephemeral-storage=100Gi]`: the capacity declared
+    /// instead of the machine's, so that many nodes of chosen sizes can run on one machine (scale
+    /// and placement tests; nothing limits the pods to it). CPUs are whole.
+    pub fn declare_capacity(&mut self, text: &str) -> Result<(), String> {
+        use keel_api::validation::quantity::Quantity;
+        for pair in text.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+            let (name, value) =
+                pair.split_once('=').ok_or_else(|| format!("{pair:?}: expected name=quantity"))?;
+            let quantity = Quantity::parse(value)
+                .filter(|q| !q.is_negative())
+                .ok_or_else(|| format!("{pair:?}: {value:?} is not a quantity"))?;
+            match name {
+                "cpu" if quantity.canonical() == quantity.value().to_string() => self.cpus = quantity.value(),
+                "cpu" => return Err(format!("{pair:?}: the declared CPUs must be whole")),
+                "memory" => self.memory_bytes = quantity.value(),
+                "ephemeral-storage" => self.root_fs_bytes = quantity.value(),
+                other => {
+                    return Err(format!("{other:?} cannot be declared: cpu, memory or ephemeral-storage"));
+                }
+            }
+        }
+        Ok(())
+    }
+
     /// Reads this machine, with `root_dir` (the kubelet's `--root-dir`) for its filesystem.
     pub fn read(root_dir: &Path) -> Result<MachineInfo, MachineError> {
         let read = |path: &str| {
@@ -169,5 +193,19 @@ mod tests {
         assert!(machine.memory_bytes > 0 && machine.root_fs_bytes > 0, "{machine:?}");
         assert_eq!(machine.boot_id.len(), 36, "{machine:?}");
         assert!(!machine.kernel_version.is_empty());
+    }
+
+    #[test]
+    fn declared_capacity_replaces_the_machines() {
+        let mut machine =
+            MachineInfo { cpus: 2, memory_bytes: 1 << 30, root_fs_bytes: 1 << 40, ..MachineInfo::default() };
+        machine.declare_capacity("cpu=8, memory=32Gi").unwrap();
+        assert_eq!((machine.cpus, machine.memory_bytes, machine.root_fs_bytes), (8, 32 << 30, 1 << 40));
+        machine.declare_capacity("ephemeral-storage=100Gi").unwrap();
+        assert_eq!(machine.root_fs_bytes, 100 << 30);
+        assert!(machine.declare_capacity("cpu=500m").unwrap_err().contains("whole"));
+        assert!(machine.declare_capacity("gpu=1").unwrap_err().contains("cannot be declared"));
+        assert!(machine.declare_capacity("memory").unwrap_err().contains("name=quantity"));
+        assert!(machine.declare_capacity("memory=lots").unwrap_err().contains("not a quantity"));
     }
 }

@@ -43,6 +43,10 @@ pub struct NodeConfig {
     pub reservations: Reservations,
     /// The kubelet API's port (10250), in daemonEndpoints.
     pub port: i32,
+    /// nodeStatusMaxImages: the most images the status lists (-1: all).
+    pub max_images: i32,
+    /// providerID: the Node's spec.providerID (none when empty).
+    pub provider_id: String,
 }
 
 /// The Node to register: labels, taints, the attach/detach annotation and its first status.
@@ -56,6 +60,7 @@ pub fn initial_node(config: &NodeConfig, machine: &MachineInfo, status: NodeStat
         },
         spec: Some(NodeSpec {
             taints: (!config.taints.is_empty()).then(|| config.taints.clone()),
+            provider_id: (!config.provider_id.is_empty()).then(|| config.provider_id.clone()),
             ..NodeSpec::default()
         }),
         status: Some(status),
@@ -85,7 +90,11 @@ pub fn status(
         allocatable: Some(node_status::to_api(&allocatable)),
         conditions: Some(node_status::conditions(previous, now, Pressure::default(), not_ready)),
         // Left out when empty, as upstream's omitempty leaves it out.
-        images: (!images.is_empty()).then(|| images.to_vec()),
+        images: (!images.is_empty() && config.max_images != 0).then(|| {
+            // nodeStatusMaxImages: -1 lists them all.
+            let limit = usize::try_from(config.max_images).unwrap_or(usize::MAX);
+            images.iter().take(limit).cloned().collect()
+        }),
         daemon_endpoints: Some(NodeDaemonEndpoints {
             kubelet_endpoint: Some(DaemonEndpoint { port: config.port }),
         }),
@@ -162,6 +171,8 @@ mod tests {
             max_pods: 110,
             reservations: Reservations::defaults(),
             port: 10250,
+            max_images: 50,
+            provider_id: String::new(),
         }
     }
 

@@ -32,7 +32,7 @@ pub enum Threshold {
 pub struct Reservations {
     pub system_reserved: Resources,
     pub kube_reserved: Resources,
-    /// `memory.available` and `nodefs.available`, the signals that reserve; others are ignored here.
+    /// By signal; `memory.available` and `nodefs.available` reserve, the others are kept unused.
     pub eviction_hard: BTreeMap<String, Threshold>,
 }
 
@@ -44,6 +44,54 @@ impl Reservations {
         eviction_hard.insert("memory.available".to_owned(), Threshold::Quantity(quantity("100Mi")));
         eviction_hard.insert("nodefs.available".to_owned(), Threshold::Percentage(0.1));
         Reservations { eviction_hard, ..Reservations::default() }
+    }
+}
+
+/// The signals a hard eviction threshold may name (upstream's signalToResource keys).
+const EVICTION_SIGNALS: &[&str] = &[
+    "memory.available",
+    "allocatableMemory.available",
+    "nodefs.available",
+    "nodefs.inodesFree",
+    "imagefs.available",
+    "imagefs.inodesFree",
+    "containerfs.available",
+    "containerfs.inodesFree",
+    "pid.available",
+];
+
+impl Reservations {
+    /// From KubeletConfiguration's systemReserved, kubeReserved and evictionHard; a bad quantity,
+    /// threshold or signal is an error in upstream's words.
+    pub fn from_config(
+        system_reserved: &BTreeMap<String, String>,
+        kube_reserved: &BTreeMap<String, String>,
+        eviction_hard: &BTreeMap<String, String>,
+    ) -> Result<Reservations, String> {
+        let resources = |field: &str, list: &BTreeMap<String, String>| {
+            list.iter()
+                .map(|(name, value)| match Quantity::parse(value).filter(|q| !q.is_negative()) {
+                    Some(quantity) => Ok((name.clone(), quantity)),
+                    None => {
+                        Err(format!("{field}: quantities must match the regular expression: {name}={value}"))
+                    }
+                })
+                .collect::<Result<Resources, String>>()
+        };
+        let mut thresholds = BTreeMap::new();
+        for (signal, value) in eviction_hard {
+            if !EVICTION_SIGNALS.contains(&signal.as_str()) {
+                return Err(format!("unsupported eviction signal {signal}"));
+            }
+            let threshold = parse_threshold(value)
+                .ok_or_else(|| format!("invalid eviction threshold {signal}<{value}"))?;
+            thresholds.insert(signal.clone(), threshold);
+        }
+        Ok(Reservations {
+            system_reserved: resources("systemReserved", system_reserved)?,
+            kube_reserved: resources("kubeReserved", kube_reserved)?,
+            eviction_hard: thresholds,
+        })
     }
 }
 

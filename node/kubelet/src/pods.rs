@@ -50,7 +50,7 @@ use crate::volumes::{self, HostPathCheck, Sources};
 
 /// How often the runtime is relisted (upstream's relist period).
 const RELIST_PERIOD: Duration = Duration::from_secs(1);
-/// How often a pod is synced with nothing to wake it (upstream's syncFrequency is 1 min).
+/// How often a pod is synced with nothing to wake it, by default (upstream's syncFrequency).
 const RESYNC: Duration = Duration::from_secs(60);
 /// Back-offs of restarts and image pulls (upstream's 10 s doubling to 5 min).
 const BACKOFF_INITIAL: Duration = Duration::from_secs(10);
@@ -84,6 +84,8 @@ pub struct Kubelet {
     wake: mpsc::UnboundedSender<String>,
     woken: Mutex<Option<mpsc::UnboundedReceiver<String>>>,
     started: Instant,
+    /// syncFrequency: how often a pod is synced with nothing to wake it.
+    resync: Duration,
 }
 
 impl std::fmt::Debug for Kubelet {
@@ -120,7 +122,15 @@ impl Kubelet {
             wake,
             woken: Mutex::new(Some(woken)),
             started: Instant::now(),
+            resync: RESYNC,
         }
+    }
+
+    /// The kubelet with pods synced every `every` when nothing wakes them (syncFrequency).
+    #[must_use]
+    pub fn with_sync_frequency(mut self, every: Duration) -> Kubelet {
+        self.resync = every;
+        self
     }
 
     fn pod_dir(&self, uid: &str) -> PathBuf {
@@ -949,14 +959,14 @@ impl Kubelet {
             }
             let stopped = cri.pod(uid).await.map_err(|s| rpc_message(&s))?;
             self.write_status(pod, &stopped, &Reasons::new(), true).await;
-            return Ok(Synced { again: RESYNC });
+            return Ok(Synced { again: self.resync });
         }
         let actions: PodActions = pod_actions::compute(pod, &runtime, &self.probe_snapshot());
         let mut reasons = Reasons::new();
         // A pod with a deadline is synced again when it falls due.
         let mut again = match left {
-            Some(left) => RESYNC.min(Duration::from_secs(u64::try_from(left).unwrap_or(0))),
-            None => RESYNC,
+            Some(left) => self.resync.min(Duration::from_secs(u64::try_from(left).unwrap_or(0))),
+            None => self.resync,
         };
         if actions.kill_pod {
             self.kill_pod(pod, &runtime, grace).await.map_err(|s| rpc_message(&s))?;
@@ -1261,7 +1271,7 @@ async fn pod_worker(kubelet: Arc<Kubelet>, uid: String, mut updates: watch::Rece
                 }
             }
             Latest::Pod(pod) => match kubelet.terminate_pod(pod, grace_period(pod)).await {
-                Ok(()) => RESYNC,
+                Ok(()) => kubelet.resync,
                 Err(error) => {
                     tracing::warn!(pod = %pod_name(pod), %error, "error terminating pod");
                     Duration::from_secs(1)

@@ -272,13 +272,12 @@ impl Runtime {
     }
 }
 
-/// The images a Node reports (upstream's Images setter): largest first, at most
-/// [`MAX_NODE_IMAGES`], each with its digests then its tags, at most five names.
+/// The images a Node reports (upstream's Images setter): largest first, each with its digests then
+/// its tags, at most five names (the status keeps the first nodeStatusMaxImages of them).
 pub fn node_images(mut images: Vec<cri::Image>) -> Vec<ContainerImage> {
     images.sort_by(|a, b| b.size.cmp(&a.size).then_with(|| a.id.cmp(&b.id)));
     images
         .into_iter()
-        .take(MAX_NODE_IMAGES)
         .map(|image| {
             let mut names = image.repo_digests;
             names.extend(image.repo_tags);
@@ -287,9 +286,6 @@ pub fn node_images(mut images: Vec<cri::Image>) -> Vec<ContainerImage> {
         })
         .collect()
 }
-
-/// nodeStatusMaxImages (50).
-pub const MAX_NODE_IMAGES: usize = 50;
 
 #[cfg(test)]
 mod tests {

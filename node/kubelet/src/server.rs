@@ -42,6 +42,8 @@ pub struct ServerConfigFlags {
     pub address: SocketAddr,
     /// `--tls-cert-file` and `--tls-private-key-file`; none: a self-signed pair under `cert_dir`.
     pub tls: Option<(PathBuf, PathBuf)>,
+    /// serverTLSBootstrap: the certificate the kubelet-serving signer issued (over `tls`).
+    pub serving: Option<Arc<crate::bootstrap::ServingCertificate>>,
     pub cert_dir: PathBuf,
     /// `--client-ca-file`: the CA client certificates are verified against.
     pub client_ca_file: Option<PathBuf>,
@@ -51,6 +53,12 @@ pub struct ServerConfigFlags {
     pub token_webhook: bool,
     /// `--authorization-mode`: AlwaysAllow, or Webhook.
     pub authorization: Authorization,
+    /// How long a token review, an allowed and a denied SubjectAccessReview are cached
+    /// (authentication.webhook.cacheTTL, authorization.webhook.cacheAuthorizedTTL and
+    /// cacheUnauthorizedTTL: 2 min, 5 min, 30 s).
+    pub token_cache_ttl: Duration,
+    pub authorized_ttl: Duration,
+    pub unauthorized_ttl: Duration,
     /// The Node's name (the SubjectAccessReviews' object) and host name (the self-signed SAN).
     pub node_name: String,
     pub hostname: String,
@@ -181,7 +189,14 @@ fn write_self_signed(host: &str, cert_path: &Path, key_path: &Path) -> anyhow::R
 fn tls_config(flags: &ServerConfigFlags) -> anyhow::Result<Arc<ServerConfig>> {
     use anyhow::Context;
     let provider = Arc::new(rustls::crypto::ring::default_provider());
-    let (chain, key) = serving_pair(flags)?;
+    let resolver: Arc<dyn rustls::server::ResolvesServerCert> = match &flags.serving {
+        Some(serving) => serving.clone(),
+        None => {
+            let (chain, key) = serving_pair(flags)?;
+            let signing = rustls::crypto::ring::sign::any_supported_type(&key)?;
+            Arc::new(rustls::sign::SingleCertAndKey::from(rustls::sign::CertifiedKey::new(chain, signing)))
+        }
+    };
     let builder =
         ServerConfig::builder_with_provider(provider.clone()).with_safe_default_protocol_versions()?;
     let mut config = match &flags.client_ca_file {
@@ -195,9 +210,9 @@ fn tls_config(flags: &ServerConfigFlags) -> anyhow::Result<Arc<ServerConfig>> {
             let verifier = WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider)
                 .allow_unauthenticated()
                 .build()?;
-            builder.with_client_cert_verifier(verifier).with_single_cert(chain, key)?
+            builder.with_client_cert_verifier(verifier).with_cert_resolver(resolver)
         }
-        None => builder.with_no_client_auth().with_single_cert(chain, key)?,
+        None => builder.with_no_client_auth().with_cert_resolver(resolver),
     };
     config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
     Ok(Arc::new(config))
@@ -300,7 +315,7 @@ impl Server {
                     return Err(());
                 }
             };
-            self.tokens.put(token, answer.clone(), Duration::from_secs(120));
+            self.tokens.put(token, answer.clone(), self.flags.token_cache_ttl);
             return answer.ok_or(());
         }
         if self.flags.anonymous {
@@ -344,7 +359,7 @@ impl Server {
         let api: Api<SubjectAccessReview> = Api::all(self.kubelet.client.clone());
         let review = api.create(&PostParams::default(), &review).await.map_err(|e| e.to_string())?;
         let allowed = review.status.is_some_and(|s| s.allowed);
-        let ttl = if allowed { Duration::from_secs(300) } else { Duration::from_secs(30) };
+        let ttl = if allowed { self.flags.authorized_ttl } else { self.flags.unauthorized_ttl };
         self.decisions.put(key, allowed, ttl);
         Ok(allowed)
     }
@@ -634,6 +649,32 @@ pub async fn serve(kubelet: Arc<Kubelet>, flags: ServerConfigFlags) -> anyhow::R
             let service = hyper::service::service_fn(move |request| {
                 let (server, peer) = (server.clone(), peer.clone());
                 async move { Ok::<_, Infallible>(server.handle(request, peer).await) }
+            });
+            let builder = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new());
+            let _ = builder.serve_connection(TokioIo::new(stream), service).await;
+        });
+    }
+}
+
+/// Serves upstream's plain-HTTP healthz endpoint (healthzBindAddress:healthzPort): `ok` on
+/// `/healthz`, 404 elsewhere, until the task is dropped.
+pub async fn serve_healthz(address: SocketAddr) -> anyhow::Result<()> {
+    use anyhow::Context;
+    let listener =
+        tokio::net::TcpListener::bind(address).await.with_context(|| format!("listening on {address}"))?;
+    loop {
+        let Ok((stream, _)) = listener.accept().await else {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            continue;
+        };
+        tokio::spawn(async move {
+            let service = hyper::service::service_fn(|request: Request<Incoming>| async move {
+                let answer = if request.uri().path() == "/healthz" {
+                    text(StatusCode::OK, "ok")
+                } else {
+                    text(StatusCode::NOT_FOUND, "404 page not found\n")
+                };
+                Ok::<_, Infallible>(answer)
             });
             let builder = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new());
             let _ = builder.serve_connection(TokioIo::new(stream), service).await;

@@ -15,7 +15,6 @@ use k8s_openapi::api::core::v1::Node;
 use keel_kubelet::agent::{Agent, Timings};
 use keel_kubelet::machine::MachineInfo;
 use keel_kubelet::node::NodeConfig;
-use keel_kubelet::node_status::Reservations;
 use keel_kubelet::runtime::Runtime;
 use keel_testbed::kube_apiserver::{self, KubeApiServer, KubeApiServerOptions};
 
@@ -25,16 +24,11 @@ use serde_json::Value;
 
 fn config() -> NodeConfig {
     NodeConfig {
-        node_name: "n1".into(),
-        hostname: "n1".into(),
-        node_ip: Some("127.0.0.1".parse().expect("an address")),
         labels: BTreeMap::from([("topology.kubernetes.io/zone".to_owned(), "zone-a".to_owned())]),
         taints: keel_kubelet::cli::taints("dedicated=infra:NoSchedule")
             .map_err(anyhow::Error::msg)
             .expect("taints"),
-        max_pods: 110,
-        reservations: Reservations::defaults(),
-        port: 10250,
+        ..crate::support::n1_config()
     }
 }
 

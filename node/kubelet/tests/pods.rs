@@ -34,8 +34,6 @@ use k8s_openapi::api::core::v1::{ConfigMap, Event, Node, Pod, Secret, ServiceAcc
 use keel_apiserver::kubelet_client::KubeletClientConfig;
 use keel_kubelet::agent::{Agent, Timings};
 use keel_kubelet::machine::MachineInfo;
-use keel_kubelet::node::NodeConfig;
-use keel_kubelet::node_status::Reservations;
 use keel_kubelet::pod_config::{PodEnvironment, Resolv};
 use keel_kubelet::pods::{self, Kubelet};
 use keel_kubelet::runtime::Runtime;
@@ -258,16 +256,7 @@ async fn scenario(
     let mut daemon = None;
     let side = match upstream_kubelet {
         None => {
-            let config = NodeConfig {
-                node_name: "n1".into(),
-                hostname: "n1".into(),
-                node_ip: Some("127.0.0.1".parse()?),
-                labels: Default::default(),
-                taints: vec![],
-                max_pods: 110,
-                reservations: Reservations::defaults(),
-                port: 10250,
-            };
+            let config = crate::support::n1_config();
             let timings =
                 Timings { status_update_frequency: Duration::from_millis(500), ..Timings::default() };
             let machine = MachineInfo::read(root.path())?;
@@ -280,11 +269,15 @@ async fn scenario(
             let serving = ServerConfigFlags {
                 address: "127.0.0.1:10250".parse()?,
                 tls: None,
+                serving: None,
                 cert_dir: root.path().join("pki"),
                 client_ca_file: Some(clients.file("ca.crt")),
                 anonymous: false,
                 token_webhook: true,
                 authorization: Authorization::Webhook,
+                token_cache_ttl: Duration::from_secs(120),
+                authorized_ttl: Duration::from_secs(300),
+                unauthorized_ttl: Duration::from_secs(30),
                 node_name: "n1".into(),
                 hostname: "n1".into(),
             };

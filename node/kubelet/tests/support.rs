@@ -35,6 +35,11 @@ pub async fn keel() -> Result<Keel> {
 
 /// keel-apiserver reaching kubelets as `kubelet` says.
 pub async fn keel_with(kubelet: keel_apiserver::kubelet_client::KubeletClientConfig) -> Result<Keel> {
+    keel_configured(|config| config.kubelet = kubelet).await
+}
+
+/// keel-apiserver with its configuration changed by `configure`.
+pub async fn keel_configured(configure: impl FnOnce(&mut keel_apiserver::Config)) -> Result<Keel> {
     let dir = tempfile::tempdir()?;
     let options = keel_store::embedded::Options::new(dir.path().join("data"));
     let store: Arc<dyn keel_store::Store> = Arc::new(keel_store::embedded::EmbeddedStore::open(options)?);
@@ -43,7 +48,7 @@ pub async fn keel_with(kubelet: keel_apiserver::kubelet_client::KubeletClientCon
     let pki = keel_apiserver::pki::ensure(&dir.path().join("pki"), &[])?;
     let tls = keel_apiserver::auth::server_config(&pki)?;
     let mut config = keel_apiserver::Config::new(address);
-    config.kubelet = kubelet;
+    configure(&mut config);
     let server = keel_apiserver::ApiServer::new(store, config).await?;
     let serving = tokio::spawn(server.serve(listener, tls));
     Ok(Keel { url: format!("https://{address}"), pki, _dir: dir, serving })
@@ -56,4 +61,20 @@ pub async fn client(kubeconfig: &str) -> Result<kube::Client> {
     )
     .await?;
     Ok(kube::Client::try_from(config)?)
+}
+
+/// The Node config of `n1` at 127.0.0.1 with upstream's defaults.
+pub fn n1_config() -> keel_kubelet::node::NodeConfig {
+    keel_kubelet::node::NodeConfig {
+        node_name: "n1".into(),
+        hostname: "n1".into(),
+        node_ip: Some(std::net::IpAddr::from([127, 0, 0, 1])),
+        labels: Default::default(),
+        taints: vec![],
+        max_pods: 110,
+        reservations: keel_kubelet::node_status::Reservations::defaults(),
+        port: 10250,
+        max_images: 50,
+        provider_id: String::new(),
+    }
 }

@@ -469,6 +469,22 @@ fn health(address: SocketAddr, dir: &Path, probe: &str) -> Result<(u16, String)>
     Ok((status, body.to_owned()))
 }
 
+/// kube-controller-manager 1.34 on `kubeconfig` running only `controllers` (`--controllers`), with
+/// `extra` flags; started once its secure port accepts connections.
+pub fn kube_controller_manager(kubeconfig: &Path, controllers: &str, extra: &[String]) -> Result<Daemon> {
+    let kcm = crate::peers::path("kube-controller-manager")?;
+    let port = free_port()?;
+    let mut command = std::process::Command::new(kcm);
+    command
+        .arg(format!("--kubeconfig={}", kubeconfig.display()))
+        .arg(format!("--controllers={controllers}"))
+        .args(["--leader-elect=false", "--bind-address=127.0.0.1"])
+        .arg(format!("--secure-port={port}"))
+        .args(extra);
+    let ready = Readiness::Tcp(SocketAddr::from((Ipv4Addr::LOCALHOST, port)));
+    Daemon::start("kube-controller-manager", command, ready, std::time::Duration::from_secs(30))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

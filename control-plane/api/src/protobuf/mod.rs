@@ -37,7 +37,7 @@
 mod decode;
 mod encode;
 pub mod envelope;
-mod forms;
+pub(crate) mod forms;
 mod transcode;
 
 use std::collections::HashMap;

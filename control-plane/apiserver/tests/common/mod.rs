@@ -313,31 +313,6 @@ pub fn kube_apiserver_refusing(dir: &std::path::Path, args: &[String]) -> Result
     Ok(command)
 }
 
-/// kube-controller-manager 1.34 on `kubeconfig` running only `controllers` (`--controllers`), with
-/// `extra` flags; started once its secure port accepts connections.
-pub fn kube_controller_manager(
-    kubeconfig: &std::path::Path,
-    controllers: &str,
-    extra: &[String],
-) -> Result<keel_testbed::process::Daemon> {
-    let kcm = keel_testbed::peers::path("kube-controller-manager")?;
-    let port = keel_testbed::loopback::free_port()?;
-    let mut command = std::process::Command::new(kcm);
-    command
-        .arg(format!("--kubeconfig={}", kubeconfig.display()))
-        .arg(format!("--controllers={controllers}"))
-        .args(["--leader-elect=false", "--bind-address=127.0.0.1"])
-        .arg(format!("--secure-port={port}"))
-        .args(extra);
-    let ready = keel_testbed::process::Readiness::Tcp(SocketAddr::from(([127, 0, 0, 1], port)));
-    keel_testbed::process::Daemon::start(
-        "kube-controller-manager",
-        command,
-        ready,
-        std::time::Duration::from_secs(30),
-    )
-}
-
 /// The keel-apiserver binary of this build, running.
 pub struct KeelBinary {
     pub daemon: keel_testbed::process::Daemon,
