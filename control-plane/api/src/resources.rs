@@ -22,6 +22,19 @@ pub struct Subresource {
     pub verbs: &'static [&'static str],
 }
 
+impl Subresource {
+    /// A connect subresource (exec, attach, portforward): an upgraded stream to the kubelet whose
+    /// kind names only its query options, as upstream's `rest.Connecter` storages.
+    pub fn is_connect(&self) -> bool {
+        matches!(self.kind, "PodAttachOptions" | "PodExecOptions" | "PodPortForwardOptions")
+    }
+}
+
+/// A connect subresource of pods, `create` (POST) and `get` (GET) as upstream serves them.
+const fn connect(name: &'static str, kind: &'static str) -> Subresource {
+    Subresource { name, kind, group: "", version: "", verbs: &["create", "get"] }
+}
+
 const fn status(kind: &'static str) -> Subresource {
     Subresource { name: "status", kind, group: "", version: "", verbs: GET_PATCH_UPDATE }
 }
@@ -242,9 +255,12 @@ pub const RESOURCES: &[Resource] = &[
     sub(
         all(short(resource("", "Pod", "pods", "pod"), &["po"])),
         &[
+            connect("attach", "PodAttachOptions"),
             Subresource { name: "binding", kind: "Binding", group: "", version: "", verbs: CREATE },
             Subresource { name: "eviction", kind: "Eviction", group: "policy", version: "v1", verbs: CREATE },
+            connect("exec", "PodExecOptions"),
             Subresource { name: "log", kind: "Pod", group: "", version: "", verbs: &["get"] },
+            connect("portforward", "PodPortForwardOptions"),
             status("Pod"),
         ],
     ),
@@ -485,7 +501,10 @@ mod tests {
         assert_eq!((pods.kind, pods.namespaced, pods.short_names), ("Pod", true, &["po"][..]));
         assert_eq!(pods.key_prefix(), "/registry/pods/");
         assert_eq!(pods.subresource("binding").map(|s| s.kind), Some("Binding"));
-        assert!(pods.subresource("exec").is_none(), "only what Keel serves is declared");
+        assert_eq!(pods.subresource("exec").map(|s| s.kind), Some("PodExecOptions"));
+        assert!(pods.subresource("exec").is_some_and(Subresource::is_connect));
+        assert!(!pods.subresource("log").is_some_and(Subresource::is_connect));
+        assert!(pods.subresource("proxy").is_none(), "only what Keel serves is declared");
         let deployments = find("apps", "v1", "deployments").unwrap();
         assert_eq!(deployments.api_version(), "apps/v1");
         assert_eq!(deployments.key_prefix(), "/registry/deployments/");

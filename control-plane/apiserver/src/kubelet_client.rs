@@ -327,6 +327,163 @@ impl KubeletClient {
             .map_err(|e| failed(e.to_string()))?;
         sender.send_request(request).await.map_err(|e| failed(e.to_string()))
     }
+
+    /// Proxies an upgrade request to `https://host:port<path>` (upstream's UpgradeAwareHandler
+    /// with upgradeRequired): `method` and `headers` (its Connection, Upgrade, Sec-WebSocket-*
+    /// and X-Stream-Protocol-Version) go to the kubelet; on 101 the two upgraded connections are
+    /// joined once `client` (the caller's upgrade) completes, and the kubelet's 101 is the answer;
+    /// any other answer is relayed.
+    pub async fn upgrade(
+        &self,
+        host: &str,
+        port: u16,
+        path: &str,
+        method: &hyper::Method,
+        headers: &hyper::HeaderMap,
+        client: hyper::upgrade::OnUpgrade,
+    ) -> Result<hyper::Response<bytes::Bytes>, String> {
+        use http_body_util::BodyExt;
+        let url = format!("https://{}{path}", join_host_port(host, port));
+        let failed = |detail: String| format!("error dialing backend: {url}: {detail}");
+        let tcp = tokio::net::TcpStream::connect((host, port))
+            .await
+            .map_err(|e| failed(format!("dial tcp {}: {e}", join_host_port(host, port))))?;
+        let tls = self.verified.clone();
+        let name = ServerName::try_from(host.to_owned()).map_err(|e| failed(e.to_string()))?;
+        let stream = tokio_rustls::TlsConnector::from(tls)
+            .connect(name, tcp)
+            .await
+            .map_err(|e| failed(format!("tls: {e}")))?;
+        let (mut sender, connection) =
+            hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(stream))
+                .await
+                .map_err(|e| failed(e.to_string()))?;
+        tokio::spawn(async move {
+            if let Err(error) = connection.with_upgrades().await {
+                tracing::debug!(%error, "a kubelet streaming connection");
+            }
+        });
+        let mut request = hyper::Request::builder()
+            .method(method.clone())
+            .uri(path)
+            .body(http_body_util::Empty::<bytes::Bytes>::new())
+            .map_err(|e| failed(e.to_string()))?;
+        for (header, value) in headers {
+            // The caller's credentials are not the kubelet's business: the API server presents its own.
+            if header != hyper::header::HOST
+                && header != hyper::header::AUTHORIZATION
+                && header != hyper::header::CONTENT_LENGTH
+            {
+                request.headers_mut().append(header.clone(), value.clone());
+            }
+        }
+        if let Ok(value) = hyper::header::HeaderValue::from_str(&join_host_port(host, port)) {
+            request.headers_mut().insert(hyper::header::HOST, value);
+        }
+        let mut answer = sender.send_request(request).await.map_err(|e| failed(e.to_string()))?;
+        let (status, answer_headers) = (answer.status(), answer.headers().clone());
+        if status != hyper::StatusCode::SWITCHING_PROTOCOLS {
+            let body = http_body_util::Limited::new(answer.into_body(), 50_000);
+            let body = body.collect().await.map(http_body_util::Collected::to_bytes).unwrap_or_default();
+            let mut relayed = hyper::Response::new(body);
+            (*relayed.status_mut(), *relayed.headers_mut()) = (status, answer_headers);
+            return Ok(relayed);
+        }
+        let kubelet = hyper::upgrade::on(&mut answer);
+        tokio::spawn(async move {
+            match tokio::join!(client, kubelet) {
+                (Ok(client), Ok(kubelet)) => {
+                    let (mut client, mut kubelet) =
+                        (hyper_util::rt::TokioIo::new(client), hyper_util::rt::TokioIo::new(kubelet));
+                    if let Err(error) = tokio::io::copy_bidirectional(&mut client, &mut kubelet).await {
+                        tracing::debug!(%error, "a proxied stream ended");
+                    }
+                }
+                (Err(error), _) | (_, Err(error)) => tracing::debug!(%error, "upgrading a proxied stream"),
+            }
+        });
+        let mut switched = hyper::Response::new(bytes::Bytes::new());
+        (*switched.status_mut(), *switched.headers_mut()) = (status, answer_headers);
+        Ok(switched)
+    }
+}
+
+/// The kubelet path and query of a `pods/exec`, `pods/attach` or `pods/portforward` request
+/// (upstream's ExecLocation, AttachLocation and PortForwardLocation with streamParams): the
+/// PodExecOptions of the query become the kubelet's `input`/`output`/`error`/`tty`/`command`,
+/// PodPortForwardOptions' ports its `port`; the container defaults to a pod's only one. The node
+/// it is on, or upstream's BadRequest.
+pub fn stream_location(
+    pod: &Value,
+    subresource: &str,
+    query: Option<&str>,
+) -> Result<(String, String), ApiError> {
+    let name = pod["metadata"]["name"].as_str().unwrap_or_default();
+    let namespace = pod["metadata"]["namespace"].as_str().unwrap_or("default");
+    let pairs: Vec<(String, String)> =
+        form_urlencoded::parse(query.unwrap_or_default().as_bytes()).into_owned().collect();
+    let flag = |key: &str| {
+        pairs
+            .iter()
+            .rfind(|(k, _)| k == key)
+            .is_some_and(|(_, v)| matches!(v.as_str(), "1" | "t" | "T" | "true" | "TRUE" | "True"))
+    };
+    let mut params = form_urlencoded::Serializer::new(String::new());
+    let path = if subresource == "portforward" {
+        let ports: Vec<&str> = pairs.iter().filter(|(k, _)| k == "ports").map(|(_, v)| v.as_str()).collect();
+        if !ports.is_empty() {
+            params.append_pair("port", &ports.join(","));
+        }
+        format!("/portForward/{namespace}/{name}")
+    } else {
+        let mut container =
+            pairs.iter().find(|(k, _)| k == "container").map(|(_, v)| v.clone()).unwrap_or_default();
+        let spec = &pod["spec"];
+        let list = |key: &str| spec[key].as_array().cloned().unwrap_or_default();
+        let names: Vec<String> = list("initContainers")
+            .iter()
+            .chain(list("containers").iter())
+            .chain(list("ephemeralContainers").iter())
+            .filter_map(|c| c["name"].as_str().map(str::to_owned))
+            .collect();
+        if container.is_empty() {
+            let regular = list("containers");
+            match regular.len() {
+                1 => container = regular[0]["name"].as_str().unwrap_or_default().to_owned(),
+                0 => {
+                    return Err(ApiError::BadRequest(format!(
+                        "a container name must be specified for pod {name}"
+                    )));
+                }
+                _ => {
+                    return Err(ApiError::BadRequest(format!(
+                        "a container name must be specified for pod {name}, choose one of: [{}]",
+                        names.join(" ")
+                    )));
+                }
+            }
+        } else if !names.contains(&container) {
+            return Err(ApiError::BadRequest(format!("container {container} is not valid for pod {name}")));
+        }
+        for (option, param) in [("stdin", "input"), ("stdout", "output"), ("stderr", "error"), ("tty", "tty")]
+        {
+            if flag(option) {
+                params.append_pair(param, "1");
+            }
+        }
+        if subresource == "exec" {
+            for (_, command) in pairs.iter().filter(|(k, _)| k == "command") {
+                params.append_pair("command", command);
+            }
+        }
+        format!("/{subresource}/{namespace}/{name}/{container}")
+    };
+    let node = pod["spec"]["nodeName"].as_str().unwrap_or_default();
+    if node.is_empty() {
+        return Err(ApiError::BadRequest(format!("pod {name} does not have a host assigned")));
+    }
+    let query = params.finish();
+    Ok((node.to_owned(), if query.is_empty() { path } else { format!("{path}?{query}") }))
 }
 
 fn join_host_port(host: &str, port: u16) -> String {

@@ -284,7 +284,9 @@ impl ApiServer {
                     .http1()
                     .timer(hyper_util::rt::TokioTimer::new())
                     .header_read_timeout(HEADER_READ_TIMEOUT);
-                if let Err(error) = builder.serve_connection(TokioIo::new(stream), service).await {
+                if let Err(error) =
+                    builder.serve_connection_with_upgrades(TokioIo::new(stream), service).await
+                {
                     tracing::debug!(%peer, %error, "connection ended");
                 }
             });
@@ -301,7 +303,11 @@ impl ApiServer {
         peer: std::net::IpAddr,
     ) -> Response<Body> {
         let received = jiff::Timestamp::now();
-        let (parts, body) = request.into_parts();
+        let (mut parts, body) = request.into_parts();
+        // A streaming subresource takes the connection's upgrade once it is authorized.
+        if let Some(upgrade) = parts.extensions.remove::<hyper::upgrade::OnUpgrade>() {
+            parts.extensions.insert(PendingUpgrade(Arc::new(std::sync::Mutex::new(Some(upgrade)))));
+        }
         let audit_id = audit::audit_id(&parts.headers);
         let mut response = self.audited(parts, body, certificate_user, peer, &audit_id, received).await;
         if let Ok(value) = http::HeaderValue::from_str(&audit_id) {
@@ -442,6 +448,19 @@ impl ApiServer {
         {
             let name = r.name.clone().unwrap_or_default();
             return match self.pod_log(r, &name, query).await {
+                Ok(response) => response,
+                Err(error) => refused(record, &error),
+            };
+        }
+        // pods/exec, attach and portforward: the upgrade proxied to the pod's kubelet.
+        if let Ok(Target::Resource(r)) = &target
+            && r.resource.plural == "pods"
+            && r.resource.group.is_empty()
+            && let Some(subresource @ ("exec" | "attach" | "portforward")) = r.subresource.as_deref()
+            && matches!(r.verb, Verb::Get | Verb::Create)
+        {
+            let name = r.name.clone().unwrap_or_default();
+            return match self.pod_stream(parts, r, subresource, &name, query).await {
                 Ok(response) => response,
                 Err(error) => refused(record, &error),
             };
@@ -712,7 +731,56 @@ impl ApiServer {
     }
 }
 
+/// A connection's upgrade, kept in the request's extensions until a streaming subresource takes
+/// it (hyper's OnUpgrade is not Clone, which extensions require).
+#[derive(Clone)]
+struct PendingUpgrade(Arc<std::sync::Mutex<Option<hyper::upgrade::OnUpgrade>>>);
+
 impl ApiServer {
+    /// The Node `name` as served, for the address of its kubelet.
+    async fn node_for_kubelet(&self, name: &str) -> Result<Value, ApiError> {
+        let nodes = keel_api::resources::find("", "v1", "nodes")
+            .ok_or_else(|| ApiError::Internal("no nodes resource".into()))?;
+        let key = objects::key(nodes, None, name);
+        let stored = self.handlers.store.get(&key).await.map_err(handlers::store_error)?;
+        let stored = stored.ok_or_else(|| ApiError::not_found("", "nodes", name))?;
+        objects::served(nodes, &stored.value, stored.mod_revision)
+    }
+
+    /// `pods/exec`, `pods/attach`, `pods/portforward`: the client's upgrade proxied to the kubelet
+    /// of the pod's node (upstream's ExecREST and siblings over an UpgradeAwareHandler with
+    /// upgradeRequired: a request that is not an upgrade is a 400 "Upgrade request required").
+    async fn pod_stream(
+        &self,
+        parts: &http::request::Parts,
+        request: &request::ResourceRequest,
+        subresource: &str,
+        name: &str,
+        query: Option<&str>,
+    ) -> Result<Response<Body>, ApiError> {
+        let Reply::Json(_, pod) = self.handlers.get(request, name).await? else {
+            return Err(ApiError::Internal("reading the pod".into()));
+        };
+        let (node_name, path) = kubelet_client::stream_location(&pod, subresource, query)?;
+        let upgrade = parts
+            .extensions
+            .get::<PendingUpgrade>()
+            .and_then(|pending| pending.0.lock().unwrap_or_else(std::sync::PoisonError::into_inner).take());
+        let Some(upgrade) = upgrade.filter(|_| streaming_upgrade(&parts.headers)) else {
+            return Err(ApiError::BadRequest("Upgrade request required".into()));
+        };
+        let node = self.node_for_kubelet(&node_name).await?;
+        let host = kubelet_client::preferred_address(&node, &self.kubelet.preferred_address_types)
+            .map_err(ApiError::Unclassified)?;
+        let port = kubelet_client::kubelet_port(&node);
+        let answer = self
+            .kubelet
+            .upgrade(&host, port, &path, &parts.method, &parts.headers, upgrade)
+            .await
+            .map_err(ApiError::Unclassified)?;
+        Ok(answer.map(|body| BodyExt::boxed_unsync(Full::new(body))))
+    }
+
     /// `pods/log`: the pod's container log, streamed from its node's kubelet (upstream's
     /// LogREST and LocationStreamer; an unscheduled pod's log is empty).
     async fn pod_log(
@@ -735,12 +803,7 @@ impl ApiServer {
         let Some((node_name, path)) = kubelet_client::log_location(&pod, &options)? else {
             return Ok(text(BodyExt::boxed_unsync(Full::new(Bytes::new()))));
         };
-        let nodes = keel_api::resources::find("", "v1", "nodes")
-            .ok_or_else(|| ApiError::Internal("no nodes resource".into()))?;
-        let key = objects::key(nodes, None, &node_name);
-        let stored = self.handlers.store.get(&key).await.map_err(handlers::store_error)?;
-        let stored = stored.ok_or_else(|| ApiError::not_found("", "nodes", &node_name))?;
-        let node = objects::served(nodes, &stored.value, stored.mod_revision)?;
+        let node = self.node_for_kubelet(&node_name).await?;
         let host = kubelet_client::preferred_address(&node, &self.kubelet.preferred_address_types)
             .map_err(ApiError::Unclassified)?;
         let port = kubelet_client::kubelet_port(&node);
@@ -761,6 +824,15 @@ impl ApiServer {
             .filter_map(|chunk| std::future::ready(chunk.ok().map(|b| Ok::<_, Infallible>(Frame::data(b)))));
         Ok(text(BodyExt::boxed_unsync(StreamBody::new(stream))))
     }
+}
+
+/// Whether `headers` ask to switch protocols (Connection: Upgrade with an Upgrade header).
+fn streaming_upgrade(headers: &http::HeaderMap) -> bool {
+    let upgrade_token = headers
+        .get_all(header::CONNECTION)
+        .iter()
+        .any(|v| v.to_str().is_ok_and(|v| v.split(',').any(|t| t.trim().eq_ignore_ascii_case("upgrade"))));
+    upgrade_token && headers.contains_key(header::UPGRADE)
 }
 
 /// What a logged body concerns, for [`audit::redact`].

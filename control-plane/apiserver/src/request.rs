@@ -384,7 +384,7 @@ mod tests {
         );
         for bad in [
             "/api/v1/widgets",
-            "/api/v1/pods/a/exec",
+            "/api/v1/namespaces/a/pods/a/proxy",
             "/api/v1/namespaces/a/nodes/n",
             "/nope",
             "/api/v1/a/b/c/d",

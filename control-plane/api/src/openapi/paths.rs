@@ -4,7 +4,8 @@
 //! operation ids (`listCoreV1NamespacedPod`, `patchAppsV1NamespacedDeploymentScale`), parameters,
 //! request bodies and responses, `x-kubernetes-action` and the `x-kubernetes-group-version-kind`
 //! of the object each operation takes. Only what Keel serves is listed (no watch/ paths, no
-//! log/exec/proxy). One neutral form renders to both the v3 and the v2 documents.
+//! proxy), and no connect subresources (exec, attach, portforward), which stream rather than
+//! take objects. One neutral form renders to both the v3 and the v2 documents.
 
 mod render;
 
@@ -372,7 +373,8 @@ fn add_resource_paths(
         items.push(PathItem { path: named.clone(), params, operations });
     }
 
-    for sub in r.subresources {
+    // Connect subresources (exec, attach, portforward) are streams, not objects: left out.
+    for sub in r.subresources.iter().filter(|sub| !sub.is_connect()) {
         let (g, v) = if sub.group.is_empty() { (group, version) } else { (sub.group, sub.version) };
         let sub_definition = definition(schemas, g, v, sub.kind)?;
         let sub_gvk = (g.to_owned(), v.to_owned(), sub.kind.to_owned());
