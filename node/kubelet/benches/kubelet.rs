@@ -18,7 +18,9 @@
 //! Usage: `cargo xtask bench kubelet [-- SINGLE BATCH STEADY]` (30 pods one at a time, a batch of
 //! 100, 10 s steady), or `cargo bench -p keel-kubelet --bench kubelet` with `KEEL_KUBELET_BIN`,
 //! `KEEL_SHIM_BIN` and `KEEL_APISERVER_BIN` naming release builds (`cargo xtask bench kubelet`
-//! builds them).
+//! builds them). To investigate one kubelet and runtime, `KEEL_KUBELET_BENCH_CELL=<kubelet>-<runtime>`
+//! runs that cell alone and prints it raw, and `KEEL_KUBELET_BENCH_LOG=N` prints the kubelet's last
+//! N log lines (with `RUST_LOG=keel_kubelet=debug`, each sync's steps and their times).
 
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
@@ -296,6 +298,7 @@ fn run_cell(
             command.args(["--hostname-override", &node_name]);
             command.arg("--node-ip").arg(node.host().address().to_string());
             command.args(["--container-runtime-endpoint", &endpoint, "--cluster-dns", "10.96.0.10"]);
+            command.args(["--cluster-domain", "cluster.local"]);
             mount_ns.fd().enter_on_spawn(&mut command);
             node.host().start_daemon(kubelet.name(), command, Readiness::None, Duration::from_secs(10))
         }
@@ -325,6 +328,10 @@ fn run_cell(
         .expect("enter the node");
     match cell {
         Ok(cell) => {
+            // KEEL_KUBELET_BENCH_LOG=N: the kubelet's last N log lines (with RUST_LOG, its syncs' steps).
+            if let Some(lines) = std::env::var("KEEL_KUBELET_BENCH_LOG").ok().and_then(|n| n.parse().ok()) {
+                eprintln!("{} log:\n{}", kubelet.name(), daemon.log_tail(lines));
+            }
             drop(daemon);
             drop(node_runtime);
             drop(mount_ns);

@@ -57,6 +57,12 @@ pub struct Flags {
     #[arg(long)]
     pub test_node_capacity: Option<String>,
 
+    /// A directory of static pod manifests, or one manifest (staticPodPath).
+    #[arg(long)]
+    pub pod_manifest_path: Option<PathBuf>,
+    /// How often the static pod manifests are read (fileCheckFrequency; 20s).
+    #[arg(long, value_parser = go_duration)]
+    pub file_check_frequency: Option<Duration>,
     /// The CRI runtime's endpoint (containerRuntimeEndpoint; default
     /// unix:///run/containerd/containerd.sock).
     #[arg(long)]
@@ -202,6 +208,10 @@ impl Flags {
                 *field = value.clone();
             }
         }
+        if self.pod_manifest_path.is_some() {
+            config.static_pod_path.clone_from(&self.pod_manifest_path);
+        }
+        set(self.file_check_frequency.as_ref(), &mut config.file_check_frequency);
         set(self.container_runtime_endpoint.as_ref(), &mut config.container_runtime_endpoint);
         set(self.max_pods.as_ref(), &mut config.max_pods);
         if let Some(text) = &self.register_with_taints {

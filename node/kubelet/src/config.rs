@@ -29,6 +29,8 @@ pub const KIND: &str = "KubeletConfiguration";
 /// The fields of a KubeletConfiguration file that keel-kubelet honours.
 pub const HONOURED: &[&str] = &[
     "enableServer",
+    "staticPodPath",
+    "fileCheckFrequency",
     "podLogsDir",
     "syncFrequency",
     "address",
@@ -210,6 +212,10 @@ const DEFAULT_EVICTION_HARD: &[(&str, &str)] = &[
 pub struct KubeletConfiguration {
     /// Whether the kubelet API (`address:port`) is served.
     pub enable_server: bool,
+    /// A directory of static pod manifests, or one manifest (none: no static pods).
+    pub static_pod_path: Option<PathBuf>,
+    /// How often it is read.
+    pub file_check_frequency: Duration,
     /// Where the pods' log directories are (`<podLogsDir>/<ns>_<name>_<uid>`).
     pub pod_logs_dir: PathBuf,
     /// How often a pod is synced with nothing to wake it.
@@ -260,6 +266,8 @@ impl Default for KubeletConfiguration {
     fn default() -> KubeletConfiguration {
         KubeletConfiguration {
             enable_server: true,
+            static_pod_path: None,
+            file_check_frequency: Duration::from_secs(20),
             pod_logs_dir: "/var/log/pods".into(),
             sync_frequency: Duration::from_secs(60),
             address: IpAddr::from([0, 0, 0, 0]),
@@ -383,6 +391,9 @@ pub fn decode(text: &str, dir: &Path) -> Result<Decoded, String> {
     let mut config = KubeletConfiguration::default();
     let file = Fields { object: &object };
     file.bool("enableServer", &mut config.enable_server)?;
+    config.static_pod_path =
+        file.string("staticPodPath")?.filter(|p| !p.is_empty()).map(|p| resolve(dir, &p));
+    file.duration("fileCheckFrequency", &mut config.file_check_frequency)?;
     if let Some(dir_text) = file.string("podLogsDir")? {
         config.pod_logs_dir = resolve(dir, &dir_text);
     }
@@ -461,6 +472,7 @@ pub fn decode(text: &str, dir: &Path) -> Result<Decoded, String> {
     let defaults = KubeletConfiguration::default();
     for (value, default) in [
         (&mut config.sync_frequency, defaults.sync_frequency),
+        (&mut config.file_check_frequency, defaults.file_check_frequency),
         (&mut config.node_status_update_frequency, defaults.node_status_update_frequency),
         (&mut config.webhook_authentication_cache_ttl, defaults.webhook_authentication_cache_ttl),
         (&mut config.authorized_ttl, defaults.authorized_ttl),

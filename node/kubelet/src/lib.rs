@@ -19,6 +19,7 @@
 //! - [`prober`]: runs them (ExecSync, HTTP GET, TCP connect, gRPC health, sleep).
 //! - [`pods`]: the watch of the node's pods, one worker per pod, the relist, the syncs, the
 //!   status writes and the final deletion.
+//! - [`static_pods`]: pods from manifest files and their mirror pods in the API.
 //! - [`events`]: the Events about pods.
 //! - [`volumes`]: the files of configMap, secret, downwardAPI and projected volumes. Pure.
 //! - [`atomic_writer`]: writes them as upstream's AtomicWriter (`..data` swapped by a rename).
@@ -26,7 +27,9 @@
 //! - [`certificate`]: certificate requests, their names and renewal times, the `--cert-dir` store.
 //! - [`bootstrap`]: TLS bootstrap from `--bootstrap-kubeconfig`, and the rotation of the client and
 //!   serving certificates.
-//! - [`server`]: the kubelet API on :10250 (authn/authz, `/healthz`, `/pods`, `/containerLogs`).
+//! - [`server`]: the kubelet API on :10250 (authn/authz, `/healthz`, `/pods`, `/containerLogs`,
+//!   `/exec`, `/attach`, `/portForward`, `/run`).
+//! - [`streaming`]: the streaming requests' options, and the upgrade proxied to the runtime.
 
 pub mod agent;
 pub mod atomic_writer;
@@ -48,4 +51,6 @@ pub mod prober;
 pub mod probes;
 pub mod runtime;
 pub mod server;
+pub mod static_pods;
+pub mod streaming;
 pub mod volumes;

@@ -11,7 +11,7 @@ use keel_kubelet::bootstrap::{self, RotatingClient, ServingCertificate};
 use keel_kubelet::cli::Flags;
 use keel_kubelet::machine::MachineInfo;
 use keel_kubelet::node::NodeConfig;
-use keel_kubelet::node_status::Reservations;
+use keel_kubelet::node_status::{self, Reservations};
 use keel_kubelet::pod_config::{PodEnvironment, Resolv};
 use keel_kubelet::pods::{self, Kubelet};
 use keel_kubelet::runtime::Runtime;
@@ -101,6 +101,10 @@ async fn main() -> Result<()> {
         host_resolv,
         pod_logs_dir: config.pod_logs_dir.display().to_string(),
         node_name: node.node_name.clone(),
+        allocatable: node_status::allocatable(
+            &node_status::capacity(&machine, node.max_pods),
+            &node.reservations,
+        ),
     };
     let serving = ServerConfigFlags {
         address: std::net::SocketAddr::new(config.address, u16::try_from(config.port)?),
@@ -125,10 +129,15 @@ async fn main() -> Result<()> {
         let (client, runtime, node_name, root_dir) =
             (client.clone(), runtime.clone(), node.node_name.clone(), flags.root_dir.clone());
         let (enable_server, resync) = (config.enable_server, config.sync_frequency);
+        let (static_pod_path, file_check_frequency) =
+            (config.static_pod_path.clone(), config.file_check_frequency);
         async move {
             let (cri, runtime_name) = runtime.wait_for_cri().await;
-            let kubelet = Kubelet::new(client, node_name, host_ips, root_dir, env, cri, runtime_name)
+            let mut kubelet = Kubelet::new(client, node_name, host_ips, root_dir, env, cri, runtime_name)
                 .with_sync_frequency(resync);
+            if let Some(path) = static_pod_path {
+                kubelet = kubelet.with_static_pods(path, file_check_frequency);
+            }
             let kubelet = Arc::new(kubelet);
             let serving = async {
                 match enable_server {

@@ -6,7 +6,9 @@
 use std::collections::{BTreeMap, HashMap};
 
 use k8s_cri::v1 as cri;
-use k8s_openapi::api::core::v1::{Container, EnvVar, Pod, PodSpec, SecurityContext};
+use k8s_openapi::api::core::v1::{
+    Container, EnvVar, Pod, PodSpec, ResourceFieldSelector, SecurityContext, Service,
+};
 use keel_api::validation::quantity::Quantity;
 
 use crate::pod_actions::container_hash;
@@ -29,6 +31,8 @@ pub struct PodEnvironment {
     pub pod_logs_dir: String,
     /// The node's name, the hostname of host-network pods.
     pub node_name: String,
+    /// The node's allocatable resources (what a resourceFieldRef limit defaults to).
+    pub allocatable: BTreeMap<String, Quantity>,
 }
 
 /// The parts of a resolv.conf the kubelet passes on.
@@ -101,8 +105,17 @@ pub fn dns_config(pod: &Pod, env: &PodEnvironment) -> cri::DnsConfig {
             let namespace = pod.metadata.namespace.as_deref().unwrap_or("default");
             let domain = &env.cluster_domain;
             dns.servers = env.cluster_dns.clone();
-            dns.searches = vec![format!("{namespace}.svc.{domain}"), format!("svc.{domain}"), domain.clone()];
-            dns.searches.extend(env.host_resolv.searches.iter().cloned());
+            // generateSearchesForDNSClusterFirst: no cluster searches without a cluster domain;
+            // the host's follow, duplicates left out.
+            if !domain.is_empty() {
+                dns.searches =
+                    vec![format!("{namespace}.svc.{domain}"), format!("svc.{domain}"), domain.clone()];
+            }
+            for search in &env.host_resolv.searches {
+                if !dns.searches.contains(search) {
+                    dns.searches.push(search.clone());
+                }
+            }
             dns.options = vec!["ndots:5".into()];
         } else {
             dns.servers = env.host_resolv.servers.clone();
@@ -168,6 +181,45 @@ pub fn hostname(pod: &Pod, env: &PodEnvironment) -> String {
         name.pop();
     }
     name
+}
+
+/// The pod's /etc/hosts (upstream's managedHostsFileContent): localhost and the IPv6 names, each
+/// pod IP with the pod's hostname (and its FQDN under a subdomain), then its hostAliases. A
+/// host-network pod gets the node's file (`node_hosts`) under the host-network header instead.
+pub fn hosts_file(pod: &Pod, pod_ips: &[String], env: &PodEnvironment, node_hosts: &str) -> String {
+    let spec = spec(pod);
+    let mut out = String::new();
+    if spec.host_network.unwrap_or(false) {
+        out.push_str("# Kubernetes-managed hosts file (host network).\n");
+        out.push_str(node_hosts);
+    } else {
+        out.push_str("# Kubernetes-managed hosts file.\n");
+        out.push_str("127.0.0.1\tlocalhost\n");
+        out.push_str("::1\tlocalhost ip6-localhost ip6-loopback\n");
+        out.push_str("fe00::0\tip6-localnet\n");
+        out.push_str("fe00::0\tip6-mcastprefix\n");
+        out.push_str("fe00::1\tip6-allnodes\n");
+        out.push_str("fe00::2\tip6-allrouters\n");
+        let name = hostname(pod, env);
+        let subdomain = spec.subdomain.clone().unwrap_or_default();
+        for ip in pod_ips {
+            if subdomain.is_empty() {
+                out.push_str(&format!("{ip}\t{name}\n"));
+            } else {
+                let namespace = pod.metadata.namespace.as_deref().unwrap_or("default");
+                let domain = format!("{subdomain}.{namespace}.svc.{}", env.cluster_domain);
+                out.push_str(&format!("{ip}\t{name}.{domain}\t{name}\n"));
+            }
+        }
+    }
+    let aliases = spec.host_aliases.unwrap_or_default();
+    if !aliases.is_empty() {
+        out.push_str("\n# Entries added by HostAliases.\n");
+        for alias in aliases {
+            out.push_str(&format!("{}\t{}\n", alias.ip, alias.hostnames.unwrap_or_default().join("\t")));
+        }
+    }
+    out
 }
 
 /// RunPodSandbox's config for `pod`, attempt `attempt`.
@@ -267,6 +319,10 @@ pub fn expand(input: &str, vars: &BTreeMap<String, String>) -> String {
 pub struct PodFacts {
     pub host_ips: Vec<String>,
     pub pod_ips: Vec<String>,
+    /// The node's allocatable resources: the limits a resourceFieldRef reads when unset.
+    pub allocatable: BTreeMap<String, Quantity>,
+    /// Whether the pod is a static pod (it needs no Services read).
+    pub static_pod: bool,
 }
 
 /// A `fieldRef` value (upstream's podFieldSelectorRuntimeValue and ExtractFieldPathAsString).
@@ -298,11 +354,118 @@ pub fn field_value(pod: &Pod, facts: &PodFacts, path: &str) -> Result<String, St
     })
 }
 
+/// The Service environment variables of a pod in `namespace` (upstream's getServiceEnvVarMap and
+/// envvars.FromServices): with `enable_service_links`, every Service of the namespace with a
+/// cluster IP, and always the `kubernetes` Service of `default` unless the namespace has one of
+/// that name: `<NAME>_SERVICE_HOST`, `_SERVICE_PORT` (the first port) and `_SERVICE_PORT_<PORT>`
+/// per named port, and Docker's link variables (`<NAME>_PORT=tcp://ip:port`,
+/// `<NAME>_PORT_<port>_<PROTO>` with `_PROTO`, `_PORT`, `_ADDR`).
+pub fn service_environment<'a>(
+    services: impl IntoIterator<Item = &'a Service>,
+    namespace: &str,
+    enable_service_links: bool,
+) -> BTreeMap<String, String> {
+    let mut chosen: BTreeMap<String, &Service> = BTreeMap::new();
+    let mut master = None;
+    for service in services {
+        let ip = service.spec.as_ref().and_then(|s| s.cluster_ip.as_deref()).unwrap_or_default();
+        if ip.is_empty() || ip == "None" {
+            continue;
+        }
+        let name = service.metadata.name.clone().unwrap_or_default();
+        let in_namespace = service.metadata.namespace.as_deref().unwrap_or("default");
+        if in_namespace == "default" && name == "kubernetes" {
+            master = Some(service);
+        }
+        if in_namespace == namespace && enable_service_links {
+            chosen.insert(name, service);
+        }
+    }
+    if let Some(master) = master {
+        chosen.entry("kubernetes".into()).or_insert(master);
+    }
+    let mut env = BTreeMap::new();
+    for (name, service) in chosen {
+        let spec = service.spec.clone().unwrap_or_default();
+        let ip = spec.cluster_ip.clone().unwrap_or_default();
+        let ports = spec.ports.unwrap_or_default();
+        let Some(first) = ports.first() else { continue };
+        let prefix = name.replace('-', "_").to_uppercase();
+        env.insert(format!("{prefix}_SERVICE_HOST"), ip.clone());
+        env.insert(format!("{prefix}_SERVICE_PORT"), first.port.to_string());
+        for port in &ports {
+            if let Some(port_name) = port.name.as_deref().filter(|n| !n.is_empty()) {
+                let key = format!("{prefix}_SERVICE_PORT_{}", port_name.replace('-', "_").to_uppercase());
+                env.insert(key, port.port.to_string());
+            }
+        }
+        let host = |port: i32| match ip.contains(':') {
+            true => format!("[{ip}]:{port}"),
+            false => format!("{ip}:{port}"),
+        };
+        for (index, port) in ports.iter().enumerate() {
+            let protocol = port.protocol.clone().unwrap_or_else(|| "TCP".into());
+            let lower = protocol.to_lowercase();
+            if index == 0 {
+                env.insert(format!("{prefix}_PORT"), format!("{lower}://{}", host(port.port)));
+            }
+            let port_prefix = format!("{prefix}_PORT_{}_{}", port.port, protocol.to_uppercase());
+            env.insert(port_prefix.clone(), format!("{lower}://{}", host(port.port)));
+            env.insert(format!("{port_prefix}_PROTO"), lower);
+            env.insert(format!("{port_prefix}_PORT"), port.port.to_string());
+            env.insert(format!("{port_prefix}_ADDR"), ip.clone());
+        }
+    }
+    env
+}
+
+/// A `resourceFieldRef` value (upstream's ExtractContainerResourceValue): the container's request
+/// or limit divided by the divisor and rounded up; a limit the container does not set is the
+/// node's allocatable (upstream's defaultPodLimitsForDownwardAPI).
+pub fn resource_field_value(
+    pod: &Pod,
+    container: &Container,
+    field: &ResourceFieldSelector,
+    allocatable: &BTreeMap<String, Quantity>,
+) -> Result<String, String> {
+    let named = field.container_name.as_deref().filter(|n| !n.is_empty());
+    let spec = spec(pod);
+    let target = match named {
+        Some(name) => {
+            let mut all = spec.containers.iter().chain(spec.init_containers.iter().flatten());
+            all.find(|c| c.name == name).ok_or_else(|| format!("container {name} not found"))?
+        }
+        None => container,
+    };
+    let (which, resource) = field
+        .resource
+        .split_once('.')
+        .ok_or_else(|| format!("unsupported container resource : {}", field.resource))?;
+    let value = match which {
+        "limits" => quantity(target, "limits", resource).or_else(|| allocatable.get(resource).copied()),
+        "requests" => quantity(target, "requests", resource),
+        _ => return Err(format!("unsupported container resource : {}", field.resource)),
+    };
+    let divisor =
+        field.divisor.as_ref().and_then(|d| Quantity::parse(&d.0)).unwrap_or_else(|| Quantity::from_count(1));
+    let value = value.unwrap_or_else(|| Quantity::from_count(0));
+    let ceil = |numerator: i64, denominator: i64| {
+        if denominator == 0 { 0 } else { (numerator as f64 / denominator as f64).ceil() as i64 }
+    };
+    match resource {
+        "cpu" => Ok(ceil(value.milli_value(), divisor.milli_value()).to_string()),
+        "memory" | "ephemeral-storage" => Ok(ceil(value.value(), divisor.value()).to_string()),
+        huge if huge.starts_with("hugepages-") => Ok(ceil(value.value(), divisor.value()).to_string()),
+        _ => Err(format!("unsupported container resource : {}", field.resource)),
+    }
+}
+
 /// The container's environment (upstream's makeEnvironmentVariables): envFrom first, then env,
-/// which overrides it; each `value` expanded against what came before; downward-API fieldRefs,
-/// ConfigMap and Secret keys from `sources` (what the kubelet read for the pod; optional ones may
-/// be missing). resourceFieldRef is not handled yet. An error is the container's
-/// CreateContainerConfigError message, in upstream's words.
+/// which overrides it; each `value` expanded against what came before and the Service variables;
+/// downward-API fieldRefs and resourceFieldRefs, ConfigMap and Secret keys from `sources` (what
+/// the kubelet read for the pod; optional ones may be missing); last, the Service variables no
+/// other one named. An error is the container's CreateContainerConfigError message, in
+/// upstream's words.
 pub fn environment(
     pod: &Pod,
     container: &Container,
@@ -310,7 +473,13 @@ pub fn environment(
     sources: &Sources,
 ) -> Result<Vec<(String, String)>, String> {
     let namespace = pod.metadata.namespace.as_deref().unwrap_or("default");
-    let mut vars = BTreeMap::new();
+    let service_env = match &sources.service_env {
+        Some(env) => env.clone(),
+        None if facts.static_pod => BTreeMap::new(),
+        None => return Err("services have not yet been read at least once, cannot construct envvars".into()),
+    };
+    // `$(VAR)` sees the Service variables under the declared ones.
+    let mut vars = service_env.clone();
     let mut out: Vec<(String, String)> = Vec::new();
     let set = |out: &mut Vec<(String, String)>,
                vars: &mut BTreeMap<String, String>,
@@ -392,14 +561,21 @@ pub fn environment(
                             ));
                         }
                     }
+                } else if let Some(field) = &from.resource_field_ref {
+                    resource_field_value(pod, container, field, &facts.allocatable)?
                 } else {
-                    return Err(format!("{name}: resourceFieldRef is not supported by keel-kubelet yet"));
+                    String::new()
                 }
             }
             (Some(value), None) => expand(value, &vars),
             (None, None) => String::new(),
         };
         set(&mut out, &mut vars, name.clone(), value);
+    }
+    for (name, value) in service_env {
+        if !out.iter().any(|(declared, _)| *declared == name) {
+            out.push((name, value));
+        }
     }
     Ok(out)
 }
@@ -564,11 +740,45 @@ mod tests {
             host_resolv: Resolv::parse("nameserver 1.1.1.1\nsearch corp.example # comment\noptions edns0\n"),
             pod_logs_dir: "/var/log/pods/".into(),
             node_name: "n1".into(),
+            allocatable: BTreeMap::new(),
         }
     }
 
     #[test]
+    fn hosts_files_as_upstream_writes_them() {
+        let mut pod = pod();
+        let spec = pod.spec.get_or_insert_with(PodSpec::default);
+        spec.host_aliases = Some(vec![k8s_openapi::api::core::v1::HostAlias {
+            ip: "10.1.2.3".into(),
+            hostnames: Some(vec!["foo.local".into(), "bar.local".into()]),
+        }]);
+        let ips = ["10.244.0.7".to_owned()];
+        assert_eq!(
+            hosts_file(&pod, &ips, &env(), ""),
+            "# Kubernetes-managed hosts file.\n127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\n\
+             fe00::0\tip6-localnet\nfe00::0\tip6-mcastprefix\nfe00::1\tip6-allnodes\nfe00::2\tip6-allrouters\n\
+             10.244.0.7\tweb-0\n\n# Entries added by HostAliases.\n10.1.2.3\tfoo.local\tbar.local\n"
+        );
+        let spec = pod.spec.get_or_insert_with(PodSpec::default);
+        (spec.subdomain, spec.host_aliases) = (Some("db".into()), None);
+        let with_domain = hosts_file(&pod, &ips, &env(), "");
+        let namespace = pod.metadata.namespace.clone().unwrap_or_else(|| "default".into());
+        assert!(
+            with_domain.ends_with(&format!("10.244.0.7\tweb-0.db.{namespace}.svc.cluster.local\tweb-0\n")),
+            "{with_domain}"
+        );
+        pod.spec.get_or_insert_with(PodSpec::default).host_network = Some(true);
+        assert_eq!(
+            hosts_file(&pod, &[], &env(), "127.0.0.1 localhost\n"),
+            "# Kubernetes-managed hosts file (host network).\n127.0.0.1 localhost\n"
+        );
+    }
+
+    #[test]
     fn dns_as_upstream_builds_it() {
+        // Without a cluster domain (upstream's default) a ClusterFirst pod gets the host's searches.
+        let no_domain = PodEnvironment { cluster_domain: String::new(), ..env() };
+        assert_eq!(dns_config(&pod(), &no_domain).searches, ["corp.example"]);
         let dns = dns_config(&pod(), &env());
         assert_eq!(dns.servers, ["10.96.0.10"]);
         assert_eq!(
@@ -613,8 +823,13 @@ mod tests {
             ]),
             ..Container::default()
         };
-        let facts = PodFacts { host_ips: vec!["10.0.0.5".into()], pod_ips: vec!["10.244.0.7".into()] };
-        let env = environment(&pod(), &container, &facts, &Sources::default()).unwrap();
+        let facts = PodFacts {
+            host_ips: vec!["10.0.0.5".into()],
+            pod_ips: vec!["10.244.0.7".into()],
+            ..PodFacts::default()
+        };
+        let read = Sources { service_env: Some(BTreeMap::new()), ..Sources::default() };
+        let env = environment(&pod(), &container, &facts, &read).unwrap();
         assert_eq!(env[2], ("APP".to_owned(), "web".to_owned()));
         assert_eq!(env[3], ("URL".to_owned(), "http://10.244.0.7/web-0".to_owned()));
         let mut bad = container.clone();
@@ -623,10 +838,138 @@ mod tests {
             value_from: Some(field("spec.nope")),
             ..EnvVar::default()
         }]);
+        assert_eq!(environment(&pod(), &bad, &facts, &read).unwrap_err(), "unsupported fieldPath: spec.nope");
+        // Until the Services are read, no environment is made (but for a static pod's).
         assert_eq!(
-            environment(&pod(), &bad, &facts, &Sources::default()).unwrap_err(),
-            "unsupported fieldPath: spec.nope"
+            environment(&pod(), &container, &facts, &Sources::default()).unwrap_err(),
+            "services have not yet been read at least once, cannot construct envvars"
         );
+        let static_facts = PodFacts { static_pod: true, ..facts.clone() };
+        assert!(environment(&pod(), &container, &static_facts, &Sources::default()).is_ok());
+    }
+
+    #[test]
+    fn service_variables_as_upstream_names_them() {
+        use k8s_openapi::api::core::v1::{Service, ServicePort, ServiceSpec};
+        let service =
+            |namespace: &str, name: &str, ip: &str, ports: &[(Option<&str>, i32, Option<&str>)]| Service {
+                metadata: ObjectMeta {
+                    name: Some(name.into()),
+                    namespace: Some(namespace.into()),
+                    ..ObjectMeta::default()
+                },
+                spec: Some(ServiceSpec {
+                    cluster_ip: Some(ip.into()),
+                    ports: Some(
+                        ports
+                            .iter()
+                            .map(|(name, port, protocol)| ServicePort {
+                                name: name.map(Into::into),
+                                port: *port,
+                                protocol: protocol.map(Into::into),
+                                ..ServicePort::default()
+                            })
+                            .collect(),
+                    ),
+                    ..ServiceSpec::default()
+                }),
+                ..Service::default()
+            };
+        let services = [
+            service("default", "kubernetes", "10.96.0.1", &[(Some("https"), 443, Some("TCP"))]),
+            service(
+                "web",
+                "redis-master",
+                "10.96.0.11",
+                &[(None, 6379, None), (Some("metrics"), 9121, Some("UDP"))],
+            ),
+            service("web", "headless", "None", &[(None, 80, None)]),
+            service("other", "elsewhere", "10.96.0.12", &[(None, 80, None)]),
+            service("web", "v6", "fd00::5", &[(None, 80, None)]),
+        ];
+        let env = service_environment(&services, "web", true);
+        assert_eq!(env["KUBERNETES_SERVICE_HOST"], "10.96.0.1");
+        assert_eq!(env["KUBERNETES_SERVICE_PORT"], "443");
+        assert_eq!(env["KUBERNETES_SERVICE_PORT_HTTPS"], "443");
+        assert_eq!(env["KUBERNETES_PORT"], "tcp://10.96.0.1:443");
+        assert_eq!(env["KUBERNETES_PORT_443_TCP_ADDR"], "10.96.0.1");
+        assert_eq!(env["REDIS_MASTER_SERVICE_HOST"], "10.96.0.11");
+        assert_eq!(env["REDIS_MASTER_SERVICE_PORT"], "6379");
+        assert_eq!(env["REDIS_MASTER_SERVICE_PORT_METRICS"], "9121");
+        assert_eq!(env["REDIS_MASTER_PORT"], "tcp://10.96.0.11:6379");
+        assert_eq!(env["REDIS_MASTER_PORT_9121_UDP"], "udp://10.96.0.11:9121");
+        assert_eq!(env["REDIS_MASTER_PORT_9121_UDP_PROTO"], "udp");
+        assert_eq!(env["REDIS_MASTER_PORT_9121_UDP_PORT"], "9121");
+        assert_eq!(env["V6_PORT"], "tcp://[fd00::5]:80");
+        assert!(!env.keys().any(|k| k.starts_with("HEADLESS") || k.starts_with("ELSEWHERE")));
+        // Without service links only the master Service is given.
+        let bare = service_environment(&services, "web", false);
+        assert!(bare.keys().all(|k| k.starts_with("KUBERNETES_")), "{bare:?}");
+        // A namespace's own `kubernetes` Service wins over the master one.
+        let own = [services[0].clone(), service("web", "kubernetes", "10.96.0.99", &[(None, 443, None)])];
+        assert_eq!(service_environment(&own, "web", true)["KUBERNETES_SERVICE_HOST"], "10.96.0.99");
+
+        // The container's own variables win; the Service ones come last and expand.
+        let container = Container {
+            name: "c".into(),
+            env: Some(vec![
+                EnvVar {
+                    name: "REDIS_MASTER_SERVICE_PORT".into(),
+                    value: Some("1".into()),
+                    ..EnvVar::default()
+                },
+                EnvVar {
+                    name: "URL".into(),
+                    value: Some("redis://$(REDIS_MASTER_SERVICE_HOST)".into()),
+                    ..EnvVar::default()
+                },
+            ]),
+            ..Container::default()
+        };
+        let read = Sources { service_env: Some(env), ..Sources::default() };
+        let out = environment(&pod(), &container, &PodFacts::default(), &read).unwrap();
+        assert_eq!(out[0], ("REDIS_MASTER_SERVICE_PORT".to_owned(), "1".to_owned()));
+        assert_eq!(out[1], ("URL".to_owned(), "redis://10.96.0.11".to_owned()));
+        assert_eq!(out.iter().filter(|(n, _)| n == "REDIS_MASTER_SERVICE_PORT").count(), 1);
+        assert!(out.iter().any(|(n, v)| n == "KUBERNETES_SERVICE_HOST" && v == "10.96.0.1"));
+    }
+
+    #[test]
+    fn resource_fields_divided_and_rounded_up() {
+        use k8s_openapi::api::core::v1::{ResourceFieldSelector, ResourceRequirements};
+        use k8s_openapi::apimachinery::pkg::api::resource::Quantity as ApiQuantity;
+        let container = Container {
+            name: "c".into(),
+            resources: Some(ResourceRequirements {
+                requests: Some(BTreeMap::from([
+                    ("cpu".to_owned(), ApiQuantity("250m".into())),
+                    ("memory".to_owned(), ApiQuantity("64Mi".into())),
+                ])),
+                limits: Some(BTreeMap::from([("cpu".to_owned(), ApiQuantity("1500m".into()))])),
+                ..ResourceRequirements::default()
+            }),
+            ..Container::default()
+        };
+        let allocatable = BTreeMap::from([("memory".to_owned(), Quantity::parse("2Gi").unwrap())]);
+        let field = |resource: &str, divisor: Option<&str>| ResourceFieldSelector {
+            resource: resource.into(),
+            divisor: divisor.map(|d| ApiQuantity(d.into())),
+            container_name: None,
+        };
+        let value = |resource: &str, divisor: Option<&str>| {
+            resource_field_value(&pod(), &container, &field(resource, divisor), &allocatable)
+        };
+        assert_eq!(value("requests.cpu", None).unwrap(), "1");
+        assert_eq!(value("requests.cpu", Some("1m")).unwrap(), "250");
+        assert_eq!(value("limits.cpu", None).unwrap(), "2");
+        assert_eq!(value("requests.memory", Some("1Mi")).unwrap(), "64");
+        // An unset limit is the node's allocatable.
+        assert_eq!(value("limits.memory", Some("1Mi")).unwrap(), "2048");
+        assert_eq!(value("requests.ephemeral-storage", None).unwrap(), "0");
+        assert!(value("limits.gpu", None).unwrap_err().contains("unsupported container resource"));
+        let elsewhere =
+            ResourceFieldSelector { container_name: Some("other".into()), ..field("limits.cpu", None) };
+        assert!(resource_field_value(&pod(), &container, &elsewhere, &allocatable).is_err());
     }
 
     #[test]
@@ -652,6 +995,7 @@ mod tests {
                     ..Secret::default()
                 }),
             )]),
+            service_env: Some(BTreeMap::new()),
             ..Sources::default()
         };
         let key = |name: &str, key: &str, optional: Option<bool>| EnvVarSource {

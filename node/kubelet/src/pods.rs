@@ -30,11 +30,11 @@ use std::time::{Duration, Instant};
 use futures::StreamExt;
 use k8s_cri::v1 as cri;
 use k8s_openapi::api::authentication::v1::{BoundObjectReference, TokenRequest, TokenRequestSpec};
-use k8s_openapi::api::core::v1::{ConfigMap, Container, Pod, Secret, ServiceAccount};
+use k8s_openapi::api::core::v1::{ConfigMap, Container, Pod, Secret, Service, ServiceAccount};
 use k8s_openapi::jiff::Timestamp;
 use kube::Api;
 use kube::api::{DeleteParams, Patch, PatchParams, PostParams, Preconditions};
-use kube::runtime::watcher;
+use kube::runtime::{WatchStreamExt, reflector, watcher};
 use tokio::sync::{mpsc, watch};
 
 use crate::atomic_writer;
@@ -46,6 +46,7 @@ use crate::pod_status::{self, Reasons};
 use crate::prober;
 use crate::probes::{self, Kind as ProbeKind, Outcome, Probed, ResultsByContainer};
 use crate::runtime::Cri;
+use crate::static_pods;
 use crate::volumes::{self, HostPathCheck, Sources};
 
 /// How often the runtime is relisted (upstream's relist period).
@@ -86,6 +87,19 @@ pub struct Kubelet {
     started: Instant,
     /// syncFrequency: how often a pod is synced with nothing to wake it.
     resync: Duration,
+    /// staticPodPath and fileCheckFrequency: where static pod manifests are read, how often.
+    static_pods: Option<(PathBuf, Duration)>,
+    /// The mirror pods the API holds for this node's static pods, by `namespace/name`.
+    mirrors: Mutex<HashMap<String, Pod>>,
+    /// When each static pod was first seen (its `kubernetes.io/config.seen`), by UID.
+    static_seen: Mutex<HashMap<String, String>>,
+    /// The Node's UID, the mirror pods' owner, once read.
+    node_uid: Mutex<Option<String>>,
+    /// Every Service, for the pods' Service environment variables (upstream's service lister),
+    /// and its writer until [`run`] starts the reflector; whether it has listed once.
+    services: reflector::Store<Service>,
+    services_writer: Mutex<Option<reflector::store::Writer<Service>>>,
+    services_synced: std::sync::atomic::AtomicBool,
 }
 
 impl std::fmt::Debug for Kubelet {
@@ -105,6 +119,7 @@ impl Kubelet {
         runtime_name: String,
     ) -> Kubelet {
         let (wake, woken) = mpsc::unbounded_channel();
+        let (services, services_writer) = reflector::store();
         Kubelet {
             recorder: Recorder::new(client.clone(), node_name.clone()),
             node_name,
@@ -123,7 +138,22 @@ impl Kubelet {
             woken: Mutex::new(Some(woken)),
             started: Instant::now(),
             resync: RESYNC,
+            static_pods: None,
+            mirrors: Mutex::new(HashMap::new()),
+            static_seen: Mutex::new(HashMap::new()),
+            node_uid: Mutex::new(None),
+            services,
+            services_writer: Mutex::new(Some(services_writer)),
+            services_synced: std::sync::atomic::AtomicBool::new(false),
         }
+    }
+
+    /// The kubelet with the static pods of `path` (a directory of manifests or one file), read
+    /// every `every` (staticPodPath, fileCheckFrequency).
+    #[must_use]
+    pub fn with_static_pods(mut self, path: PathBuf, every: Duration) -> Kubelet {
+        self.static_pods = Some((path, every));
+        self
     }
 
     /// The kubelet with pods synced every `every` when nothing wakes them (syncFrequency).
@@ -131,6 +161,16 @@ impl Kubelet {
     pub fn with_sync_frequency(mut self, every: Duration) -> Kubelet {
         self.resync = every;
         self
+    }
+
+    /// What the downward API reads of `pod` on this node.
+    fn facts(&self, pod: &Pod, pod_ips: Vec<String>) -> PodFacts {
+        PodFacts {
+            host_ips: self.host_ips.clone(),
+            pod_ips,
+            allocatable: self.env.allocatable.clone(),
+            static_pod: is_static(pod),
+        }
     }
 
     fn pod_dir(&self, uid: &str) -> PathBuf {
@@ -231,6 +271,21 @@ impl Kubelet {
         }
         (view, status.pod_ip.clone().unwrap_or_default())
     }
+}
+
+/// `namespace/name`, how a static pod finds its mirror.
+fn full_name(pod: &Pod) -> String {
+    format!(
+        "{}/{}",
+        pod.metadata.namespace.as_deref().unwrap_or("default"),
+        pod.metadata.name.as_deref().unwrap_or_default()
+    )
+}
+
+/// Whether `pod` came from a manifest file (a static pod).
+fn is_static(pod: &Pod) -> bool {
+    let annotations = pod.metadata.annotations.as_ref();
+    annotations.and_then(|a| a.get(static_pods::CONFIG_SOURCE)).is_some_and(|s| s == "file")
 }
 
 fn pod_name(pod: &Pod) -> String {
@@ -440,7 +495,13 @@ impl Kubelet {
 
     /// The mounts of `container`: its volumeMounts onto the volumes set up (`volumes`), and the
     /// termination message file.
-    fn mounts(&self, pod: &Pod, container: &Container, volumes: &SetUp) -> Result<Vec<cri::Mount>, String> {
+    fn mounts(
+        &self,
+        pod: &Pod,
+        container: &Container,
+        volumes: &SetUp,
+        pod_ips: &[String],
+    ) -> Result<Vec<cri::Mount>, String> {
         let uid = pod.metadata.uid.as_deref().unwrap_or_default();
         let mut mounts = Vec::new();
         for mount in container.volume_mounts.iter().flatten() {
@@ -465,6 +526,29 @@ impl Kubelet {
                 container_path: mount.mount_path.clone(),
                 host_path: host.display().to_string(),
                 readonly: mount.read_only.unwrap_or(false) || *read_only,
+                ..cri::Mount::default()
+            });
+        }
+        // The pod's /etc/hosts, unless the container mounts its own (upstream's makeHostsMount).
+        let host_network = pod.spec.as_ref().and_then(|s| s.host_network).unwrap_or(false);
+        let own_hosts = container.volume_mounts.iter().flatten().any(|m| m.mount_path == "/etc/hosts");
+        if (!pod_ips.is_empty() || host_network) && !own_hosts {
+            let node_hosts = match host_network {
+                true => {
+                    std::fs::read_to_string("/etc/hosts").map_err(|e| format!("reading /etc/hosts: {e}"))?
+                }
+                false => String::new(),
+            };
+            let file = self.pod_dir(uid).join("etc-hosts");
+            std::fs::create_dir_all(self.pod_dir(uid))
+                .map_err(|e| format!("creating the pod's directory: {e}"))?;
+            std::fs::write(&file, pod_config::hosts_file(pod, pod_ips, &self.env, &node_hosts))
+                .map_err(|e| format!("writing {}: {e}", file.display()))?;
+            std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o644))
+                .map_err(|e| e.to_string())?;
+            mounts.push(cri::Mount {
+                container_path: "/etc/hosts".into(),
+                host_path: file.display().to_string(),
                 ..cri::Mount::default()
             });
         }
@@ -499,6 +583,12 @@ impl Kubelet {
         for name in secrets {
             let found = secret_api.get_opt(&name).await.map_err(|e| format!("secret {name:?}: {e}"))?;
             sources.secrets.insert(name, found);
+        }
+        if self.services_synced.load(std::sync::atomic::Ordering::Acquire) {
+            let links = pod.spec.as_ref().and_then(|s| s.enable_service_links).unwrap_or(true);
+            let services = self.services.state();
+            sources.service_env =
+                Some(pod_config::service_environment(services.iter().map(AsRef::as_ref), namespace, links));
         }
         let uid = pod.metadata.uid.clone().unwrap_or_default();
         let account = pod
@@ -558,7 +648,7 @@ impl Kubelet {
     /// is the FailedMount event's message.
     fn set_up_volumes(&self, pod: &Pod, sources: &Sources) -> Result<SetUp, String> {
         let uid = pod.metadata.uid.as_deref().unwrap_or_default();
-        let facts = PodFacts { host_ips: self.host_ips.clone(), pod_ips: Vec::new() };
+        let facts = self.facts(pod, Vec::new());
         let mut set_up = SetUp::new();
         for volume in pod.spec.as_ref().and_then(|s| s.volumes.as_ref()).into_iter().flatten() {
             let failed = |message: String| {
@@ -656,22 +746,25 @@ impl Kubelet {
                 ));
             }
         }
+        let mut steps = Steps::new();
         let image_ref = self.ensure_image(pod, container).await?;
+        steps.done("image");
         let failed = |reason: &str, message: String| {
             self.recorder.pod_event(pod, path.clone(), Kind::Warning, "Failed", format!("Error: {message}"));
             Err((reason.to_owned(), message))
         };
-        let facts = PodFacts { host_ips: self.host_ips.clone(), pod_ips: pod_ips.to_vec() };
+        let facts = self.facts(pod, pod_ips.to_vec());
         let env = match pod_config::environment(pod, container, &facts, sources) {
             Ok(env) => env,
             Err(message) => return failed("CreateContainerConfigError", message),
         };
-        let mounts = match self.mounts(pod, container, volumes) {
+        let mounts = match self.mounts(pod, container, volumes, pod_ips) {
             Ok(mounts) => mounts,
             Err(message) => return failed("CreateContainerConfigError", message),
         };
         let restart_count = u32::try_from(restart_count).unwrap_or(0);
         let config = pod_config::container_config(pod, container, restart_count, &image_ref, env, mounts);
+        steps.done("config");
         let mut cri = self.cri.clone();
         let created = cri
             .runtime
@@ -685,6 +778,7 @@ impl Kubelet {
             Ok(created) => created.into_inner().container_id,
             Err(status) => return failed("CreateContainerError", rpc_message(&status)),
         };
+        steps.done("create");
         self.recorder.pod_event(
             pod,
             path.clone(),
@@ -697,6 +791,8 @@ impl Kubelet {
         {
             return failed("RunContainerError", rpc_message(&status));
         }
+        steps.done("start");
+        tracing::debug!(pod = %pod_name(pod), container = %container.name, %steps, "started a container");
         self.recorder.pod_event(
             pod,
             path.clone(),
@@ -867,8 +963,82 @@ impl Kubelet {
         Ok(())
     }
 
+    /// The mirror pod of the static pod `pod`, as the API last gave it.
+    fn mirror_of(&self, pod: &Pod) -> Option<Pod> {
+        self.mirrors.lock().unwrap_or_else(std::sync::PoisonError::into_inner).get(&full_name(pod)).cloned()
+    }
+
+    /// The Node's UID, read once it is registered.
+    async fn node_uid(&self) -> Option<String> {
+        let known = self.node_uid.lock().unwrap_or_else(std::sync::PoisonError::into_inner).clone();
+        if known.is_some() {
+            return known;
+        }
+        let nodes: Api<k8s_openapi::api::core::v1::Node> = Api::all(self.client.clone());
+        let uid = nodes.get_opt(&self.node_name).await.ok().flatten()?.metadata.uid?;
+        *self.node_uid.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = Some(uid.clone());
+        Some(uid)
+    }
+
+    /// Deletes the mirror pod `mirror` (grace 0, its uid as precondition); whether it went.
+    async fn delete_mirror(&self, mirror: &Pod) -> bool {
+        let namespace = mirror.metadata.namespace.as_deref().unwrap_or("default");
+        let pods: Api<Pod> = Api::namespaced(self.client.clone(), namespace);
+        let params = DeleteParams {
+            grace_period_seconds: Some(0),
+            preconditions: Some(Preconditions { uid: mirror.metadata.uid.clone(), resource_version: None }),
+            ..DeleteParams::default()
+        };
+        match pods.delete(mirror.metadata.name.as_deref().unwrap_or_default(), &params).await {
+            Ok(_) => {
+                self.mirrors
+                    .lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner)
+                    .remove(&full_name(mirror));
+                true
+            }
+            Err(kube::Error::Api(status)) if status.code == 404 || status.code == 409 => false,
+            Err(error) => {
+                tracing::warn!(pod = %full_name(mirror), %error, "failed deleting a mirror pod");
+                false
+            }
+        }
+    }
+
+    /// Keeps the static pod `pod` mirrored in the API (upstream's SyncPod): a mirror being deleted
+    /// or mirroring another version of the manifest is deleted, and a missing one created, owned
+    /// by the Node.
+    async fn ensure_mirror(&self, pod: &Pod) {
+        let mut missing = true;
+        if let Some(mirror) = self.mirror_of(pod) {
+            missing = false;
+            if mirror.metadata.deletion_timestamp.is_some() || !static_pods::is_mirror_of(&mirror, pod) {
+                tracing::info!(pod = %pod_name(pod), "deleting a mirror pod that does not mirror its static pod");
+                missing = self.delete_mirror(&mirror).await;
+            }
+        }
+        if !missing {
+            return;
+        }
+        let Some(node_uid) = self.node_uid().await else {
+            tracing::info!(pod = %pod_name(pod), "no mirror pod yet: the Node is not registered");
+            return;
+        };
+        let namespace = pod.metadata.namespace.as_deref().unwrap_or("default");
+        let pods: Api<Pod> = Api::namespaced(self.client.clone(), namespace);
+        match pods.create(&PostParams::default(), &static_pods::mirror(pod, &node_uid)).await {
+            Ok(created) => {
+                let mut mirrors = self.mirrors.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+                mirrors.insert(full_name(&created), created);
+            }
+            Err(kube::Error::Api(status)) if status.code == 409 => {}
+            Err(error) => tracing::warn!(pod = %pod_name(pod), %error, "failed creating a mirror pod"),
+        }
+    }
+
     /// Patches the pod's status when it differs from what the API holds (upstream's status
-    /// manager); the uid in the patch makes it fail for another pod of the same name.
+    /// manager); the uid in the patch makes it fail for another pod of the same name. A static
+    /// pod's status goes to its mirror (none yet: not written).
     async fn write_status(&self, pod: &Pod, runtime: &PodRuntime, reasons: &Reasons, terminal: bool) {
         let now = Timestamp::from_second(Timestamp::now().as_second()).unwrap_or_else(|_| Timestamp::now());
         let uid = pod.metadata.uid.clone().unwrap_or_default();
@@ -887,7 +1057,19 @@ impl Kubelet {
         // their transition times.
         let written =
             self.statuses.lock().unwrap_or_else(std::sync::PoisonError::into_inner).get(&uid).cloned();
+        // What the API holds of the pod: itself, or a static pod's mirror.
+        let in_api = match is_static(pod) {
+            true => match self.mirror_of(pod) {
+                Some(mirror) => mirror,
+                None => {
+                    tracing::debug!(pod = %pod_name(pod), "static pod has no mirror pod yet; status not written");
+                    return;
+                }
+            },
+            false => pod.clone(),
+        };
         let mut base = pod.clone();
+        base.status.clone_from(&in_api.status);
         if let Some(written) = written {
             let status = base.status.get_or_insert_with(Default::default);
             let mut conditions = status.conditions.take().unwrap_or_default();
@@ -906,7 +1088,7 @@ impl Kubelet {
             status.start_time = written.start_time.or(status.start_time.take());
         }
         let status = pod_status::status(&base, &inputs);
-        let current = serde_json::to_value(&pod.status).unwrap_or_default();
+        let current = serde_json::to_value(&in_api.status).unwrap_or_default();
         let wanted = serde_json::to_value(&status).unwrap_or_default();
         if current == wanted {
             // What the API holds is what this kubelet would write: its probe workers read it.
@@ -915,7 +1097,7 @@ impl Kubelet {
         }
         let namespace = pod.metadata.namespace.as_deref().unwrap_or("default");
         let pods: Api<Pod> = Api::namespaced(self.client.clone(), namespace);
-        let patch = serde_json::json!({"metadata": {"uid": pod.metadata.uid}, "status": wanted});
+        let patch = serde_json::json!({"metadata": {"uid": in_api.metadata.uid}, "status": wanted});
         let name = pod.metadata.name.as_deref().unwrap_or_default();
         match pods.patch_status(name, &PatchParams::default(), &Patch::Strategic(&patch)).await {
             Ok(_) => {
@@ -940,8 +1122,13 @@ impl Kubelet {
     /// One sync of a pod that is to run (upstream's SyncPod).
     async fn sync_pod(&self, pod: &Pod) -> Result<Synced, String> {
         let uid = pod.metadata.uid.as_deref().unwrap_or_default();
+        if is_static(pod) {
+            self.ensure_mirror(pod).await;
+        }
         let mut cri = self.cri.clone();
+        let mut steps = Steps::new();
         let runtime = cri.pod(uid).await.map_err(|s| rpc_message(&s))?;
+        steps.done("runtime");
         let grace = pod.spec.as_ref().and_then(|s| s.termination_grace_period_seconds).unwrap_or(30);
         // Past its activeDeadlineSeconds, or already in a terminal phase, a pod runs nothing
         // again: its containers are stopped and its status written terminal (upstream's
@@ -992,9 +1179,13 @@ impl Kubelet {
         // Volumes before anything starts (upstream's WaitForAttachAndMount), and again on every
         // sync so that changed ConfigMaps, Secrets and tokens reach the running pod.
         let set_up = match self.sources(pod).await {
-            Ok(sources) => self.set_up_volumes(pod, &sources).map(|volumes| (sources, volumes)),
+            Ok(sources) => {
+                steps.done("sources");
+                self.set_up_volumes(pod, &sources).map(|volumes| (sources, volumes))
+            }
             Err(message) => Err(message),
         };
+        steps.done("volumes");
         let starting = actions.create_sandbox
             || actions.init_to_start.is_some()
             || !actions.containers_to_start.is_empty();
@@ -1019,7 +1210,10 @@ impl Kubelet {
                 runtime_handler: String::new(),
             };
             match cri.runtime.run_pod_sandbox(request).await {
-                Ok(created) => sandbox_id = created.into_inner().pod_sandbox_id,
+                Ok(created) => {
+                    sandbox_id = created.into_inner().pod_sandbox_id;
+                    steps.done("sandbox");
+                }
                 Err(status) => {
                     let message = format!("Failed to create pod sandbox: {}", rpc_message(&status));
                     self.recorder.pod_event(
@@ -1061,10 +1255,14 @@ impl Kubelet {
                     reasons.insert(container.name.clone(), (reason, message));
                     again = Duration::from_secs(1);
                 }
+                steps.done("container");
             }
         }
         let runtime = cri.pod(uid).await.map_err(|s| rpc_message(&s))?;
+        steps.done("runtime");
         self.write_status(pod, &runtime, &reasons, false).await;
+        steps.done("status");
+        tracing::debug!(pod = %pod_name(pod), steps = %steps, "synced");
         Ok(Synced { again })
     }
 
@@ -1099,7 +1297,50 @@ impl Kubelet {
         let runtime = cri.pod(uid).await.map_err(|s| rpc_message(&s))?;
         let placeholder = Pod::default();
         self.kill_pod(pod.unwrap_or(&placeholder), &runtime, grace).await.map_err(|s| rpc_message(&s))?;
-        self.remove_pod(uid, &runtime).await.map_err(|s| rpc_message(&s))
+        self.remove_pod(uid, &runtime).await.map_err(|s| rpc_message(&s))?;
+        // A static pod whose manifest went takes its mirror with it.
+        if let Some(mirror) = pod.filter(|p| is_static(p)).and_then(|p| self.mirror_of(p)) {
+            self.delete_mirror(&mirror).await;
+        }
+        Ok(())
+    }
+
+    /// The static pods of staticPodPath now, each with its first-seen time.
+    fn scan_static_pods(&self) -> Vec<Pod> {
+        let Some((path, _)) = &self.static_pods else { return Vec::new() };
+        let seen = |uid: &str| {
+            let mut seen = self.static_seen.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+            seen.entry(uid.to_owned()).or_insert_with(|| Timestamp::now().to_string()).clone()
+        };
+        static_pods::scan(path, &self.node_name, &seen)
+    }
+}
+
+/// The time a sync spent in each of its steps, for its debug log (`runtime=2.1ms sources=…`).
+struct Steps {
+    last: Instant,
+    taken: Vec<(&'static str, Duration)>,
+}
+
+impl Steps {
+    fn new() -> Steps {
+        Steps { last: Instant::now(), taken: Vec::new() }
+    }
+
+    fn done(&mut self, step: &'static str) {
+        let now = Instant::now();
+        self.taken.push((step, now - self.last));
+        self.last = now;
+    }
+}
+
+impl std::fmt::Display for Steps {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        for (index, (step, took)) in self.taken.iter().enumerate() {
+            let separator = if index == 0 { "" } else { " " };
+            write!(f, "{separator}{step}={took:.1?}")?;
+        }
+        Ok(())
     }
 }
 
@@ -1324,6 +1565,25 @@ pub async fn run(kubelet: impl Into<Arc<Kubelet>>) {
         tracing::error!("the kubelet's pods are already running");
         return;
     };
+    // Every Service, read into the store the pods' environments come from.
+    let writer = kubelet.services_writer.lock().unwrap_or_else(std::sync::PoisonError::into_inner).take();
+    if let Some(writer) = writer {
+        let services: Api<Service> = Api::all(kubelet.client.clone());
+        let stream = reflector::reflector(writer, watcher::watcher(services, watcher::Config::default()));
+        let synced = kubelet.clone();
+        tokio::spawn(async move {
+            let mut stream = std::pin::pin!(stream.default_backoff());
+            while let Some(event) = stream.next().await {
+                match event {
+                    Ok(watcher::Event::InitDone) => {
+                        synced.services_synced.store(true, std::sync::atomic::Ordering::Release);
+                    }
+                    Err(error) => tracing::warn!(%error, "watching the Services"),
+                    Ok(_) => {}
+                }
+            }
+        });
+    }
     let mut workers: HashMap<String, watch::Sender<Latest>> = HashMap::new();
     let pods: Api<Pod> = Api::all(kubelet.client.clone());
     let config = watcher::Config::default().fields(&format!("spec.nodeName={}", kubelet.node_name));
@@ -1332,6 +1592,12 @@ pub async fn run(kubelet: impl Into<Arc<Kubelet>>) {
     let mut listed = false;
     let mut seen_in_init: Vec<String> = Vec::new();
     let mut fingerprints: BTreeMap<String, Vec<(String, i32)>> = BTreeMap::new();
+    // The static pods now, by UID, and the mirrors the API listed since its last Init.
+    let mut statics: HashMap<String, Pod> = HashMap::new();
+    let mut mirrors_in_init: HashMap<String, Pod> = HashMap::new();
+    let mut static_check = tokio::time::interval(
+        kubelet.static_pods.as_ref().map_or(Duration::from_secs(3600), |(_, every)| *every),
+    );
     let update = |workers: &mut HashMap<String, watch::Sender<Latest>>, uid: String, pod: Latest| {
         {
             let mut known = kubelet.pods.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
@@ -1353,11 +1619,60 @@ pub async fn run(kubelet: impl Into<Arc<Kubelet>>) {
             None => {}
         }
     };
+    // The static pods first: a restarted kubelet must know them before it removes what no pod
+    // owns.
+    let check_static = |workers: &mut HashMap<String, watch::Sender<Latest>>,
+                        statics: &mut HashMap<String, Pod>| {
+        if kubelet.static_pods.is_none() {
+            return;
+        }
+        let now: HashMap<String, Pod> = kubelet
+            .scan_static_pods()
+            .into_iter()
+            .map(|pod| (pod.metadata.uid.clone().unwrap_or_default(), pod))
+            .collect();
+        for (uid, pod) in statics.iter().filter(|(uid, _)| !now.contains_key(*uid)) {
+            tracing::info!(pod = %pod_name(pod), "static pod manifest removed");
+            update(workers, uid.clone(), Latest::Removed(Some(pod.clone())));
+        }
+        for (uid, pod) in &now {
+            if statics.get(uid) != Some(pod) {
+                update(workers, uid.clone(), Latest::Pod(pod.clone()));
+            }
+        }
+        *statics = now;
+    };
+    check_static(&mut workers, &mut statics);
+    // A mirror pod is never run: it is kept for its static pod, whose worker a change wakes.
+    let mirrored =
+        |workers: &HashMap<String, watch::Sender<Latest>>, statics: &HashMap<String, Pod>, mirror: &Pod| {
+            let name = full_name(mirror);
+            if let Some((uid, _)) = statics.iter().find(|(_, pod)| full_name(pod) == name)
+                && let Some(sender) = workers.get(uid)
+            {
+                sender.send_modify(|_| {});
+            }
+        };
     loop {
         tokio::select! {
             event = events.next() => {
                 let Some(event) = event else { return };
                 match event {
+                    Ok(watcher::Event::Apply(pod) | watcher::Event::InitApply(pod)) if static_pods::is_mirror(&pod) => {
+                        mirrors_in_init.insert(full_name(&pod), pod.clone());
+                        let mut mirrors = kubelet.mirrors.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+                        mirrors.insert(full_name(&pod), pod.clone());
+                        drop(mirrors);
+                        mirrored(&workers, &statics, &pod);
+                    }
+                    Ok(watcher::Event::Delete(pod)) if static_pods::is_mirror(&pod) => {
+                        let mut mirrors = kubelet.mirrors.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+                        if mirrors.get(&full_name(&pod)).is_some_and(|m| m.metadata.uid == pod.metadata.uid) {
+                            mirrors.remove(&full_name(&pod));
+                        }
+                        drop(mirrors);
+                        mirrored(&workers, &statics, &pod);
+                    }
                     Ok(watcher::Event::Apply(pod)) => {
                         let uid = pod.metadata.uid.clone().unwrap_or_default();
                         update(&mut workers, uid, Latest::Pod(pod));
@@ -1366,15 +1681,23 @@ pub async fn run(kubelet: impl Into<Arc<Kubelet>>) {
                         let uid = pod.metadata.uid.clone().unwrap_or_default();
                         update(&mut workers, uid, Latest::Removed(Some(pod)));
                     }
-                    Ok(watcher::Event::Init) => seen_in_init.clear(),
+                    Ok(watcher::Event::Init) => {
+                        seen_in_init.clear();
+                        mirrors_in_init.clear();
+                    }
                     Ok(watcher::Event::InitApply(pod)) => {
                         let uid = pod.metadata.uid.clone().unwrap_or_default();
                         seen_in_init.push(uid.clone());
                         update(&mut workers, uid, Latest::Pod(pod));
                     }
                     Ok(watcher::Event::InitDone) => {
-                        let gone: Vec<String> =
-                            workers.keys().filter(|uid| !seen_in_init.contains(uid)).cloned().collect();
+                        *kubelet.mirrors.lock().unwrap_or_else(std::sync::PoisonError::into_inner) =
+                            std::mem::take(&mut mirrors_in_init);
+                        let gone: Vec<String> = workers
+                            .keys()
+                            .filter(|uid| !seen_in_init.contains(uid) && !statics.contains_key(*uid))
+                            .cloned()
+                            .collect();
                         for uid in gone {
                             update(&mut workers, uid, Latest::Removed(None));
                         }
@@ -1388,6 +1711,9 @@ pub async fn run(kubelet: impl Into<Arc<Kubelet>>) {
                         tokio::time::sleep(Duration::from_secs(1)).await;
                     }
                 }
+            }
+            _ = static_check.tick(), if kubelet.static_pods.is_some() => {
+                check_static(&mut workers, &mut statics);
             }
             Some(uid) = woken.recv() => {
                 if let Some(sender) = workers.get(&uid) {

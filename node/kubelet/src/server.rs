@@ -22,6 +22,7 @@ use hyper_util::rt::{TokioExecutor, TokioIo};
 use k8s_cri::v1 as cri;
 use k8s_openapi::api::authentication::v1::{TokenReview, TokenReviewSpec};
 use k8s_openapi::api::authorization::v1::{ResourceAttributes, SubjectAccessReview, SubjectAccessReviewSpec};
+use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::jiff::Timestamp;
 use kube::Api;
 use kube::api::PostParams;
@@ -403,7 +404,8 @@ impl Server {
         }
         let query = request.uri().query().unwrap_or_default().to_owned();
         let segments: Vec<&str> = path.trim_start_matches('/').split('/').collect();
-        match (request.method(), segments.as_slice()) {
+        let method = request.method().clone();
+        match (&method, segments.as_slice()) {
             (&hyper::Method::GET, ["healthz", ..]) => text(StatusCode::OK, "ok"),
             (&hyper::Method::GET, ["pods"] | ["pods", ""]) => self.pods(),
             (&hyper::Method::GET, ["containerLogs", namespace, pod, container]) => {
@@ -412,7 +414,177 @@ impl Server {
             (&hyper::Method::GET, ["containerLogs", ..]) => {
                 text(StatusCode::BAD_REQUEST, r#"{"message": "Missing container name."}"#)
             }
+            (
+                &hyper::Method::GET | &hyper::Method::POST,
+                [kind @ ("exec" | "attach"), namespace, pod, rest @ ..],
+            ) if matches!(rest.len(), 1 | 2) => {
+                let (uid, container) = match rest {
+                    [uid, container] => (Some(*uid), *container),
+                    _ => (None, rest[0]),
+                };
+                let (kind, namespace, pod, container) =
+                    ((*kind).to_owned(), (*namespace).to_owned(), (*pod).to_owned(), container.to_owned());
+                self.stream(request, &kind, &namespace, &pod, uid.map(str::to_owned), &container, &query)
+                    .await
+            }
+            (&hyper::Method::GET | &hyper::Method::POST, ["portForward", namespace, pod, rest @ ..])
+                if rest.len() <= 1 =>
+            {
+                let (namespace, pod, uid) =
+                    ((*namespace).to_owned(), (*pod).to_owned(), rest.first().map(|u| (*u).to_owned()));
+                self.port_forward(request, &namespace, &pod, uid, &query).await
+            }
+            (&hyper::Method::POST, ["run", namespace, pod, rest @ ..]) if matches!(rest.len(), 1 | 2) => {
+                let container = rest[rest.len() - 1];
+                let uid = (rest.len() == 2).then(|| rest[0]);
+                self.run(namespace, pod, uid, container, &query).await
+            }
             _ => text(StatusCode::NOT_FOUND, "404 page not found"),
+        }
+    }
+
+    /// The pod `namespace/name` (of `uid` when given) and what the runtime holds of it;
+    /// upstream's 404 "pod does not exist".
+    async fn runtime_pod(
+        &self,
+        namespace: &str,
+        name: &str,
+        uid: Option<&str>,
+    ) -> Result<(Pod, crate::pod_runtime::PodRuntime), Response<Body>> {
+        let pod = self
+            .kubelet
+            .pod_by_name(namespace, name)
+            .filter(|p| uid.is_none_or(|uid| p.metadata.uid.as_deref() == Some(uid)));
+        let Some(pod) = pod else { return Err(text(StatusCode::NOT_FOUND, "pod does not exist")) };
+        let mut cri = self.kubelet.cri.clone();
+        match cri.pod(pod.metadata.uid.as_deref().unwrap_or_default()).await {
+            Ok(runtime) => Ok((pod, runtime)),
+            Err(status) => Err(text(StatusCode::INTERNAL_SERVER_ERROR, status.message().to_owned())),
+        }
+    }
+
+    /// The running container `name` of a pod's runtime; upstream's findContainer error (500).
+    fn running_container(
+        runtime: &crate::pod_runtime::PodRuntime,
+        name: &str,
+    ) -> Result<String, Box<Response<Body>>> {
+        runtime.running().find(|c| c.name == name).map(|c| c.id.clone()).ok_or_else(|| {
+            Box::new(text(StatusCode::INTERNAL_SERVER_ERROR, format!("container not found ({name:?})")))
+        })
+    }
+
+    /// `/exec` and `/attach`: CRI Exec or Attach, then the client's upgrade proxied to the
+    /// runtime's stream.
+    #[expect(clippy::too_many_arguments, reason = "one request's route parameters")]
+    async fn stream(
+        &self,
+        request: Request<Incoming>,
+        kind: &str,
+        namespace: &str,
+        pod: &str,
+        uid: Option<String>,
+        container: &str,
+        query: &str,
+    ) -> Response<Body> {
+        let options = match crate::streaming::stream_options(query) {
+            Ok(options) => options,
+            Err(message) => return text(StatusCode::BAD_REQUEST, message),
+        };
+        let (_, runtime) = match self.runtime_pod(namespace, pod, uid.as_deref()).await {
+            Ok(found) => found,
+            Err(refused) => return refused,
+        };
+        let id = match Self::running_container(&runtime, container) {
+            Ok(id) => id,
+            Err(refused) => return *refused,
+        };
+        let mut cri = self.kubelet.cri.clone();
+        let url = if kind == "exec" {
+            let exec = cri::ExecRequest {
+                container_id: id,
+                cmd: options.command,
+                tty: options.tty,
+                stdin: options.stdin,
+                stdout: options.stdout,
+                stderr: options.stderr,
+            };
+            cri.runtime.exec(exec).await.map(|r| r.into_inner().url)
+        } else {
+            let attach = cri::AttachRequest {
+                container_id: id,
+                stdin: options.stdin,
+                tty: options.tty,
+                stdout: options.stdout,
+                stderr: options.stderr,
+            };
+            cri.runtime.attach(attach).await.map(|r| r.into_inner().url)
+        };
+        match url {
+            Ok(url) => crate::streaming::proxy_upgrade(request, &url).await,
+            Err(status) => cri_refusal(&status),
+        }
+    }
+
+    /// `/portForward`: CRI PortForward on the pod's sandbox, then the upgrade proxied.
+    async fn port_forward(
+        &self,
+        request: Request<Incoming>,
+        namespace: &str,
+        pod: &str,
+        uid: Option<String>,
+        query: &str,
+    ) -> Response<Body> {
+        let ports = match crate::streaming::forwarded_ports(query) {
+            Ok(ports) => ports,
+            Err(message) => return text(StatusCode::BAD_REQUEST, message),
+        };
+        let (_, runtime) = match self.runtime_pod(namespace, pod, uid.as_deref()).await {
+            Ok(found) => found,
+            Err(refused) => return refused,
+        };
+        let Some(sandbox) = runtime.sandboxes.first() else {
+            return text(StatusCode::INTERNAL_SERVER_ERROR, format!("pod not found ({pod:?})"));
+        };
+        let mut cri = self.kubelet.cri.clone();
+        let forward = cri::PortForwardRequest { pod_sandbox_id: sandbox.id.clone(), port: ports };
+        match cri.runtime.port_forward(forward).await {
+            Ok(answer) => crate::streaming::proxy_upgrade(request, &answer.into_inner().url).await,
+            Err(status) => cri_refusal(&status),
+        }
+    }
+
+    /// `/run`: the command of the `cmd` query (split at spaces, as upstream) run through
+    /// ExecSync; its output, or the error.
+    async fn run(
+        &self,
+        namespace: &str,
+        pod: &str,
+        uid: Option<&str>,
+        container: &str,
+        query: &str,
+    ) -> Response<Body> {
+        let command: Vec<String> = form_urlencoded::parse(query.as_bytes())
+            .filter(|(key, _)| key == "cmd")
+            .flat_map(|(_, value)| value.split_whitespace().map(str::to_owned).collect::<Vec<_>>())
+            .collect();
+        let (_, runtime) = match self.runtime_pod(namespace, pod, uid).await {
+            Ok(found) => found,
+            Err(refused) => return refused,
+        };
+        let id = match Self::running_container(&runtime, container) {
+            Ok(id) => id,
+            Err(refused) => return *refused,
+        };
+        let mut cri = self.kubelet.cri.clone();
+        let request = cri::ExecSyncRequest { container_id: id, cmd: command, timeout: 0 };
+        match cri.runtime.exec_sync(request).await {
+            Ok(answer) => {
+                let answer = answer.into_inner();
+                let mut output = answer.stdout;
+                output.extend(answer.stderr);
+                text(StatusCode::OK, output)
+            }
+            Err(status) => cri_refusal(&status),
         }
     }
 
@@ -651,9 +823,20 @@ pub async fn serve(kubelet: Arc<Kubelet>, flags: ServerConfigFlags) -> anyhow::R
                 async move { Ok::<_, Infallible>(server.handle(request, peer).await) }
             });
             let builder = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new());
-            let _ = builder.serve_connection(TokioIo::new(stream), service).await;
+            let _ = builder.serve_connection_with_upgrades(TokioIo::new(stream), service).await;
         });
     }
+}
+
+/// A runtime's refusal as upstream's streaming.WriteError answers it: NotFound 404, ResourceExhausted
+/// 429, anything else 500, the error's text as the body.
+fn cri_refusal(status: &tonic::Status) -> Response<Body> {
+    let code = match status.code() {
+        tonic::Code::NotFound => StatusCode::NOT_FOUND,
+        tonic::Code::ResourceExhausted => StatusCode::TOO_MANY_REQUESTS,
+        _ => StatusCode::INTERNAL_SERVER_ERROR,
+    };
+    text(code, format!("rpc error: code = {:?} desc = {}", status.code(), status.message()))
 }
 
 /// Serves upstream's plain-HTTP healthz endpoint (healthzBindAddress:healthzPort): `ok` on

@@ -22,6 +22,9 @@ pub struct Sources {
     pub config_maps: BTreeMap<String, Option<ConfigMap>>,
     pub secrets: BTreeMap<String, Option<Secret>>,
     pub tokens: BTreeMap<String, String>,
+    /// The Service environment variables of the pod ([`crate::pod_config::service_environment`]);
+    /// none until the kubelet has read the Services once (a static pod needs none).
+    pub service_env: Option<BTreeMap<String, String>>,
 }
 
 impl Sources {
@@ -325,6 +328,7 @@ mod tests {
             ]),
             secrets: BTreeMap::from([("db".to_owned(), Some(secret))]),
             tokens: BTreeMap::from([("/3607".to_owned(), "jwt".to_owned())]),
+            service_env: None,
         }
     }
 

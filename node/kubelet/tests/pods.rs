@@ -30,7 +30,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail, ensure};
-use k8s_openapi::api::core::v1::{ConfigMap, Event, Node, Pod, Secret, ServiceAccount};
+use k8s_openapi::api::core::v1::{ConfigMap, Event, Node, Pod, Secret, Service, ServiceAccount};
 use keel_apiserver::kubelet_client::KubeletClientConfig;
 use keel_kubelet::agent::{Agent, Timings};
 use keel_kubelet::machine::MachineInfo;
@@ -209,6 +209,7 @@ async fn kubelet(n1: &kube::Client, endpoint: &str, root: &Path, logs: &Path) ->
         host_resolv: Resolv::default(),
         pod_logs_dir: logs.display().to_string(),
         node_name: "n1".into(),
+        allocatable: Default::default(),
     };
     let kubelet = Kubelet::new(
         n1.clone(),
@@ -218,7 +219,8 @@ async fn kubelet(n1: &kube::Client, endpoint: &str, root: &Path, logs: &Path) ->
         env,
         cri,
         runtime_name.clone(),
-    );
+    )
+    .with_static_pods(root.join("manifests"), Duration::from_secs(1));
     (kubelet, runtime_name)
 }
 
@@ -230,6 +232,8 @@ struct Side {
     root: PathBuf,
     /// The mount table the kubelet mounts the pods' volumes in.
     mountinfo: PathBuf,
+    /// The kubelet's staticPodPath.
+    manifests: PathBuf,
 }
 
 /// The upstream kubelet v1.34 in place of keel-kubelet: the node it runs on and the mount
@@ -251,6 +255,7 @@ async fn scenario(
     let root = tempfile::Builder::new().prefix("keel-kubelet-root-").tempdir()?;
     let logs = tempfile::Builder::new().prefix("keel-kubelet-logs-").tempdir()?;
     let endpoint = format!("unix://{}", socket.display());
+    std::fs::create_dir(root.path().join("manifests"))?;
     let mut tasks = Vec::new();
     // Declared after `root`: the kubelet stops before its directory goes.
     let mut daemon = None;
@@ -286,6 +291,7 @@ async fn scenario(
                 node_ip: "127.0.0.1".into(),
                 root: root.path().to_owned(),
                 mountinfo: "/proc/self/mountinfo".into(),
+                manifests: root.path().join("manifests"),
             }
         }
         Some(upstream) => {
@@ -298,8 +304,10 @@ async fn scenario(
                 "authentication": {"x509": {"clientCAFile": clients.file("ca.crt")},
                                    "webhook": {"enabled": true}, "anonymous": {"enabled": false}},
                 "authorization": {"mode": "Webhook"},
-                "podLogsDirectory": logs.path(),
+                "podLogsDir": logs.path(),
                 "nodeStatusUpdateFrequency": "1s",
+                "staticPodPath": root.path().join("manifests"),
+                "fileCheckFrequency": "1s",
             });
             let kubelet = UpstreamKubelet {
                 node_name: "n1",
@@ -314,6 +322,7 @@ async fn scenario(
                 node_ip: upstream.node.host().address().to_string(),
                 root: kubelet_root,
                 mountinfo: upstream.mount_ns.mountinfo(),
+                manifests: root.path().join("manifests"),
             }
         }
     };
@@ -322,7 +331,13 @@ async fn scenario(
         outcome = container_logs(&admin, &server.admin_kubeconfig, &clients).await;
     }
     if outcome.is_ok() {
+        outcome = streams(&admin, &server.admin_kubeconfig).await;
+    }
+    if outcome.is_ok() {
         outcome = probes_and_hooks(&admin, &socket, hooks, daemon.is_some()).await;
+    }
+    if outcome.is_ok() {
+        outcome = static_pods(&admin, &socket, &side).await;
     }
     for task in tasks {
         task.abort();
@@ -343,6 +358,12 @@ async fn pods_on_node(admin: &kube::Client, socket: &Path, side: &Side, runtime_
     })
     .await?;
 
+    // A Service of the namespace, whose variables web's environment gets.
+    let services: Api<Service> = Api::namespaced(admin.clone(), "default");
+    let redis: Service = serde_json::from_value(json!({"metadata": {"name": "redis-master"},
+        "spec": {"ports": [{"name": "redis", "port": 6379}, {"name": "metrics", "port": 9121, "protocol": "UDP"}]}}))?;
+    let redis = services.create(&PostParams::default(), &redis).await?;
+    let redis_ip = redis.spec.and_then(|s| s.cluster_ip).unwrap_or_default();
     let pods: Api<Pod> = Api::namespaced(admin.clone(), "default");
     let image = format!("{PAUSE_REGISTRY}/keel/busybox:1.0");
     let created = [
@@ -353,6 +374,7 @@ async fn pods_on_node(admin: &kube::Client, socket: &Path, side: &Side, runtime_
                 "containers": [{"name": "web", "image": image,
                     "command": ["sh", "-c", concat!(
                         "hostname > /data/hostname; cat /etc/db/pw > /data/pw; cat /etc/settings/mode > /data/mode; ",
+                        "cat /etc/hosts > /data/hosts; ",
                         "cp /var/run/secrets/kubernetes.io/serviceaccount/namespace /data/namespace; ",
                         "test -s /var/run/secrets/kubernetes.io/serviceaccount/token && echo yes > /data/token; ",
                         "touch /etc/db/pw 2>/dev/null || echo read-only > /data/secret-mount; ",
@@ -444,10 +466,28 @@ async fn pods_on_node(admin: &kube::Client, socket: &Path, side: &Side, runtime_
     );
     let hostname = std::fs::read_to_string(env_file.with_file_name("hostname"))?;
     ensure!(hostname.trim() == "web", "the pod's hostname: {hostname:?}");
+    // The kubelet's /etc/hosts: the pod's IP under its hostname.
+    let hosts = std::fs::read_to_string(env_file.with_file_name("hosts"))?;
+    ensure!(
+        hosts.starts_with("# Kubernetes-managed hosts file.\n127.0.0.1\tlocalhost\n")
+            && hosts.lines().any(|l| l == format!("{}\tweb", status.pod_ip.as_deref().unwrap_or_default())),
+        "web's /etc/hosts:\n{hosts}"
+    );
     ensure!(
         env.lines().any(|l| l == "APP_mode=fast") && env.lines().any(|l| l == "PASSWORD=s3cret"),
         "{env}"
     );
+    // The Service variables: the namespace's Services and the master one.
+    for line in [
+        format!("REDIS_MASTER_SERVICE_HOST={redis_ip}"),
+        "REDIS_MASTER_SERVICE_PORT_METRICS=9121".to_owned(),
+        format!("REDIS_MASTER_PORT=tcp://{redis_ip}:6379"),
+        format!("REDIS_MASTER_PORT_9121_UDP=udp://{redis_ip}:9121"),
+        "KUBERNETES_SERVICE_PORT_HTTPS=443".to_owned(),
+        "KUBERNETES_PORT_443_TCP_PROTO=tcp".to_owned(),
+    ] {
+        ensure!(env.lines().any(|l| l == line), "no {line} in web's environment:\n{env}");
+    }
     for (file, expected) in [
         ("pw", "s3cret"),
         ("mode", "fast"),
@@ -972,6 +1012,238 @@ fn upstream_kubelet_runs_pods_through_keel_shim() -> Result<()> {
     let mount_ns = MountNs::new(&kubelet_overlays())?;
     let shim = bed.node.start_shim(&keel_shim_binary()?, Some(mount_ns.fd().clone()))?;
     run(&bed, &shim, false, Some(&mount_ns))
+}
+
+/// kubectl exec, attach and port-forward through the API server to the kubelet and its runtime,
+/// unmodified: kubectl 1.33 (websocket, falling back to SPDY) and 1.27 (SPDY); output, stdin,
+/// the command's exit code, a forwarded port's HTTP answer, an attached container's output.
+async fn streams(admin: &kube::Client, kubeconfig: &str) -> Result<()> {
+    let pods: Api<Pod> = Api::namespaced(admin.clone(), "default");
+    let image = format!("{PAUSE_REGISTRY}/keel/busybox:1.0");
+    let shell = pod(
+        "shell",
+        json!({"terminationGracePeriodSeconds": 1, "containers": [
+            {"name": "web", "image": image, "command": ["sh", "-c",
+                "mkdir -p /www && echo hi > /www/index.html && exec httpd -f -p 8080 -h /www"]},
+            {"name": "ticker", "image": image, "command": ["sh", "-c",
+                "trap 'exit 0' TERM; while true; do echo tick; sleep 0.2; done"]}]}),
+    )?;
+    pods.create(&PostParams::default(), &shell).await?;
+    wait_for("shell Ready", async || {
+        let pod = pods.get("shell").await?;
+        let conditions = pod.status.and_then(|s| s.conditions).unwrap_or_default();
+        Ok(conditions.iter().any(|c| c.type_ == "Ready" && c.status == "True").then_some(()))
+    })
+    .await?;
+    let file = tempfile::NamedTempFile::new()?;
+    std::fs::write(file.path(), kubeconfig)?;
+    let run = async |kubectl: &keel_testbed::kubectl::Kubectl,
+                     args: &[&str],
+                     stdin: &[u8]|
+           -> Result<std::process::Output> {
+        use tokio::io::AsyncWriteExt;
+        let mut command = tokio::process::Command::from(kubectl.command());
+        command.arg("--kubeconfig").arg(file.path()).args(args);
+        command
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped());
+        let mut child = command.spawn()?;
+        if let Some(mut input) = child.stdin.take() {
+            input.write_all(stdin).await?;
+        }
+        Ok(tokio::time::timeout(Duration::from_secs(60), child.wait_with_output()).await??)
+    };
+    for kubectl in [keel_testbed::kubectl::newest()?, keel_testbed::kubectl::minor(27)?] {
+        let out = run(&kubectl, &["exec", "shell", "-c", "web", "--", "cat", "/www/index.html"], b"").await?;
+        ensure!(out.status.success() && out.stdout == b"hi\n", "kubectl {kubectl:?} exec: {out:?}");
+        let out = run(
+            &kubectl,
+            &["exec", "-i", "shell", "-c", "web", "--", "sh", "-c", "read x; echo got $x"],
+            b"hello\n",
+        )
+        .await?;
+        ensure!(out.status.success() && out.stdout == b"got hello\n", "kubectl {kubectl:?} exec -i: {out:?}");
+        let out =
+            run(&kubectl, &["exec", "shell", "-c", "web", "--", "sh", "-c", "echo oops >&2; exit 3"], b"")
+                .await?;
+        ensure!(
+            out.status.code() == Some(3) && String::from_utf8_lossy(&out.stderr).contains("oops"),
+            "kubectl {kubectl:?} exec exit 3: {out:?}"
+        );
+    }
+    // A container to name is asked for, in upstream's words.
+    let kubectl = keel_testbed::kubectl::newest()?;
+    let out = run(&kubectl, &["exec", "shell", "-c", "nope", "--", "true"], b"").await?;
+    ensure!(
+        String::from_utf8_lossy(&out.stderr).contains("container nope is not valid for pod shell"),
+        "exec in a missing container: {out:?}"
+    );
+    // attach: the ticker's output, until kubectl is stopped.
+    let mut attach = tokio::process::Command::from(kubectl.command());
+    attach.arg("--kubeconfig").arg(file.path()).args(["attach", "shell", "-c", "ticker"]);
+    attach.stdout(std::process::Stdio::piped()).stderr(std::process::Stdio::piped()).kill_on_drop(true);
+    let mut attached = attach.spawn()?;
+    let mut stdout = attached.stdout.take().context("attach's stdout")?;
+    let ticked = tokio::time::timeout(Duration::from_secs(30), async {
+        use tokio::io::AsyncReadExt;
+        let mut seen = Vec::new();
+        let mut buffer = [0u8; 256];
+        while !String::from_utf8_lossy(&seen).contains("tick") {
+            let read = stdout.read(&mut buffer).await?;
+            anyhow::ensure!(read > 0, "attach ended: {:?}", String::from_utf8_lossy(&seen));
+            seen.extend_from_slice(&buffer[..read]);
+        }
+        Ok(())
+    })
+    .await;
+    attached.kill().await?;
+    ensure!(matches!(ticked, Ok(Ok(()))), "kubectl attach: {ticked:?}");
+    // port-forward: a local port to the pod's 8080.
+    let local = keel_testbed::loopback::free_port()?;
+    let mut forward = tokio::process::Command::from(kubectl.command());
+    forward.arg("--kubeconfig").arg(file.path()).args([
+        "port-forward",
+        "pod/shell",
+        &format!("{local}:8080"),
+    ]);
+    forward.stdout(std::process::Stdio::piped()).stderr(std::process::Stdio::piped()).kill_on_drop(true);
+    let mut forwarding = forward.spawn()?;
+    let fetched = wait_for("a page through kubectl port-forward", async || {
+        let output = tokio::process::Command::new("curl")
+            .args(["-s", "--max-time", "5", &format!("http://127.0.0.1:{local}/index.html")])
+            .output()
+            .await?;
+        Ok((output.status.success() && output.stdout == b"hi\n").then_some(()))
+    })
+    .await;
+    forwarding.kill().await?;
+    fetched?;
+    pods.delete("shell", &DeleteParams { grace_period_seconds: Some(0), ..DeleteParams::default() }).await?;
+    Ok(())
+}
+
+/// Static pods, the same through either kubelet: a manifest in staticPodPath runs as the pod
+/// `<name>-n1` and is mirrored in the API (the `kubernetes.io/config.mirror` hash, the Node as
+/// controller) with its status; a mirror deleted through the API comes back while the container
+/// runs on; a changed manifest replaces the container and the mirror; a removed one takes both.
+async fn static_pods(admin: &kube::Client, socket: &Path, side: &Side) -> Result<()> {
+    let pods: Api<Pod> = Api::namespaced(admin.clone(), "default");
+    let nodes: Api<Node> = Api::all(admin.clone());
+    let node_uid = nodes.get("n1").await?.metadata.uid.unwrap_or_default();
+    let manifest = |message: &str| {
+        json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "static-web", "labels": {"app": "static"}},
+               "spec": {"terminationGracePeriodSeconds": 1, "containers": [{"name": "c",
+                 "image": format!("{PAUSE_REGISTRY}/keel/busybox:1.0"),
+                 "command": ["sh", "-c", format!("echo {message}; trap 'exit 0' TERM; sleep 3600 & wait")]}]}})
+        .to_string()
+    };
+    let file = side.manifests.join("static-web.json");
+    std::fs::write(&file, manifest("first"))?;
+    let running = |wanted: Option<String>| {
+        let pods = pods.clone();
+        async move || {
+            let Some(mirror) = pods.get_opt("static-web-n1").await? else { return Ok(None) };
+            let status = mirror.status.clone().unwrap_or_default();
+            let container = status.container_statuses.iter().flatten().next().cloned();
+            let id = container.filter(|c| c.ready).and_then(|c| c.container_id);
+            let current = match (&wanted, &id) {
+                (Some(wanted), Some(id)) => id != wanted,
+                (None, Some(_)) => true,
+                _ => false,
+            };
+            Ok((status.phase.as_deref() == Some("Running") && current)
+                .then_some((mirror, id.unwrap_or_default())))
+        }
+    };
+    let (mirror, container_id) = wait_for("static-web-n1 mirrored and Running", running(None)).await?;
+    let annotations = mirror.metadata.annotations.clone().unwrap_or_default();
+    let hash = annotations.get("kubernetes.io/config.hash").cloned().unwrap_or_default();
+    ensure!(
+        !hash.is_empty() && annotations.get("kubernetes.io/config.mirror") == Some(&hash),
+        "annotations {annotations:?}"
+    );
+    ensure!(
+        annotations.get("kubernetes.io/config.source").map(String::as_str) == Some("file"),
+        "{annotations:?}"
+    );
+    let owner = mirror.metadata.owner_references.clone().unwrap_or_default();
+    ensure!(
+        owner.len() == 1
+            && owner[0].kind == "Node"
+            && owner[0].uid == node_uid
+            && owner[0].controller == Some(true),
+        "owners {owner:?}"
+    );
+    let spec = mirror.spec.clone().unwrap_or_default();
+    ensure!(spec.node_name.as_deref() == Some("n1"), "{:?}", spec.node_name);
+    ensure!(
+        spec.tolerations.iter().flatten().any(|t| t.operator.as_deref() == Some("Exists")
+            && t.effect.as_deref() == Some("NoExecute")
+            && t.key.is_none()),
+        "{:?}",
+        spec.tolerations
+    );
+    ensure!(
+        mirror.status.as_ref().and_then(|s| s.host_ip.as_deref()) == Some(side.node_ip.as_str()),
+        "hostIP"
+    );
+
+    // A mirror deleted through the API comes back; the container runs on.
+    let first_uid = mirror.metadata.uid.clone();
+    pods.delete("static-web-n1", &DeleteParams { grace_period_seconds: Some(0), ..DeleteParams::default() })
+        .await?;
+    let again = wait_for("the mirror pod recreated", async || {
+        let mirror = pods.get_opt("static-web-n1").await?;
+        Ok(mirror.filter(|m| m.metadata.uid != first_uid && m.metadata.deletion_timestamp.is_none()))
+    })
+    .await?;
+    ensure!(
+        again.metadata.annotations.unwrap_or_default().get("kubernetes.io/config.mirror") == Some(&hash),
+        "hash"
+    );
+    let mut cri = CriClient::connect(socket).await?;
+    let bare = container_id.split_once("://").map_or(container_id.as_str(), |(_, id)| id).to_owned();
+    let status = cri
+        .runtime
+        .container_status(api::ContainerStatusRequest { container_id: bare.clone(), verbose: false });
+    let state = status.await?.into_inner().status.map(|s| s.state);
+    ensure!(
+        state == Some(api::ContainerState::ContainerRunning as i32),
+        "the static pod's container: {state:?}"
+    );
+
+    // A changed manifest is a new pod: a new container, a new mirror.
+    std::fs::write(&file, manifest("second"))?;
+    let (changed, _) =
+        wait_for("the changed static pod Running", running(Some(container_id.clone()))).await?;
+    let new_hash =
+        changed.metadata.annotations.unwrap_or_default().get("kubernetes.io/config.mirror").cloned();
+    ensure!(new_hash.as_ref().is_some_and(|h| *h != hash), "the mirror's hash {new_hash:?} did not change");
+    // (keel-kubelet removes it; the upstream kubelet leaves it to its garbage collection.)
+    wait_for("the first container stopped", async || {
+        let listed = cri.runtime.list_containers(api::ListContainersRequest { filter: None }).await?;
+        let running = api::ContainerState::ContainerRunning as i32;
+        Ok(listed.into_inner().containers.iter().all(|c| c.id != bare || c.state != running).then_some(()))
+    })
+    .await?;
+
+    // A removed manifest takes the pod and its mirror.
+    std::fs::remove_file(&file)?;
+    wait_for("the mirror pod deleted", async || {
+        Ok(pods.get_opt("static-web-n1").await?.is_none().then_some(()))
+    })
+    .await?;
+    wait_for("nothing of the static pod left in the runtime", async || {
+        let containers = cri.runtime.list_containers(api::ListContainersRequest { filter: None }).await?;
+        let left = containers.into_inner().containers.iter().any(|c| {
+            c.labels.get("io.kubernetes.pod.name").is_some_and(|n| n == "static-web-n1")
+                && c.state == api::ContainerState::ContainerRunning as i32
+        });
+        Ok((!left).then_some(()))
+    })
+    .await?;
+    Ok(())
 }
 
 /// Each pod's container ID, restart count and status as JSON, by name.
