@@ -280,8 +280,8 @@ mod tests {
     }
 
     /// The resource lists in kube-apiserver 1.34's order (its api/discovery fixtures), less what
-    /// Keel does not serve (bindings, componentstatuses, podtemplates, the proxy,
-    /// ephemeralcontainers and resize subresources, volumeattributesclasses,
+    /// Keel does not serve (bindings, componentstatuses, podtemplates, the pods and services
+    /// proxy, ephemeralcontainers and resize subresources, volumeattributesclasses,
     /// resourceclaimtemplates, ingresses, ingressclasses, networkpolicies, networking.k8s.io/v1beta1).
     #[test]
     fn resource_lists_in_upstreams_order() {
@@ -299,6 +299,7 @@ mod tests {
                 "namespaces/finalize",
                 "namespaces/status",
                 "nodes",
+                "nodes/proxy",
                 "nodes/status",
                 "persistentvolumeclaims",
                 "persistentvolumeclaims/status",

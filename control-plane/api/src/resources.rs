@@ -23,10 +23,14 @@ pub struct Subresource {
 }
 
 impl Subresource {
-    /// A connect subresource (exec, attach, portforward): an upgraded stream to the kubelet whose
-    /// kind names only its query options, as upstream's `rest.Connecter` storages.
+    /// A connect subresource (pods' exec, attach, portforward, nodes' proxy): a stream or request
+    /// relayed to the kubelet, whose kind names only its options, as upstream's `rest.Connecter`
+    /// storages.
     pub fn is_connect(&self) -> bool {
-        matches!(self.kind, "PodAttachOptions" | "PodExecOptions" | "PodPortForwardOptions")
+        matches!(
+            self.kind,
+            "PodAttachOptions" | "PodExecOptions" | "PodPortForwardOptions" | "NodeProxyOptions"
+        )
     }
 }
 
@@ -240,7 +244,19 @@ pub const RESOURCES: &[Resource] = &[
             status("Namespace"),
         ],
     ),
-    sub(short(cluster(resource("", "Node", "nodes", "node")), &["no"]), &[status("Node")]),
+    sub(
+        short(cluster(resource("", "Node", "nodes", "node")), &["no"]),
+        &[
+            Subresource {
+                name: "proxy",
+                kind: "NodeProxyOptions",
+                group: "",
+                version: "",
+                verbs: &["create", "delete", "get", "patch", "update"],
+            },
+            status("Node"),
+        ],
+    ),
     sub(
         short(
             resource("", "PersistentVolumeClaim", "persistentvolumeclaims", "persistentvolumeclaim"),

@@ -305,8 +305,24 @@ impl KubeletClient {
         path: &str,
         insecure: bool,
     ) -> Result<hyper::Response<hyper::body::Incoming>, String> {
-        let url = format!("https://{}{path}", join_host_port(host, port));
-        let failed = |detail: String| format!("Get {url:?}: {detail}");
+        let request =
+            Forwarded { method: hyper::Method::GET, path, content_type: None, body: bytes::Bytes::new() };
+        self.send(host, port, request, insecure).await
+    }
+
+    /// Sends `request` to `https://host:port`: the response, or the Go-worded error
+    /// (`Get "https://…": dial tcp …`).
+    pub async fn send(
+        &self,
+        host: &str,
+        port: u16,
+        request: Forwarded<'_>,
+        insecure: bool,
+    ) -> Result<hyper::Response<hyper::body::Incoming>, String> {
+        let url = format!("https://{}{}", join_host_port(host, port), request.path);
+        let method = request.method.as_str();
+        let op = format!("{}{}", &method[..1], method[1..].to_lowercase());
+        let failed = |detail: String| format!("{op} {url:?}: {detail}");
         let tcp = tokio::net::TcpStream::connect((host, port))
             .await
             .map_err(|e| failed(format!("dial tcp {}: {e}", join_host_port(host, port))))?;
@@ -321,11 +337,16 @@ impl KubeletClient {
                 .await
                 .map_err(|e| failed(e.to_string()))?;
         tokio::spawn(connection);
-        let request = hyper::Request::get(path)
-            .header(hyper::header::HOST, join_host_port(host, port))
-            .body(http_body_util::Empty::<bytes::Bytes>::new())
-            .map_err(|e| failed(e.to_string()))?;
-        sender.send_request(request).await.map_err(|e| failed(e.to_string()))
+        let mut builder = hyper::Request::builder()
+            .method(request.method.clone())
+            .uri(request.path)
+            .header(hyper::header::HOST, join_host_port(host, port));
+        if let Some(content_type) = request.content_type {
+            builder = builder.header(hyper::header::CONTENT_TYPE, content_type);
+        }
+        let sent =
+            builder.body(http_body_util::Full::new(request.body)).map_err(|e| failed(e.to_string()))?;
+        sender.send_request(sent).await.map_err(|e| failed(e.to_string()))
     }
 
     /// Proxies an upgrade request to `https://host:port<path>` (upstream's UpgradeAwareHandler
@@ -530,9 +551,93 @@ impl rustls::client::danger::ServerCertVerifier for Unverified {
     }
 }
 
+/// Whether the kubelet at `host` may be proxied to (upstream's isProxyableHostname): every address
+/// it resolves to is a global unicast one (Go's IsGlobalUnicast: not unspecified, loopback,
+/// link-local, multicast or the v4 broadcast address; private ranges are global unicast).
+pub async fn proxyable(host: &str) -> Result<(), String> {
+    let addresses: Vec<std::net::IpAddr> = match host.parse() {
+        Ok(ip) => vec![ip],
+        Err(_) => tokio::net::lookup_host((host, 0))
+            .await
+            .map_err(|e| format!("lookup {host}: {e}"))?
+            .map(|a| a.ip())
+            .collect(),
+    };
+    if addresses.is_empty() {
+        return Err("no addresses for hostname".into());
+    }
+    let global_unicast = |ip: &std::net::IpAddr| match ip {
+        std::net::IpAddr::V4(v4) => {
+            !(v4.is_unspecified()
+                || v4.is_loopback()
+                || v4.is_link_local()
+                || v4.is_multicast()
+                || v4.is_broadcast())
+        }
+        std::net::IpAddr::V6(v6) => {
+            !(v6.is_unspecified() || v6.is_loopback() || v6.is_multicast() || v6.is_unicast_link_local())
+        }
+    };
+    if addresses.iter().all(global_unicast) { Ok(()) } else { Err("address not allowed".into()) }
+}
+
+/// A request relayed to a kubelet as it came (`nodes/proxy`): method, path and query, and body.
+#[derive(Debug)]
+pub struct Forwarded<'a> {
+    pub method: hyper::Method,
+    pub path: &'a str,
+    pub content_type: Option<hyper::header::HeaderValue>,
+    pub body: bytes::Bytes,
+}
+
+/// The node and the kubelet path of a `nodes/proxy` request: `/api/v1/nodes/<name>[:<port>]/proxy`
+/// and what follows it (`/` when nothing does), as upstream's ProxyREST splits it; none for any
+/// other path.
+pub fn node_proxy_path(path: &str) -> Option<(&str, Option<u16>, String)> {
+    let rest = path.strip_prefix("/api/v1/nodes/")?;
+    let (name, rest) = rest.split_once('/')?;
+    let tail = rest.strip_prefix("proxy")?;
+    if !(tail.is_empty() || tail.starts_with('/')) || name.is_empty() {
+        return None;
+    }
+    let (name, port) = match name.split_once(':') {
+        Some((name, port)) => (name, Some(port.parse().ok()?)),
+        None => (name, None),
+    };
+    Some((name, port, if tail.is_empty() { "/".to_owned() } else { tail.to_owned() }))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[tokio::test]
+    async fn only_global_unicast_kubelets_are_proxied_to() {
+        for allowed in ["10.0.0.1", "192.0.2.7", "2001:db8::1"] {
+            assert_eq!(proxyable(allowed).await, Ok(()), "{allowed}");
+        }
+        for refused in ["127.0.0.1", "::1", "169.254.169.254", "fe80::1", "0.0.0.0", "224.0.0.1", "localhost"]
+        {
+            assert_eq!(proxyable(refused).await, Err("address not allowed".into()), "{refused}");
+        }
+    }
+
+    #[test]
+    fn node_proxy_paths() {
+        assert_eq!(node_proxy_path("/api/v1/nodes/n1/proxy"), Some(("n1", None, "/".to_owned())));
+        assert_eq!(
+            node_proxy_path("/api/v1/nodes/n1:10255/proxy/stats/summary"),
+            Some(("n1", Some(10255), "/stats/summary".to_owned()))
+        );
+        for other in [
+            "/api/v1/nodes/n1",
+            "/api/v1/nodes/n1/proxyx",
+            "/api/v1/nodes/n1:x/proxy",
+            "/api/v1/pods/a/proxy",
+        ] {
+            assert_eq!(node_proxy_path(other), None, "{other}");
+        }
+    }
 
     #[test]
     fn the_preferred_address_and_port() {

@@ -438,6 +438,13 @@ impl ApiServer {
                 .body(BodyExt::boxed_unsync(Full::new(body)))
                 .unwrap_or_else(|_| json_response(500, &json!({})));
         }
+        // nodes/proxy: the request relayed to the node's kubelet.
+        if let Some((node, port, rest)) = kubelet_client::node_proxy_path(path) {
+            return match self.node_proxy(parts, node, port, &rest, query, body).await {
+                Ok(response) => response,
+                Err(error) => refused(record, &error),
+            };
+        }
         let target = request::parse(&parts.method, path, query);
         // pods/log answers in text/plain whatever was asked for, as upstream's LogREST.
         if let Ok(Target::Resource(r)) = &target
@@ -745,6 +752,54 @@ impl ApiServer {
         let stored = self.handlers.store.get(&key).await.map_err(handlers::store_error)?;
         let stored = stored.ok_or_else(|| ApiError::not_found("", "nodes", name))?;
         objects::served(nodes, &stored.value, stored.mod_revision)
+    }
+
+    /// `nodes/proxy`: the request relayed to the node's kubelet (upstream's node ProxyREST over
+    /// an UpgradeAwareHandler), at its kubelet port or the one the path names, and the kubelet's
+    /// answer relayed back as it streams; a kubelet at a loopback or link-local address is
+    /// refused (400 "address not allowed"), as upstream refuses it.
+    async fn node_proxy(
+        &self,
+        parts: &http::request::Parts,
+        name: &str,
+        port: Option<u16>,
+        rest: &str,
+        query: Option<&str>,
+        body: Incoming,
+    ) -> Result<Response<Body>, ApiError> {
+        let node = self.node_for_kubelet(name).await?;
+        let host = kubelet_client::preferred_address(&node, &self.kubelet.preferred_address_types)
+            .map_err(ApiError::Unclassified)?;
+        kubelet_client::proxyable(&host).await.map_err(ApiError::BadRequest)?;
+        let port = port.unwrap_or_else(|| kubelet_client::kubelet_port(&node));
+        let body = Limited::new(body, 3 * 1024 * 1024)
+            .collect()
+            .await
+            .map_err(|e| ApiError::BadRequest(format!("reading the request body: {e}")))?
+            .to_bytes();
+        let path = match query {
+            Some(query) => format!("{rest}?{query}"),
+            None => rest.to_owned(),
+        };
+        let forwarded = kubelet_client::Forwarded {
+            method: parts.method.clone(),
+            path: &path,
+            content_type: parts.headers.get(header::CONTENT_TYPE).cloned(),
+            body,
+        };
+        let answer =
+            self.kubelet.send(&host, port, forwarded, false).await.map_err(ApiError::Unclassified)?;
+        let (head, answer) = answer.into_parts();
+        let stream = answer
+            .into_data_stream()
+            .take_while(|chunk| std::future::ready(chunk.is_ok()))
+            .filter_map(|chunk| std::future::ready(chunk.ok().map(|b| Ok::<_, Infallible>(Frame::data(b)))));
+        let mut response = Response::new(BodyExt::boxed_unsync(StreamBody::new(stream)));
+        *response.status_mut() = head.status;
+        if let Some(content_type) = head.headers.get(header::CONTENT_TYPE) {
+            response.headers_mut().insert(header::CONTENT_TYPE, content_type.clone());
+        }
+        Ok(response)
     }
 
     /// `pods/exec`, `pods/attach`, `pods/portforward`: the client's upgrade proxied to the kubelet

@@ -4,8 +4,8 @@
 //! operation ids (`listCoreV1NamespacedPod`, `patchAppsV1NamespacedDeploymentScale`), parameters,
 //! request bodies and responses, `x-kubernetes-action` and the `x-kubernetes-group-version-kind`
 //! of the object each operation takes. Only what Keel serves is listed (no watch/ paths, no
-//! proxy), and no connect subresources (exec, attach, portforward), which stream rather than
-//! take objects. One neutral form renders to both the v3 and the v2 documents.
+//! proxy), and no connect subresources (exec, attach, portforward, nodes' proxy), which relay
+//! to the kubelet rather than take objects. One neutral form renders to both the v3 and the v2 documents.
 
 mod render;
 
@@ -373,7 +373,7 @@ fn add_resource_paths(
         items.push(PathItem { path: named.clone(), params, operations });
     }
 
-    // Connect subresources (exec, attach, portforward) are streams, not objects: left out.
+    // Connect subresources (exec, attach, portforward, proxy) relay, take no object: left out.
     for sub in r.subresources.iter().filter(|sub| !sub.is_connect()) {
         let (g, v) = if sub.group.is_empty() { (group, version) } else { (sub.group, sub.version) };
         let sub_definition = definition(schemas, g, v, sub.kind)?;
