@@ -28,8 +28,9 @@
 //! - [`bootstrap`]: TLS bootstrap from `--bootstrap-kubeconfig`, and the rotation of the client and
 //!   serving certificates.
 //! - [`server`]: the kubelet API on :10250 (authn/authz, `/healthz`, `/pods`, `/containerLogs`,
-//!   `/exec`, `/attach`, `/portForward`, `/run`).
+//!   `/exec`, `/attach`, `/portForward`, `/run`, `/stats/summary`, `/metrics/resource`).
 //! - [`streaming`]: the streaming requests' options, and the upgrade proxied to the runtime.
+//! - [`stats`]: `/stats/summary` and `/metrics/resource` from /proc and CRI container stats. Pure.
 
 pub mod agent;
 pub mod atomic_writer;
@@ -52,5 +53,6 @@ pub mod probes;
 pub mod runtime;
 pub mod server;
 pub mod static_pods;
+pub mod stats;
 pub mod streaming;
 pub mod volumes;

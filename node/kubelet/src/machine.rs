@@ -164,6 +164,24 @@ fn huge_pages(dir: &Path) -> Vec<(u64, i64)> {
     pools
 }
 
+/// The swap control this node's cgroups offer: v2's memory.swap.max in the kubelet's own cgroup,
+/// or v1's memsw files in the memory controller (upstream's getSwapControllerAvailable).
+pub fn swap_control() -> crate::pod_config::SwapControl {
+    use crate::pod_config::SwapControl;
+    let exists = |path: &str| Path::new(path).exists();
+    if exists("/sys/fs/cgroup/cgroup.controllers") {
+        // The root has no memory.swap.max of its own: the kubelet's own cgroup tells.
+        let own = std::fs::read_to_string("/proc/self/cgroup").unwrap_or_default();
+        let own = own.lines().find_map(|l| l.strip_prefix("0::")).unwrap_or("/").to_owned();
+        let file = Path::new("/sys/fs/cgroup").join(own.trim_start_matches('/')).join("memory.swap.max");
+        return if file.exists() { SwapControl::SwapMaxV2 } else { SwapControl::None };
+    }
+    if exists("/sys/fs/cgroup/memory/memory.memsw.limit_in_bytes") {
+        return SwapControl::MemswV1;
+    }
+    SwapControl::None
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -101,6 +101,7 @@ async fn main() -> Result<()> {
         host_resolv,
         pod_logs_dir: config.pod_logs_dir.display().to_string(),
         node_name: node.node_name.clone(),
+        swap: keel_kubelet::machine::swap_control(),
         allocatable: node_status::allocatable(
             &node_status::capacity(&machine, node.max_pods),
             &node.reservations,

@@ -2,8 +2,8 @@
 //! holds of it, whether to (re)create the sandbox, which init container runs next, which
 //! containers start and which are killed, and whether the whole pod goes. Pure.
 //!
-//! Init containers here are the regular ones (run to completion, in order); restartable init
-//! containers (sidecars) are not handled yet.
+//! Init containers run to completion, in order; restartable init containers (sidecars) start in
+//! their turn, are kept running from then on, and do not keep a finished pod alive.
 
 use k8s_openapi::api::core::v1::{Container, Pod};
 
@@ -21,8 +21,8 @@ pub struct PodActions {
     pub sandbox_id: String,
     /// The attempt of the sandbox to create.
     pub attempt: u32,
-    /// The index of the init container to start next.
-    pub init_to_start: Option<usize>,
+    /// Indexes into spec.initContainers: the next init container, and sidecars to (re)start.
+    pub init_to_start: Vec<usize>,
     /// Indexes into spec.containers.
     pub containers_to_start: Vec<usize>,
     /// Containers to kill, each with why.
@@ -110,40 +110,118 @@ pub fn should_restart(pod: &Pod, name: &str, runtime: &PodRuntime) -> bool {
     }
 }
 
-/// The next step of the init containers: `Ok(true)` when all have succeeded; else the one to start
-/// (if any), or the pod is to be killed (an init container failed and the pod does not restart).
-fn init_actions(pod: &Pod, runtime: &PodRuntime, actions: &mut PodActions) -> bool {
-    let (_, init, restart_policy, _) = spec_of(pod);
-    for (index, container) in init.iter().enumerate() {
-        match runtime.container(&container.name) {
-            None => {
-                actions.init_to_start = Some(index);
-                return false;
-            }
-            Some(status) => match status.state {
-                State::Running => return false,
-                State::Exited if status.exit_code == 0 => {}
-                State::Exited if restart_policy == "Never" => {
-                    actions.kill_pod = true;
-                    return false;
-                }
-                State::Exited | State::Created | State::Unknown => {
-                    if status.state == State::Unknown {
-                        actions.containers_to_kill.push(Kill::new(
-                            &status.id,
-                            format!(
-                                "Init container is in {:?} state, try killing it before restart",
-                                "unknown"
-                            ),
-                        ));
-                    }
-                    actions.init_to_start = Some(index);
-                    return false;
-                }
-            },
-        }
+/// Whether `container` is a restartable init container (a sidecar): `restartPolicy: Always`.
+pub fn is_sidecar(container: &Container) -> bool {
+    container.restart_policy.as_deref() == Some("Always")
+}
+
+/// The init containers' actions (upstream's computeInitContainerActions): the first one not yet
+/// run starts, sidecars that exited (or failed their startup or liveness probe, or changed) start
+/// again, a failed regular one restarts or ends a pod that does not restart. Whether the pod is
+/// initialized: every regular init container succeeded and every sidecar has started, or a
+/// regular container ran already (after which only the sidecars are kept running).
+fn init_actions(
+    pod: &Pod,
+    runtime: &PodRuntime,
+    probes: &ResultsByContainer,
+    actions: &mut PodActions,
+) -> bool {
+    let (containers, init, restart_policy, _) = spec_of(pod);
+    if init.is_empty() {
+        return true;
     }
-    true
+    let mut initialized = containers.iter().any(|c| {
+        runtime.container(&c.name).is_some_and(|s| matches!(s.state, State::Created | State::Running))
+    });
+    // Walked from the last: the newest init container that ran tells how far initialization got
+    // (those before it may have been removed since); sidecars before it are kept running.
+    let mut reached = initialized;
+    let mut to_start = Vec::new();
+    for (index, container) in init.iter().enumerate().rev() {
+        let sidecar = is_sidecar(container);
+        let Some(status) = runtime.container(&container.name) else {
+            if reached && sidecar {
+                to_start.push(index);
+            }
+            continue;
+        };
+        if reached && !sidecar {
+            continue;
+        }
+        let last = index + 1 == init.len();
+        let restart = |kill: Option<Kill>, to_start: &mut Vec<usize>, actions: &mut PodActions| {
+            actions.containers_to_kill.extend(kill);
+            to_start.push(index);
+        };
+        match status.state {
+            State::Created => restart(None, &mut to_start, actions),
+            State::Running if !sidecar => {}
+            State::Running => {
+                let results = probes.get(&status.id).copied().unwrap_or_default();
+                if container.startup_probe.is_some() && results.startup != Some(probes::Outcome::Success) {
+                    if results.startup == Some(probes::Outcome::Failure) {
+                        let message = format!("Init container {} failed startup probe", container.name);
+                        restart(
+                            Some(Kill { id: status.id.clone(), message, probe: Some(Kind::Startup) }),
+                            &mut to_start,
+                            actions,
+                        );
+                    }
+                } else {
+                    if last {
+                        initialized = true;
+                    } else if !reached {
+                        to_start.push(index + 1);
+                    }
+                    if status.hash != container_hash(container) {
+                        let message = format!("Init container {} definition changed", container.name);
+                        restart(Some(Kill::new(&status.id, message)), &mut to_start, actions);
+                    } else if results.liveness == Some(probes::Outcome::Failure) {
+                        let message = format!("Init container {} failed liveness probe", container.name);
+                        restart(
+                            Some(Kill { id: status.id.clone(), message, probe: Some(Kind::Liveness) }),
+                            &mut to_start,
+                            actions,
+                        );
+                    }
+                }
+            }
+            State::Exited if sidecar => restart(None, &mut to_start, actions),
+            State::Exited if status.exit_code != 0 => {
+                if restart_policy == "Never" {
+                    actions.kill_pod = true;
+                    actions.init_to_start.clear();
+                    return false;
+                }
+                restart(None, &mut to_start, actions);
+            }
+            State::Exited => {
+                if last {
+                    initialized = true;
+                } else {
+                    to_start.push(index + 1);
+                }
+            }
+            State::Unknown => {
+                if !sidecar && restart_policy == "Never" {
+                    actions.kill_pod = true;
+                    actions.init_to_start.clear();
+                    return false;
+                }
+                let message =
+                    "Init container is in \"unknown\" state, try killing it before restart".to_owned();
+                restart(Some(Kill::new(&status.id, message)), &mut to_start, actions);
+            }
+        }
+        reached = true;
+    }
+    if !reached {
+        to_start.push(0);
+    }
+    to_start.reverse();
+    to_start.dedup();
+    actions.init_to_start = to_start;
+    initialized
 }
 
 /// What to do for `pod`, given what the runtime holds of it and its containers' probe results.
@@ -169,13 +247,13 @@ pub fn compute(pod: &Pod, runtime: &PodRuntime, probes: &ResultsByContainer) -> 
             return actions;
         }
         if !init.is_empty() {
-            actions.init_to_start = Some(0);
+            actions.init_to_start = vec![0];
             return actions;
         }
         actions.containers_to_start = to_start;
         return actions;
     }
-    if !init_actions(pod, runtime, &mut actions) || actions.kill_pod {
+    if !init_actions(pod, runtime, probes, &mut actions) || actions.kill_pod {
         return actions;
     }
     let mut keep = 0;
@@ -221,6 +299,8 @@ pub fn compute(pod: &Pod, runtime: &PodRuntime, probes: &ResultsByContainer) -> 
     }
     if keep == 0 && actions.containers_to_start.is_empty() {
         actions.kill_pod = true;
+        // Sidecars do not keep a pod whose containers are done alive.
+        actions.init_to_start.clear();
     }
     actions
 }
@@ -289,7 +369,7 @@ mod tests {
         assert_eq!((actions.attempt, actions.containers_to_start), (0, vec![0, 1]));
         let with_init = pod("Always", &["i0", "i1"], &["a"]);
         let actions = compute(&with_init, &PodRuntime::default(), &ResultsByContainer::new());
-        assert_eq!((actions.init_to_start, actions.containers_to_start.len()), (Some(0), 0));
+        assert_eq!((actions.init_to_start, actions.containers_to_start.len()), (vec![0], 0));
     }
 
     #[test]
@@ -297,7 +377,7 @@ mod tests {
         let p = pod("Never", &["i0", "i1"], &["a"]);
         let mut runtime = PodRuntime { sandboxes: vec![sandbox(true, 0)], containers: vec![] };
         runtime.containers.push(ran(&p, "i0", State::Exited, 0));
-        assert_eq!(compute(&p, &runtime, &ResultsByContainer::new()).init_to_start, Some(1));
+        assert_eq!(compute(&p, &runtime, &ResultsByContainer::new()).init_to_start, [1]);
         runtime.containers.insert(0, ran(&p, "i1", State::Running, 0));
         assert_eq!(
             compute(&p, &runtime, &ResultsByContainer::new()),
@@ -391,5 +471,53 @@ mod tests {
             let probes = ResultsByContainer::from([("a-id".to_owned(), unready)]);
             assert!(compute(&p, &runtime, &probes).containers_to_kill.is_empty());
         }
+    }
+
+    #[test]
+    fn sidecars_start_in_turn_stay_running_and_do_not_keep_a_finished_pod() {
+        use crate::probes::{Outcome, Results};
+        let mut p = pod("Never", &["side", "i1"], &["a"]);
+        let spec = p.spec.as_mut().unwrap();
+        let side = &mut spec.init_containers.as_mut().unwrap()[0];
+        side.restart_policy = Some("Always".into());
+        side.startup_probe = Some(k8s_openapi::api::core::v1::Probe::default());
+        let none = ResultsByContainer::new();
+        let started = |outcome| {
+            let mut results = Results::default();
+            results.set(Kind::Startup, Some(outcome));
+            ResultsByContainer::from([("side-id".to_owned(), results)])
+        };
+        let mut runtime = PodRuntime { sandboxes: vec![sandbox(true, 0)], containers: vec![] };
+        assert_eq!(compute(&p, &runtime, &none).init_to_start, [0]);
+        // The next init container waits for the sidecar's startup probe.
+        runtime.containers.push(ran(&p, "side", State::Running, 0));
+        assert_eq!(
+            compute(&p, &runtime, &none),
+            PodActions { sandbox_id: "s0".into(), ..PodActions::default() }
+        );
+        assert_eq!(compute(&p, &runtime, &started(Outcome::Success)).init_to_start, [1]);
+        let failed = compute(&p, &runtime, &started(Outcome::Failure));
+        assert_eq!(failed.init_to_start, [0]);
+        assert_eq!(failed.containers_to_kill[0].message, "Init container side failed startup probe");
+        // Initialized: the containers start, the sidecar is kept.
+        runtime.containers.insert(0, ran(&p, "i1", State::Exited, 0));
+        let actions = compute(&p, &runtime, &started(Outcome::Success));
+        assert_eq!((actions.init_to_start.len(), actions.containers_to_start), (0, vec![0]));
+        // A sidecar that exits is started again, whatever the pod's restartPolicy.
+        runtime.containers.insert(0, ran(&p, "a", State::Running, 0));
+        runtime.containers[2] = ran(&p, "side", State::Exited, 1);
+        let actions = compute(&p, &runtime, &none);
+        assert_eq!((actions.init_to_start, actions.kill_pod), (vec![0], false));
+        // Even when the completed init containers were removed since.
+        runtime.containers.remove(1);
+        assert_eq!(compute(&p, &runtime, &none).init_to_start, [0]);
+        // The pod's containers are done: the sidecar does not keep it.
+        runtime.containers[0] = ran(&p, "a", State::Exited, 0);
+        runtime.containers[1] = ran(&p, "side", State::Running, 0);
+        runtime.containers.push(ran(&p, "i1", State::Exited, 0));
+        let actions = compute(&p, &runtime, &started(Outcome::Success));
+        assert!(
+            actions.kill_pod && actions.init_to_start.is_empty() && actions.containers_to_start.is_empty()
+        );
     }
 }

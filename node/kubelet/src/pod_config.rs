@@ -33,6 +33,32 @@ pub struct PodEnvironment {
     pub node_name: String,
     /// The node's allocatable resources (what a resourceFieldRef limit defaults to).
     pub allocatable: BTreeMap<String, Quantity>,
+    /// How the node's cgroups limit swap (see [`no_swap`]).
+    pub swap: SwapControl,
+}
+
+/// The swap control the node's cgroups offer (upstream's getSwapControllerAvailable).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum SwapControl {
+    /// None: the containers' memory limits are all there is.
+    #[default]
+    None,
+    /// cgroup v1's memory.memsw.limit_in_bytes.
+    MemswV1,
+    /// cgroup v2's memory.swap.max.
+    SwapMaxV2,
+}
+
+/// upstream's NoSwap behaviour (the default swapBehavior): a container does not swap past its
+/// memory limit — on cgroup v1 its memory+swap limit is its memory limit, on v2 its swap.max is 0.
+pub fn no_swap(resources: &mut cri::LinuxContainerResources, swap: SwapControl) {
+    match swap {
+        SwapControl::None => {}
+        SwapControl::MemswV1 => resources.memory_swap_limit_in_bytes = resources.memory_limit_in_bytes,
+        SwapControl::SwapMaxV2 => {
+            resources.unified.insert("memory.swap.max".into(), "0".into());
+        }
+    }
 }
 
 /// The parts of a resolv.conf the kubelet passes on.
@@ -733,6 +759,20 @@ mod tests {
         }
     }
 
+    #[test]
+    fn no_swap_past_the_memory_limit() {
+        let limited = cri::LinuxContainerResources { memory_limit_in_bytes: 1 << 20, ..Default::default() };
+        let mut v1 = limited.clone();
+        no_swap(&mut v1, SwapControl::MemswV1);
+        assert_eq!(v1.memory_swap_limit_in_bytes, 1 << 20);
+        let mut v2 = limited.clone();
+        no_swap(&mut v2, SwapControl::SwapMaxV2);
+        assert_eq!(v2.unified.get("memory.swap.max").map(String::as_str), Some("0"));
+        let mut none = limited.clone();
+        no_swap(&mut none, SwapControl::None);
+        assert_eq!(none, limited);
+    }
+
     fn env() -> PodEnvironment {
         PodEnvironment {
             cluster_dns: vec!["10.96.0.10".into()],
@@ -740,6 +780,7 @@ mod tests {
             host_resolv: Resolv::parse("nameserver 1.1.1.1\nsearch corp.example # comment\noptions edns0\n"),
             pod_logs_dir: "/var/log/pods/".into(),
             node_name: "n1".into(),
+            swap: SwapControl::None,
             allocatable: BTreeMap::new(),
         }
     }

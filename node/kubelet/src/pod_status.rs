@@ -187,7 +187,15 @@ fn container_status(
 }
 
 fn is_restartable(container: &Container) -> bool {
-    container.restart_policy.as_deref() == Some("Always")
+    crate::pod_actions::is_sidecar(container)
+}
+
+/// Whether a container of `spec.containers` ran (upstream's HasAnyRegularContainerStarted):
+/// the pod was initialized then, whatever its sidecars do now.
+fn has_any_container_started(containers: &[ContainerStatus]) -> bool {
+    containers
+        .iter()
+        .any(|s| s.state.as_ref().is_some_and(|st| st.running.is_some() || st.terminated.is_some()))
 }
 
 /// upstream's getPhase (the ContainerRestartRules gate off, as in 1.34 by default).
@@ -202,8 +210,23 @@ pub fn phase(
     let state = |s: &ContainerStatus| s.state.clone().unwrap_or_default();
     let mut pending_init = 0;
     let mut failed_init = 0;
+    let (mut running, mut waiting, mut stopped, mut succeeded) = (0, 0, 0, 0);
+    let mut pending_sidecars = 0;
     for (container, status) in spec.init_containers.iter().flatten().zip(init) {
         if is_restartable(container) {
+            // A sidecar counts while it runs (pending until started); once it stopped, not at all.
+            let state = state(status);
+            if state.running.is_some() {
+                running += 1;
+                if status.started != Some(true) {
+                    pending_sidecars += 1;
+                }
+            } else if state.terminated.is_none()
+                && status.last_state.as_ref().is_none_or(|l| l.terminated.is_none())
+            {
+                pending_sidecars += 1;
+                waiting += 1;
+            }
             continue;
         }
         let state = state(status);
@@ -221,7 +244,6 @@ pub fn phase(
             pending_init += 1;
         }
     }
-    let (mut running, mut waiting, mut stopped, mut succeeded) = (0, 0, 0, 0);
     for status in containers {
         let state = state(status);
         if state.running.is_some() {
@@ -242,7 +264,9 @@ pub fn phase(
     if failed_init > 0 && restart_policy == "Never" {
         return "Failed";
     }
-    if pending_init > 0 || waiting > 0 {
+    // Sidecars restarting after the containers ran do not make the pod Pending again.
+    let initialized = has_any_container_started(containers);
+    if pending_init > 0 || (pending_sidecars > 0 && !initialized) || waiting > 0 {
         return "Pending";
     }
     if running > 0 {
@@ -331,22 +355,32 @@ pub fn status(pod: &Pod, inputs: &Inputs<'_>) -> PodStatus {
         .flatten()
         .zip(&init)
         .filter(|(c, s)| {
-            !is_restartable(c)
-                && s.state.as_ref().and_then(|st| st.terminated.as_ref()).is_none_or(|t| t.exit_code != 0)
+            if is_restartable(c) {
+                s.started != Some(true)
+            } else {
+                s.state.as_ref().and_then(|st| st.terminated.as_ref()).is_none_or(|t| t.exit_code != 0)
+            }
         })
         .map(|(_, s)| s)
         .collect();
-    conditions.push(if pending_init.is_empty() || completed && phase == "Succeeded" {
-        condition("Initialized", true, None, None)
-    } else {
-        condition(
-            "Initialized",
-            false,
-            Some("ContainersNotInitialized"),
-            Some(format!("containers with incomplete status: {}", names(&pending_init))),
-        )
-    });
-    let unready: Vec<&ContainerStatus> = containers.iter().filter(|s| !s.ready).collect();
+    conditions.push(
+        if pending_init.is_empty()
+            || completed && phase == "Succeeded"
+            || has_any_container_started(&containers)
+        {
+            condition("Initialized", true, None, None)
+        } else {
+            condition(
+                "Initialized",
+                false,
+                Some("ContainersNotInitialized"),
+                Some(format!("containers with incomplete status: {}", names(&pending_init))),
+            )
+        },
+    );
+    let sidecars = spec.init_containers.iter().flatten().zip(&init).filter(|(c, _)| is_restartable(c));
+    let unready: Vec<&ContainerStatus> =
+        sidecars.map(|(_, s)| s).chain(&containers).filter(|s| !s.ready).collect();
     let ready = |kind: &str| {
         if completed {
             condition(kind, false, Some("PodCompleted"), None)
@@ -559,5 +593,50 @@ mod tests {
         requests.insert("cpu".into(), ApiQuantity("500m".into()));
         p.spec.as_mut().unwrap().containers[0].resources.as_mut().unwrap().requests = Some(requests);
         assert_eq!(qos_class(&p), "Burstable");
+    }
+
+    #[test]
+    fn sidecars_count_while_they_run_and_are_ready_with_the_containers() {
+        let mut p = pod("Never");
+        let side = Container {
+            name: "side".into(),
+            image: Some("busybox".into()),
+            restart_policy: Some("Always".into()),
+            ..Container::default()
+        };
+        p.spec.as_mut().unwrap().init_containers = Some(vec![side]);
+        let none = Reasons::new();
+        let with = |side: State, main: Option<State>| {
+            let mut r = runtime(main.map(|state| (state, 0)));
+            let mut sidecar = runtime(Some((side, 0))).containers.remove(0);
+            (sidecar.id, sidecar.name) = ("c0".into(), "side".into());
+            r.containers.push(sidecar);
+            r
+        };
+        // The sidecar runs, the container is being created: Pending, initialized.
+        let r = with(State::Running, None);
+        let status = status(&p, &inputs(&r, &none, false));
+        assert_eq!(status.phase.as_deref(), Some("Pending"));
+        let init = &status.init_container_statuses.as_ref().unwrap()[0];
+        assert_eq!((init.started, init.ready), (Some(true), true));
+        assert_eq!(conditions(&status)[1], ("Initialized".into(), "True".into(), None));
+        // Both run: Running and Ready.
+        let r = with(State::Running, Some(State::Running));
+        let status = super::status(&p, &inputs(&r, &none, false));
+        assert_eq!(status.phase.as_deref(), Some("Running"));
+        assert_eq!(conditions(&status)[2], ("Ready".into(), "True".into(), None));
+        // The sidecar exited and waits to restart: still Running (the pod was initialized), not
+        // Ready, naming it.
+        let r = with(State::Exited, Some(State::Running));
+        let restarting = Reasons::from([("side".to_owned(), ("CrashLoopBackOff".to_owned(), String::new()))]);
+        let status = super::status(&p, &inputs(&r, &restarting, false));
+        assert_eq!(status.phase.as_deref(), Some("Running"));
+        let ready =
+            status.conditions.as_ref().unwrap().iter().find(|c| c.type_ == "ContainersReady").unwrap();
+        assert_eq!(ready.message.as_deref(), Some("containers with unready status: [side]"));
+        // The container is done and the sidecar was stopped: the pod succeeded.
+        let r = with(State::Exited, Some(State::Exited));
+        let status = super::status(&p, &inputs(&r, &none, true));
+        assert_eq!(status.phase.as_deref(), Some("Succeeded"));
     }
 }

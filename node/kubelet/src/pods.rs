@@ -763,7 +763,10 @@ impl Kubelet {
             Err(message) => return failed("CreateContainerConfigError", message),
         };
         let restart_count = u32::try_from(restart_count).unwrap_or(0);
-        let config = pod_config::container_config(pod, container, restart_count, &image_ref, env, mounts);
+        let mut config = pod_config::container_config(pod, container, restart_count, &image_ref, env, mounts);
+        if let Some(resources) = config.linux.as_mut().and_then(|l| l.resources.as_mut()) {
+            pod_config::no_swap(resources, self.env.swap);
+        }
         steps.done("config");
         let mut cri = self.cri.clone();
         let created = cri
@@ -910,7 +913,16 @@ impl Kubelet {
 
     /// Stops every running container within `grace` and every sandbox (upstream's killPodWithSyncResult).
     async fn kill_pod(&self, pod: &Pod, runtime: &PodRuntime, grace: i64) -> Result<(), tonic::Status> {
-        let running: Vec<_> = runtime.running().cloned().collect();
+        // The containers together, then the sidecars one by one, the last declared first
+        // (upstream's termination ordering), within what is left of the grace period.
+        let sidecars: Vec<&str> = (pod.spec.iter().flat_map(|s| s.init_containers.iter().flatten()))
+            .filter(|c| pod_actions::is_sidecar(c))
+            .map(|c| c.name.as_str())
+            .collect();
+        let (mut last, running): (Vec<_>, Vec<_>) =
+            runtime.running().cloned().partition(|c| sidecars.contains(&c.name.as_str()));
+        last.sort_by_key(|c| std::cmp::Reverse(sidecars.iter().position(|name| *name == c.name)));
+        let begun = Instant::now();
         let messages: Vec<String> =
             running.iter().map(|c| format!("Stopping container {}", c.name)).collect();
         let kills = running
@@ -918,6 +930,12 @@ impl Kubelet {
             .zip(&messages)
             .map(|(c, message)| self.kill_container(pod, &c.id, &c.name, grace, message));
         futures::future::join_all(kills).await;
+        for sidecar in &last {
+            let left =
+                grace.saturating_sub(i64::try_from(begun.elapsed().as_secs()).unwrap_or(i64::MAX)).max(0);
+            let message = format!("Stopping container {}", sidecar.name);
+            self.kill_container(pod, &sidecar.id, &sidecar.name, left, &message).await;
+        }
         let mut cri = self.cri.clone();
         for sandbox in &runtime.sandboxes {
             let request = cri::StopPodSandboxRequest { pod_sandbox_id: sandbox.id.clone() };
@@ -1057,6 +1075,16 @@ impl Kubelet {
         // their transition times.
         let written =
             self.statuses.lock().unwrap_or_else(std::sync::PoisonError::into_inner).get(&uid).cloned();
+        // The pod fails past its deadline with this write: said once, whichever sync writes it
+        // (upstream's activeDeadlineHandler records it as it evicts).
+        let was_terminal = written
+            .as_ref()
+            .and_then(|w| w.phase.as_deref())
+            .is_some_and(|p| p == "Failed" || p == "Succeeded");
+        if inputs.deadline_exceeded && !was_terminal {
+            let (reason, message) = pod_status::DEADLINE_EXCEEDED;
+            self.recorder.pod_event(pod, None, Kind::Normal, reason, message.to_owned());
+        }
         // What the API holds of the pod: itself, or a static pod's mirror.
         let in_api = match is_static(pod) {
             true => match self.mirror_of(pod) {
@@ -1137,10 +1165,6 @@ impl Kubelet {
         let phase = self.status_of(uid).and_then(|s| s.phase).or_else(|| pod.status.as_ref()?.phase.clone());
         let finished = matches!(phase.as_deref(), Some("Succeeded" | "Failed"));
         if left.is_some_and(|left| left <= 0) || finished {
-            if left.is_some_and(|left| left <= 0) && !finished {
-                let (reason, message) = pod_status::DEADLINE_EXCEEDED;
-                self.recorder.pod_event(pod, None, Kind::Normal, reason, message.to_owned());
-            }
             if runtime.running().next().is_some() {
                 self.kill_pod(pod, &runtime, grace).await.map_err(|s| rpc_message(&s))?;
             }
@@ -1150,7 +1174,9 @@ impl Kubelet {
         }
         let actions: PodActions = pod_actions::compute(pod, &runtime, &self.probe_snapshot());
         let mut reasons = Reasons::new();
-        // A pod with a deadline is synced again when it falls due.
+        // A pod with a deadline is synced again when it falls due (from now when it has not
+        // started yet: this sync starts it).
+        let left = left.or_else(|| pod.spec.as_ref()?.active_deadline_seconds);
         let mut again = match left {
             Some(left) => self.resync.min(Duration::from_secs(u64::try_from(left).unwrap_or(0))),
             None => self.resync,
@@ -1187,7 +1213,7 @@ impl Kubelet {
         };
         steps.done("volumes");
         let starting = actions.create_sandbox
-            || actions.init_to_start.is_some()
+            || !actions.init_to_start.is_empty()
             || !actions.containers_to_start.is_empty();
         let (sources, volumes) = match set_up {
             Ok(set_up) => set_up,
@@ -1234,14 +1260,20 @@ impl Kubelet {
         };
         let pod_ips = runtime.ips().to_vec();
         let spec = pod.spec.clone().unwrap_or_default();
-        let mut to_start: Vec<&Container> = Vec::new();
-        if let Some(index) = actions.init_to_start {
-            to_start.extend(spec.init_containers.iter().flatten().nth(index));
-        } else {
-            to_start.extend(actions.containers_to_start.iter().filter_map(|&i| spec.containers.get(i)));
-        }
+        // upstream's SyncPod steps 6 and 8: the init containers (a regular one that does not start
+        // ends the sync), then the containers.
+        let init = spec.init_containers.as_deref().unwrap_or_default();
+        let to_start = (actions.init_to_start.iter().filter_map(|&i| init.get(i)))
+            .map(|c| (c, !pod_actions::is_sidecar(c)))
+            .chain(
+                actions
+                    .containers_to_start
+                    .iter()
+                    .filter_map(|&i| spec.containers.get(i))
+                    .map(|c| (c, false)),
+            );
         if !sandbox_id.is_empty() && (actions.create_sandbox || !actions.kill_pod) {
-            for container in to_start {
+            for (container, regular_init) in to_start {
                 let context = SandboxContext {
                     runtime: &runtime,
                     sandbox_id: &sandbox_id,
@@ -1254,6 +1286,9 @@ impl Kubelet {
                     tracing::info!(pod = %pod_name(pod), container = %container.name, %reason, %message, "container not started");
                     reasons.insert(container.name.clone(), (reason, message));
                     again = Duration::from_secs(1);
+                    if regular_init {
+                        break;
+                    }
                 }
                 steps.done("container");
             }
@@ -1474,7 +1509,11 @@ async fn pod_worker(kubelet: Arc<Kubelet>, uid: String, mut updates: watch::Rece
             && !probing
         {
             probing = true;
-            for container in pod.spec.iter().flat_map(|s| &s.containers) {
+            let sidecars = pod.spec.iter().flat_map(|s| s.init_containers.iter().flatten());
+            let probed = sidecars
+                .filter(|c| pod_actions::is_sidecar(c))
+                .chain(pod.spec.iter().flat_map(|s| &s.containers));
+            for container in probed {
                 for kind in ProbeKind::ALL {
                     if kind.of(container).is_some() {
                         let worker = probe_worker(

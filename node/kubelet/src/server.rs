@@ -7,7 +7,7 @@
 //! `nodes/healthz` tried before `nodes/proxy`). Served: `/healthz`, `/pods` and
 //! `/containerLogs/{namespace}/{pod}/{container}` with every PodLogOptions field.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::convert::Infallible;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -246,6 +246,8 @@ struct Server {
     flags: ServerConfigFlags,
     tokens: Cache<Option<User>>,
     decisions: Cache<bool>,
+    /// The node's last CPU and memory sample, for the rate of its CPU use.
+    node_sample: Mutex<Option<crate::stats::NodeSample>>,
 }
 
 impl std::fmt::Debug for Server {
@@ -408,6 +410,40 @@ impl Server {
         match (&method, segments.as_slice()) {
             (&hyper::Method::GET, ["healthz", ..]) => text(StatusCode::OK, "ok"),
             (&hyper::Method::GET, ["pods"] | ["pods", ""]) => self.pods(),
+            (&hyper::Method::GET, ["stats", "summary"]) => match self.summary().await {
+                Ok(summary) => {
+                    let mut response = text(StatusCode::OK, serde_json::to_vec(&summary).unwrap_or_default());
+                    response.headers_mut().insert(
+                        hyper::header::CONTENT_TYPE,
+                        hyper::header::HeaderValue::from_static("application/json"),
+                    );
+                    response
+                }
+                Err(message) => text(StatusCode::INTERNAL_SERVER_ERROR, message),
+            },
+            (&hyper::Method::GET, ["metrics"]) => match self.running().await {
+                Ok(running) => {
+                    let body = crate::stats::kubelet_metrics(&self.kubelet.node_name, &running);
+                    let mut response = text(StatusCode::OK, body);
+                    response.headers_mut().insert(
+                        hyper::header::CONTENT_TYPE,
+                        hyper::header::HeaderValue::from_static("text/plain; version=0.0.4; charset=utf-8"),
+                    );
+                    response
+                }
+                Err(message) => text(StatusCode::INTERNAL_SERVER_ERROR, message),
+            },
+            (&hyper::Method::GET, ["metrics", "resource"]) => match self.summary().await {
+                Ok(summary) => {
+                    let mut response = text(StatusCode::OK, crate::stats::resource_metrics(&summary));
+                    response.headers_mut().insert(
+                        hyper::header::CONTENT_TYPE,
+                        hyper::header::HeaderValue::from_static("text/plain; version=0.0.4; charset=utf-8"),
+                    );
+                    response
+                }
+                Err(message) => text(StatusCode::INTERNAL_SERVER_ERROR, message),
+            },
             (&hyper::Method::GET, ["containerLogs", namespace, pod, container]) => {
                 self.container_logs(namespace, pod, container, &query).await
             }
@@ -586,6 +622,83 @@ impl Server {
             }
             Err(status) => cri_refusal(&status),
         }
+    }
+
+    /// What the runtime runs of the pods the kubelet knows (upstream's runtime cache for its
+    /// running pods and containers gauges).
+    async fn running(&self) -> Result<crate::stats::Running, String> {
+        let mut cri = self.kubelet.cri.clone();
+        let failed = |status: tonic::Status| format!("listing the runtime's pods: {}", status.message());
+        let sandboxes = cri.runtime.list_pod_sandbox(cri::ListPodSandboxRequest { filter: None }).await;
+        let containers = cri.runtime.list_containers(cri::ListContainersRequest { filter: None }).await;
+        let (sandboxes, containers) =
+            (sandboxes.map_err(failed)?.into_inner(), containers.map_err(failed)?.into_inner());
+        let mut running = crate::stats::Running::default();
+        let ready = cri::PodSandboxState::SandboxReady as i32;
+        running.pods = sandboxes
+            .items
+            .iter()
+            .filter(|s| s.state == ready && s.labels.contains_key("io.kubernetes.pod.uid"))
+            .count();
+        for container in
+            containers.containers.iter().filter(|c| c.labels.contains_key("io.kubernetes.pod.uid"))
+        {
+            *running.containers.entry(crate::stats::container_state(container.state)).or_default() += 1;
+        }
+        Ok(running)
+    }
+
+    /// The node's and its pods' resource usage now (see [`crate::stats`]).
+    async fn summary(&self) -> Result<crate::stats::Summary, String> {
+        use crate::stats;
+        let read = |path: &str| std::fs::read_to_string(path).map_err(|e| format!("reading {path}: {e}"));
+        let (proc_stat, meminfo) = (read("/proc/stat")?, read("/proc/meminfo")?);
+        let now = Timestamp::now();
+        // /proc/stat counts in USER_HZ, 100 on every Linux ABI.
+        let cpu_core_nanos = stats::cpu_core_nanos(&proc_stat, 100).ok_or("no cpu line in /proc/stat")?;
+        let sample = stats::NodeSample { time: now, cpu_core_nanos, memory: stats::meminfo(&meminfo) };
+        let previous =
+            self.node_sample.lock().unwrap_or_else(std::sync::PoisonError::into_inner).replace(sample);
+        let fs = nix::sys::statvfs::statvfs(&self.kubelet.root_dir).ok().map(|fs| {
+            let fragment = fs.fragment_size();
+            let capacity = fs.blocks() * fragment;
+            let available = fs.blocks_available() * fragment;
+            (capacity, available, fs.files(), fs.files_available())
+        });
+        let mut cri = self.kubelet.cri.clone();
+        let containers = cri
+            .runtime
+            .list_container_stats(cri::ListContainerStatsRequest { filter: None })
+            .await
+            .map_err(|status| format!("listing container stats: {}", status.message()))?
+            .into_inner()
+            .stats;
+        let pods = self.kubelet.pods();
+        let started: BTreeMap<String, i64> = pods
+            .iter()
+            .filter_map(|pod| self.kubelet.status_of(pod.metadata.uid.as_deref()?))
+            .flat_map(|status| {
+                status
+                    .init_container_statuses
+                    .into_iter()
+                    .flatten()
+                    .chain(status.container_statuses.into_iter().flatten())
+            })
+            .filter_map(|c| {
+                let id = c.container_id?.split_once("://")?.1.to_owned();
+                let started = c.state?.running?.started_at?.0;
+                Some((id, i64::try_from(started.as_nanosecond()).ok()?))
+            })
+            .collect();
+        let inputs = stats::Inputs {
+            node_name: &self.kubelet.node_name,
+            boot_time: stats::boot_time(&proc_stat).unwrap_or(now),
+            fs,
+            pods: &pods,
+            containers: &containers,
+            started: &started,
+        };
+        Ok(stats::summary(now, &sample, previous.as_ref(), &inputs))
     }
 
     /// `/pods`: a v1 PodList of the pods bound here, as the API last gave them.
@@ -798,7 +911,13 @@ pub async fn serve(kubelet: Arc<Kubelet>, flags: ServerConfigFlags) -> anyhow::R
         .await
         .with_context(|| format!("listening on {}", flags.address))?;
     tracing::info!(address = %flags.address, "serving the kubelet API");
-    let server = Arc::new(Server { kubelet, flags, tokens: Cache::default(), decisions: Cache::default() });
+    let server = Arc::new(Server {
+        kubelet,
+        flags,
+        tokens: Cache::default(),
+        decisions: Cache::default(),
+        node_sample: Mutex::new(None),
+    });
     let acceptor = tokio_rustls::TlsAcceptor::from(tls);
     loop {
         let (stream, _) = match listener.accept().await {

@@ -73,7 +73,22 @@ async fn bootstrap_objects(admin: &kube::Client) -> Result<()> {
             "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "Group", "name": group}]}))?;
         bindings.create(&PostParams::default(), &binding).await?;
     }
-    Ok(())
+    // The authorizer sees the bindings through its watch: once it allows the bootstrap token's
+    // CSR, the kubelet may start (a real one would be restarted until then).
+    let reviews: Api<k8s_openapi::api::authorization::v1::SubjectAccessReview> = Api::all(admin.clone());
+    let review: k8s_openapi::api::authorization::v1::SubjectAccessReview = serde_json::from_value(json!({
+        "spec": {"user": format!("system:bootstrap:{id}"),
+                 "groups": ["system:bootstrappers", "system:bootstrappers:kubeadm:default-node-token"],
+                 "resourceAttributes": {"group": "certificates.k8s.io", "resource": "certificatesigningrequests",
+                                        "verb": "create"}}}))?;
+    for _ in 0..100 {
+        let answer = reviews.create(&PostParams::default(), &review).await?;
+        if answer.status.is_some_and(|s| s.allowed) {
+            return Ok(());
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    anyhow::bail!("the bootstrap token may not create CSRs 10 s after its bindings were made")
 }
 
 /// A kubeconfig that authenticates with the bootstrap token.

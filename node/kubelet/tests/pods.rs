@@ -210,6 +210,7 @@ async fn kubelet(n1: &kube::Client, endpoint: &str, root: &Path, logs: &Path) ->
         pod_logs_dir: logs.display().to_string(),
         node_name: "n1".into(),
         allocatable: Default::default(),
+        swap: keel_kubelet::machine::swap_control(),
     };
     let kubelet = Kubelet::new(
         n1.clone(),
@@ -338,6 +339,15 @@ async fn scenario(
     }
     if outcome.is_ok() {
         outcome = static_pods(&admin, &socket, &side).await;
+    }
+    if outcome.is_ok() {
+        outcome = sidecars(&admin, &socket).await;
+    }
+    if outcome.is_ok() {
+        outcome = stats(&admin, &side, &clients).await;
+    }
+    if outcome.is_ok() {
+        outcome = oom_killed(&admin, expected_runtime).await;
     }
     for task in tasks {
         task.abort();
@@ -930,7 +940,11 @@ async fn probes_and_hooks(
                 == Some("Pod was active on the node longer than the specified deadline");
         let said = messages("deadline", "DeadlineExceeded").await?;
         let said = said.iter().any(|m| m == "Pod was active on the node longer than the specified deadline");
-        Ok((failed && stopped && said).then_some(()))
+        if failed && stopped && said {
+            return Ok(Some(()));
+        }
+        // What is missing, for the timeout's message.
+        bail!("failed {failed}, stopped {stopped}, the event said {said}; status {status:?}")
     })
     .await?;
 
@@ -1117,8 +1131,15 @@ async fn streams(admin: &kube::Client, kubeconfig: &str) -> Result<()> {
         Ok((output.status.success() && output.stdout == b"hi\n").then_some(()))
     })
     .await;
-    forwarding.kill().await?;
-    fetched?;
+    forwarding.start_kill()?;
+    let said = forwarding.wait_with_output().await?;
+    fetched.with_context(|| {
+        format!(
+            "kubectl port-forward said: {} {}",
+            String::from_utf8_lossy(&said.stdout),
+            String::from_utf8_lossy(&said.stderr)
+        )
+    })?;
     pods.delete("shell", &DeleteParams { grace_period_seconds: Some(0), ..DeleteParams::default() }).await?;
     Ok(())
 }
@@ -1243,6 +1264,221 @@ async fn static_pods(admin: &kube::Client, socket: &Path, side: &Side) -> Result
         Ok((!left).then_some(()))
     })
     .await?;
+    Ok(())
+}
+
+/// Restartable init containers (sidecars): started in their turn (the init container after the
+/// sidecar finds it up), kept running beside the containers, restarted when they exit whatever
+/// the pod's restartPolicy, and stopped once the containers of a Never pod are done, which then
+/// succeeds.
+async fn sidecars(admin: &kube::Client, socket: &Path) -> Result<()> {
+    let pods: Api<Pod> = Api::namespaced(admin.clone(), "default");
+    let image = format!("{PAUSE_REGISTRY}/keel/busybox:1.0");
+    let shared = json!([{"name": "shared", "mountPath": "/shared"}]);
+    let sidecar = |command: &str| {
+        json!({"name": "side", "image": image, "restartPolicy": "Always", "volumeMounts": shared,
+               "command": ["sh", "-c", command],
+               "startupProbe": {"exec": {"command": ["test", "-f", "/shared/up"]}, "periodSeconds": 1}})
+    };
+    let finite = pod(
+        "sidecar-job",
+        json!({"restartPolicy": "Never", "terminationGracePeriodSeconds": 5,
+            "volumes": [{"name": "shared", "emptyDir": {}}],
+            "initContainers": [
+                sidecar("touch /shared/up; trap 'exit 0' TERM; sleep 3600 & wait"),
+                {"name": "init", "image": image, "volumeMounts": shared, "command": ["test", "-f", "/shared/up"]}],
+            "containers": [{"name": "main", "image": image, "volumeMounts": shared,
+                            "command": ["sh", "-c", "test -f /shared/up && sleep 2"]}]}),
+    )?;
+    let crashing = pod(
+        "sidecar-crash",
+        json!({"terminationGracePeriodSeconds": 1, "volumes": [{"name": "shared", "emptyDir": {}}],
+            "initContainers": [sidecar("touch /shared/up; sleep 3; exit 3")],
+            "containers": [{"name": "main", "image": image,
+                            "command": ["sh", "-c", "trap 'exit 0' TERM; sleep 3600 & wait"]}]}),
+    )?;
+    let job = pods.create(&PostParams::default(), &finite).await?;
+    pods.create(&PostParams::default(), &crashing).await?;
+    let done = wait_for("sidecar-job Succeeded, its sidecar stopped", async || {
+        let pod = pods.get("sidecar-job").await?;
+        let status = pod.status.clone().unwrap_or_default();
+        Ok((status.phase.as_deref() == Some("Succeeded")).then_some(status))
+    })
+    .await?;
+    let init = done.init_container_statuses.clone().unwrap_or_default();
+    let terminated = |s: &k8s_openapi::api::core::v1::ContainerStatus| {
+        s.state.as_ref().and_then(|st| st.terminated.as_ref()).map(|t| t.exit_code)
+    };
+    ensure!(
+        init.iter().map(|s| (s.name.as_str(), terminated(s), s.restart_count)).collect::<Vec<_>>()
+            == [("side", Some(0), 0), ("init", Some(0), 0)],
+        "init container statuses {init:?}"
+    );
+    let main = done.container_statuses.clone().unwrap_or_default();
+    ensure!(main.len() == 1 && terminated(&main[0]) == Some(0), "{main:?}");
+    let condition = |status: &k8s_openapi::api::core::v1::PodStatus, kind: &str| {
+        status.conditions.iter().flatten().find(|c| c.type_ == kind).map(|c| c.status.clone())
+    };
+    ensure!(condition(&done, "Initialized").as_deref() == Some("True"), "{:?}", done.conditions);
+
+    // A sidecar that exits is restarted while the pod stays Running (it was initialized).
+    let restarted = wait_for("sidecar-crash's sidecar restarted", async || {
+        let pod = pods.get("sidecar-crash").await?;
+        let status = pod.status.clone().unwrap_or_default();
+        let side = status.init_container_statuses.iter().flatten().find(|s| s.name == "side").cloned();
+        Ok(side.filter(|s| s.restart_count >= 1).map(|_| status))
+    })
+    .await?;
+    ensure!(restarted.phase.as_deref() == Some("Running"), "{restarted:?}");
+    let main = restarted.container_statuses.clone().unwrap_or_default();
+    ensure!(main.len() == 1 && main[0].restart_count == 0, "the main container restarted: {main:?}");
+    let side = restarted.init_container_statuses.clone().unwrap_or_default();
+    let last = side[0].last_state.as_ref().and_then(|l| l.terminated.as_ref()).map(|t| t.exit_code);
+    ensure!(last == Some(3), "the sidecar's last state {:?}", side[0].last_state);
+
+    let mut cri = CriClient::connect(socket).await?;
+    for name in ["sidecar-job", "sidecar-crash"] {
+        pods.delete(name, &DeleteParams::default()).await?;
+    }
+    let uid = job.metadata.uid.clone().unwrap_or_default();
+    wait_for("the sidecar pods deleted, nothing left of them", async || {
+        let gone =
+            pods.get_opt("sidecar-job").await?.is_none() && pods.get_opt("sidecar-crash").await?.is_none();
+        Ok((gone && pod_leftovers(&mut cri, &uid).await? == 0).then_some(()))
+    })
+    .await?;
+    Ok(())
+}
+
+/// `/stats/summary` and `/metrics/resource` from the kubelet (with the API server's client
+/// certificate), and through the API server's nodes/proxy, as `kubectl get --raw` and Prometheus
+/// read them: the node's CPU and memory, and (from keel-kubelet, whose figures come from the
+/// runtime's container stats) a running pod's containers, in upstream's stable series. The API
+/// server relays to a kubelet at a global unicast address only: keel-kubelet here listens on
+/// 127.0.0.1, which both API servers refuse (400 "address not allowed"); the upstream kubelet's
+/// node has an address of its own, which both relay to.
+async fn stats(admin: &kube::Client, side: &Side, clients: &KubeletClients) -> Result<()> {
+    let upstream_kubelet = side.node_ip != "127.0.0.1";
+    let pods: Api<Pod> = Api::namespaced(admin.clone(), "default");
+    let image = format!("{PAUSE_REGISTRY}/keel/busybox:1.0");
+    let sleeper = pod(
+        "measured",
+        json!({"terminationGracePeriodSeconds": 1, "containers": [{"name": "c", "image": image,
+            "command": ["sh", "-c", "trap 'exit 0' TERM; sleep 3600 & wait"]}]}),
+    )?;
+    pods.create(&PostParams::default(), &sleeper).await?;
+    wait_for("measured Running", async || {
+        let pod = pods.get("measured").await?;
+        Ok((pod.status.and_then(|s| s.phase).as_deref() == Some("Running")).then_some(()))
+    })
+    .await?;
+    let kubelet = async |path: &str| -> Result<String> {
+        let output = tokio::process::Command::new("curl")
+            .args(["-skf", "--cert"])
+            .arg(clients.file("apiserver.crt"))
+            .arg("--key")
+            .arg(clients.file("apiserver.key"))
+            .arg(format!("https://{}:10250{path}", side.node_ip))
+            .output()
+            .await?;
+        ensure!(output.status.success(), "{path}: {output:?}");
+        Ok(String::from_utf8(output.stdout)?)
+    };
+    let proxied = async |path: &str| -> Result<String, kube::Error> {
+        let request = http::Request::get(format!("/api/v1/nodes/n1/proxy{path}")).body(Vec::new());
+        admin.request_text(request.map_err(kube::Error::HttpError)?).await
+    };
+    let (summary, metrics) = if upstream_kubelet {
+        (proxied("/stats/summary").await?, proxied("/metrics/resource").await?)
+    } else {
+        match proxied("/stats/summary").await {
+            Err(kube::Error::Api(status))
+                if status.code == 400 && status.message == "address not allowed" => {}
+            other => bail!("nodes/proxy to a kubelet on 127.0.0.1: {other:?}"),
+        }
+        (kubelet("/stats/summary").await?, kubelet("/metrics/resource").await?)
+    };
+    let summary: serde_json::Value = serde_json::from_str(&summary)?;
+    let node = &summary["node"];
+    ensure!(node["nodeName"] == "n1", "{node}");
+    ensure!(node["cpu"]["usageCoreNanoSeconds"].as_u64().is_some_and(|n| n > 0), "{node}");
+    ensure!(node["memory"]["workingSetBytes"].as_u64().is_some_and(|n| n > 0), "{node}");
+    let families: std::collections::BTreeSet<&str> =
+        metrics.lines().filter_map(|l| l.strip_prefix("# TYPE ")?.split(' ').next()).collect();
+    for stable in [
+        "container_cpu_usage_seconds_total",
+        "container_memory_working_set_bytes",
+        "container_start_time_seconds",
+        "node_cpu_usage_seconds_total",
+        "node_memory_working_set_bytes",
+        "pod_cpu_usage_seconds_total",
+        "pod_memory_working_set_bytes",
+        "resource_scrape_error",
+    ] {
+        ensure!(families.contains(stable), "{stable} missing from /metrics/resource:\n{metrics}");
+    }
+    ensure!(metrics.lines().any(|l| l.starts_with("node_cpu_usage_seconds_total ")), "{metrics}");
+    // The kubelet's own gauges, under upstream's names.
+    let gauges = if upstream_kubelet { proxied("/metrics").await? } else { kubelet("/metrics").await? };
+    for line in ["kubelet_node_name{node=\"n1\"} 1", "# TYPE kubelet_running_pods gauge"] {
+        ensure!(gauges.lines().any(|l| l == line), "{line} missing from /metrics");
+    }
+    let running = gauges.lines().find_map(|l| l.strip_prefix("kubelet_running_pods ")?.parse::<f64>().ok());
+    ensure!(running.is_some_and(|n| n >= 1.0), "kubelet_running_pods {running:?}");
+    if upstream_kubelet {
+        // A path the kubelet does not serve: its 404, relayed.
+        match proxied("/nowhere").await {
+            Err(kube::Error::Api(status)) if status.code == 404 => {}
+            other => bail!("/nowhere through nodes/proxy: {other:?}"),
+        }
+    } else {
+        let measured =
+            summary["pods"].as_array().into_iter().flatten().find(|p| p["podRef"]["name"] == "measured");
+        let measured = measured.with_context(|| format!("no stats of the pod: {summary}"))?;
+        let container = &measured["containers"][0];
+        ensure!(container["name"] == "c", "{measured}");
+        ensure!(container["memory"]["workingSetBytes"].as_u64().is_some_and(|n| n > 0), "{measured}");
+        ensure!(container["cpu"]["usageCoreNanoSeconds"].as_u64().is_some(), "{measured}");
+        let series =
+            "container_memory_working_set_bytes{container=\"c\",namespace=\"default\",pod=\"measured\"}";
+        ensure!(metrics.lines().any(|l| l.starts_with(series)), "{metrics}");
+    }
+    pods.delete("measured", &DeleteParams::default()).await?;
+    wait_for("measured deleted", async || Ok(pods.get_opt("measured").await?.is_none().then_some(())))
+        .await?;
+    Ok(())
+}
+
+/// A container past its memory limit is killed by the kernel and reported as upstream does:
+/// terminated, exit code 137, reason OOMKilled, and the pod Failed. containerd 1.6 names the
+/// reason only when its cgroup v1 OOM event comes before the exit (the race critest's OOM case
+/// documents for it), so on containerd the reason may be Error.
+async fn oom_killed(admin: &kube::Client, runtime_name: &str) -> Result<()> {
+    let pods: Api<Pod> = Api::namespaced(admin.clone(), "default");
+    let image = format!("{PAUSE_REGISTRY}/keel/busybox:1.0");
+    let hungry = pod(
+        "hungry",
+        json!({"restartPolicy": "Never", "containers": [{"name": "c", "image": image,
+            "command": ["sh", "-c", "x=0123456789abcdef; while true; do x=$x$x; done"],
+            "resources": {"limits": {"memory": "32Mi"}}}]}),
+    )?;
+    pods.create(&PostParams::default(), &hungry).await?;
+    let status = wait_for("hungry Failed", async || {
+        let pod = pods.get("hungry").await?;
+        let status = pod.status.unwrap_or_default();
+        Ok((status.phase.as_deref() == Some("Failed")).then_some(status))
+    })
+    .await?;
+    let container = status.container_statuses.iter().flatten().next().cloned().unwrap_or_default();
+    let terminated = container.state.and_then(|s| s.terminated).unwrap_or_default();
+    let reasons: &[&str] =
+        if runtime_name == "containerd" { &["OOMKilled", "Error"] } else { &["OOMKilled"] };
+    ensure!(
+        terminated.exit_code == 137 && reasons.contains(&terminated.reason.as_deref().unwrap_or_default()),
+        "{terminated:?}"
+    );
+    pods.delete("hungry", &DeleteParams::default()).await?;
+    wait_for("hungry deleted", async || Ok(pods.get_opt("hungry").await?.is_none().then_some(()))).await?;
     Ok(())
 }
 

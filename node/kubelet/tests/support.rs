@@ -21,7 +21,9 @@ impl Drop for Keel {
 
 /// The kubelet's own log (info and up) on standard error, shown with a failing test's output.
 pub fn kubelet_log() {
-    let filter = tracing_subscriber::EnvFilter::new("keel_kubelet=info");
+    // RUST_LOG (keel_kubelet=debug, say) to investigate; the kubelet's info lines otherwise.
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("keel_kubelet=info"));
     let _ = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_ansi(false)

@@ -83,7 +83,8 @@ impl KubeletNode {
         Ok(NodeRuntime::Shim { daemon: Box::new(daemon), dir })
     }
 
-    /// Starts containerd in the node, in `mount_ns` when given (the upstream kubelet's).
+    /// Starts containerd in the node, in `mount_ns` when given (the upstream kubelet's), its
+    /// containers in cgroups.
     pub fn start_containerd(&self, mount_ns: Option<MountNsFd>) -> Result<NodeRuntime> {
         let options = ContainerdOptions {
             cni_conf_dir: Some(self.net_d.path().to_owned()),
@@ -91,6 +92,8 @@ impl KubeletNode {
             mount_ns,
             sandbox_image: Some(self.pause.clone()),
             plain_http_registries: vec![PAUSE_REGISTRY.to_owned()],
+            // A node enforces its pods' resources (memory limits, OOM kills), as keel-shim does.
+            cgroups: true,
             ..ContainerdOptions::default()
         };
         Ok(NodeRuntime::Containerd(Box::new(Containerd::start(&options)?)))
