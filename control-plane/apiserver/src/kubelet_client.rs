@@ -323,19 +323,8 @@ impl KubeletClient {
         let method = request.method.as_str();
         let op = format!("{}{}", &method[..1], method[1..].to_lowercase());
         let failed = |detail: String| format!("{op} {url:?}: {detail}");
-        let tcp = tokio::net::TcpStream::connect((host, port))
-            .await
-            .map_err(|e| failed(format!("dial tcp {}: {e}", join_host_port(host, port))))?;
         let tls = if insecure { self.unverified.clone() } else { self.verified.clone() };
-        let name = ServerName::try_from(host.to_owned()).map_err(|e| failed(e.to_string()))?;
-        let stream = tokio_rustls::TlsConnector::from(tls)
-            .connect(name, tcp)
-            .await
-            .map_err(|e| failed(format!("tls: {e}")))?;
-        let (mut sender, connection) =
-            hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(stream))
-                .await
-                .map_err(|e| failed(e.to_string()))?;
+        let (mut sender, connection) = dial(host, port, tls).await.map_err(failed)?;
         tokio::spawn(connection);
         let mut builder = hyper::Request::builder()
             .method(request.method.clone())
@@ -366,19 +355,7 @@ impl KubeletClient {
         use http_body_util::BodyExt;
         let url = format!("https://{}{path}", join_host_port(host, port));
         let failed = |detail: String| format!("error dialing backend: {url}: {detail}");
-        let tcp = tokio::net::TcpStream::connect((host, port))
-            .await
-            .map_err(|e| failed(format!("dial tcp {}: {e}", join_host_port(host, port))))?;
-        let tls = self.verified.clone();
-        let name = ServerName::try_from(host.to_owned()).map_err(|e| failed(e.to_string()))?;
-        let stream = tokio_rustls::TlsConnector::from(tls)
-            .connect(name, tcp)
-            .await
-            .map_err(|e| failed(format!("tls: {e}")))?;
-        let (mut sender, connection) =
-            hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(stream))
-                .await
-                .map_err(|e| failed(e.to_string()))?;
+        let (mut sender, connection) = dial(host, port, self.verified.clone()).await.map_err(failed)?;
         tokio::spawn(async move {
             if let Err(error) = connection.with_upgrades().await {
                 tracing::debug!(%error, "a kubelet streaming connection");
@@ -387,7 +364,7 @@ impl KubeletClient {
         let mut request = hyper::Request::builder()
             .method(method.clone())
             .uri(path)
-            .body(http_body_util::Empty::<bytes::Bytes>::new())
+            .body(http_body_util::Full::new(bytes::Bytes::new()))
             .map_err(|e| failed(e.to_string()))?;
         for (header, value) in headers {
             // The caller's credentials are not the kubelet's business: the API server presents its own.
@@ -427,6 +404,33 @@ impl KubeletClient {
         (*switched.status_mut(), *switched.headers_mut()) = (status, answer_headers);
         Ok(switched)
     }
+}
+
+/// An HTTP/1 connection to the kubelet at `host:port` over TLS (`tls` verifying it or not), to be
+/// driven by the caller; the error is the Go-worded detail (`dial tcp …`, `tls: …`).
+async fn dial(
+    host: &str,
+    port: u16,
+    tls: Arc<rustls::ClientConfig>,
+) -> Result<
+    (
+        hyper::client::conn::http1::SendRequest<http_body_util::Full<bytes::Bytes>>,
+        hyper::client::conn::http1::Connection<
+            hyper_util::rt::TokioIo<tokio_rustls::client::TlsStream<tokio::net::TcpStream>>,
+            http_body_util::Full<bytes::Bytes>,
+        >,
+    ),
+    String,
+> {
+    let tcp = tokio::net::TcpStream::connect((host, port))
+        .await
+        .map_err(|e| format!("dial tcp {}: {e}", join_host_port(host, port)))?;
+    let name = ServerName::try_from(host.to_owned()).map_err(|e| e.to_string())?;
+    let stream =
+        tokio_rustls::TlsConnector::from(tls).connect(name, tcp).await.map_err(|e| format!("tls: {e}"))?;
+    hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(stream))
+        .await
+        .map_err(|e| e.to_string())
 }
 
 /// The kubelet path and query of a `pods/exec`, `pods/attach` or `pods/portforward` request
