@@ -1408,7 +1408,9 @@ async fn probe_worker(
 ) {
     let Some(probe) = kind.of(&container).cloned() else { return };
     let uid = pod.metadata.uid.clone().unwrap_or_default();
-    let never_restarts = pod.spec.as_ref().and_then(|s| s.restart_policy.as_deref()) == Some("Never");
+    // A sidecar restarts whatever the pod's restartPolicy: its probes go on.
+    let never_restarts = pod.spec.as_ref().and_then(|s| s.restart_policy.as_deref()) == Some("Never")
+        && !pod_actions::is_sidecar(&container);
     let timing = probes::Timing::of(&probe);
     let period = Duration::from_secs(timing.period_seconds);
     // Right after the kubelet starts, the probes of the pods it finds are spread over a period.

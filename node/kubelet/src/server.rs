@@ -257,12 +257,18 @@ impl std::fmt::Debug for Server {
 }
 
 fn text(code: StatusCode, body: impl Into<Bytes>) -> Response<Body> {
+    typed(code, "text/plain; charset=utf-8", body)
+}
+
+/// The Prometheus text format's Content-Type.
+const PROMETHEUS: &str = "text/plain; version=0.0.4; charset=utf-8";
+
+fn typed(code: StatusCode, content_type: &'static str, body: impl Into<Bytes>) -> Response<Body> {
     let mut response = Response::new(Full::new(body.into()).boxed_unsync());
     *response.status_mut() = code;
-    response.headers_mut().insert(
-        hyper::header::CONTENT_TYPE,
-        hyper::header::HeaderValue::from_static("text/plain; charset=utf-8"),
-    );
+    response
+        .headers_mut()
+        .insert(hyper::header::CONTENT_TYPE, hyper::header::HeaderValue::from_static(content_type));
     response
 }
 
@@ -411,37 +417,23 @@ impl Server {
             (&hyper::Method::GET, ["healthz", ..]) => text(StatusCode::OK, "ok"),
             (&hyper::Method::GET, ["pods"] | ["pods", ""]) => self.pods(),
             (&hyper::Method::GET, ["stats", "summary"]) => match self.summary().await {
-                Ok(summary) => {
-                    let mut response = text(StatusCode::OK, serde_json::to_vec(&summary).unwrap_or_default());
-                    response.headers_mut().insert(
-                        hyper::header::CONTENT_TYPE,
-                        hyper::header::HeaderValue::from_static("application/json"),
-                    );
-                    response
-                }
+                Ok(summary) => typed(
+                    StatusCode::OK,
+                    "application/json",
+                    serde_json::to_vec(&summary).unwrap_or_default(),
+                ),
                 Err(message) => text(StatusCode::INTERNAL_SERVER_ERROR, message),
             },
             (&hyper::Method::GET, ["metrics"]) => match self.running().await {
-                Ok(running) => {
-                    let body = crate::stats::kubelet_metrics(&self.kubelet.node_name, &running);
-                    let mut response = text(StatusCode::OK, body);
-                    response.headers_mut().insert(
-                        hyper::header::CONTENT_TYPE,
-                        hyper::header::HeaderValue::from_static("text/plain; version=0.0.4; charset=utf-8"),
-                    );
-                    response
-                }
+                Ok(running) => typed(
+                    StatusCode::OK,
+                    PROMETHEUS,
+                    crate::stats::kubelet_metrics(&self.kubelet.node_name, &running),
+                ),
                 Err(message) => text(StatusCode::INTERNAL_SERVER_ERROR, message),
             },
             (&hyper::Method::GET, ["metrics", "resource"]) => match self.summary().await {
-                Ok(summary) => {
-                    let mut response = text(StatusCode::OK, crate::stats::resource_metrics(&summary));
-                    response.headers_mut().insert(
-                        hyper::header::CONTENT_TYPE,
-                        hyper::header::HeaderValue::from_static("text/plain; version=0.0.4; charset=utf-8"),
-                    );
-                    response
-                }
+                Ok(summary) => typed(StatusCode::OK, PROMETHEUS, crate::stats::resource_metrics(&summary)),
                 Err(message) => text(StatusCode::INTERNAL_SERVER_ERROR, message),
             },
             (&hyper::Method::GET, ["containerLogs", namespace, pod, container]) => {
@@ -706,11 +698,7 @@ impl Server {
         let list = serde_json::json!({
             "kind": "PodList", "apiVersion": "v1", "metadata": {}, "items": self.kubelet.pods(),
         });
-        let mut response = text(StatusCode::OK, serde_json::to_vec(&list).unwrap_or_default());
-        response
-            .headers_mut()
-            .insert(hyper::header::CONTENT_TYPE, hyper::header::HeaderValue::from_static("application/json"));
-        response
+        typed(StatusCode::OK, "application/json", serde_json::to_vec(&list).unwrap_or_default())
     }
 
     async fn container_logs(
