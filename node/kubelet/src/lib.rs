@@ -19,6 +19,7 @@
 //! - [`prober`]: runs them (ExecSync, HTTP GET, TCP connect, gRPC health, sleep).
 //! - [`pods`]: the watch of the node's pods, one worker per pod, the relist, the syncs, the
 //!   status writes and the final deletion.
+//! - [`pleg`]: the runtime's container events (the evented PLEG) that wake the pods' workers.
 //! - [`static_pods`]: pods from manifest files and their mirror pods in the API.
 //! - [`events`]: the Events about pods.
 //! - [`volumes`]: the files of configMap, secret, downwardAPI and projected volumes. Pure.
@@ -43,6 +44,7 @@ pub mod events;
 pub mod machine;
 pub mod node;
 pub mod node_status;
+pub mod pleg;
 pub mod pod_actions;
 pub mod pod_config;
 pub mod pod_runtime;

@@ -3,8 +3,9 @@
 //! [`pod_config`] and [`pod_status`]:
 //! - a watch of the Pods bound to this node; one worker per UID, which always syncs the latest
 //!   version of its Pod;
-//! - a relist of the runtime every second that wakes the worker of every pod whose sandboxes or
-//!   containers changed, and removes what the runtime holds of pods the API no longer has;
+//! - a relist of the runtime every second (every 10 s while the runtime's container events
+//!   arrive, see [`pleg`]) that wakes the worker of every pod whose sandboxes or containers
+//!   changed, and removes what the runtime holds of pods the API no longer has;
 //! - a sync reads what the runtime holds of the pod, computes the actions and carries them out in
 //!   upstream's order (kill, sandbox, init container, containers), then patches the status when it
 //!   changed;
@@ -39,6 +40,7 @@ use tokio::sync::{mpsc, watch};
 
 use crate::atomic_writer;
 use crate::events::{Kind, Recorder};
+use crate::pleg::{self, Pleg};
 use crate::pod_actions::{self, PodActions};
 use crate::pod_config::{self, PodEnvironment, PodFacts};
 use crate::pod_runtime::{PodRuntime, State};
@@ -100,6 +102,8 @@ pub struct Kubelet {
     services: reflector::Store<Service>,
     services_writer: Mutex<Option<reflector::store::Writer<Service>>>,
     services_synced: std::sync::atomic::AtomicBool,
+    /// The runtime's container events (the evented PLEG), beside the relist.
+    pub pleg: Pleg,
 }
 
 impl std::fmt::Debug for Kubelet {
@@ -145,6 +149,7 @@ impl Kubelet {
             services,
             services_writer: Mutex::new(Some(services_writer)),
             services_synced: std::sync::atomic::AtomicBool::new(false),
+            pleg: Pleg::default(),
         }
     }
 
@@ -1629,7 +1634,14 @@ pub async fn run(kubelet: impl Into<Arc<Kubelet>>) {
     let pods: Api<Pod> = Api::all(kubelet.client.clone());
     let config = watcher::Config::default().fields(&format!("spec.nodeName={}", kubelet.node_name));
     let mut events = std::pin::pin!(watcher::watcher(pods, config));
+    // The runtime's container events wake the pods' workers as the relist does, sooner.
+    let events_of = kubelet.clone();
+    let wake = kubelet.wake.clone();
+    tokio::spawn(async move { pleg::run(events_of.cri.clone(), &events_of.pleg, wake).await });
     let mut relist = tokio::time::interval(RELIST_PERIOD);
+    // While the events arrive, the relist is a safety net run every EVENTED_RELIST_PERIOD; a
+    // relist is due at once after the API's pods are listed.
+    let mut last_relist: Option<Instant> = None;
     let mut listed = false;
     let mut seen_in_init: Vec<String> = Vec::new();
     let mut fingerprints: BTreeMap<String, Vec<(String, i32)>> = BTreeMap::new();
@@ -1746,6 +1758,8 @@ pub async fn run(kubelet: impl Into<Arc<Kubelet>>) {
                         // Every pod the runtime holds is looked at again now that the API's are
                         // known: what a kubelet before this one left of deleted pods goes.
                         fingerprints.clear();
+                        last_relist = None;
+                        relist.reset_immediately();
                     }
                     Err(error) => {
                         tracing::warn!(%error, "watching the node's pods");
@@ -1762,6 +1776,12 @@ pub async fn run(kubelet: impl Into<Arc<Kubelet>>) {
                 }
             }
             _ = relist.tick() => {
+                if kubelet.pleg.evented()
+                    && last_relist.is_some_and(|at| at.elapsed() < pleg::EVENTED_RELIST_PERIOD)
+                {
+                    continue;
+                }
+                last_relist = Some(Instant::now());
                 let mut cri = kubelet.cri.clone();
                 let current = match cri.relist().await {
                     Ok(current) => current,

@@ -625,7 +625,7 @@ impl Server {
         let containers = cri.runtime.list_containers(cri::ListContainersRequest { filter: None }).await;
         let (sandboxes, containers) =
             (sandboxes.map_err(failed)?.into_inner(), containers.map_err(failed)?.into_inner());
-        let mut running = crate::stats::Running::default();
+        let mut running = crate::stats::Running { pleg: self.kubelet.pleg.counts(), ..Default::default() };
         let ready = cri::PodSandboxState::SandboxReady as i32;
         running.pods = sandboxes
             .items

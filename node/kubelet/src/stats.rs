@@ -436,10 +436,12 @@ pub fn resource_metrics(summary: &Summary) -> String {
 
 /// What the runtime holds, for `/metrics`: ready sandboxes of pods the kubelet knows, and the
 /// containers by CRI state name (`running`, `exited`, `created`, `unknown`).
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq)]
 pub struct Running {
     pub pods: usize,
     pub containers: BTreeMap<&'static str, usize>,
+    /// The evented PLEG's connections, failed or ended attempts and event latencies.
+    pub pleg: crate::pleg::PlegCounts,
 }
 
 /// The CRI container state as upstream's kubelet_running_containers labels it.
@@ -453,9 +455,41 @@ pub fn container_state(state: i32) -> &'static str {
 }
 
 /// `/metrics`: upstream's kubelet_node_name, kubelet_running_pods and kubelet_running_containers
-/// gauges (only those yet), in the Prometheus text format.
+/// gauges and its evented PLEG counters (only those yet), in the Prometheus text format.
 pub fn kubelet_metrics(node_name: &str, running: &Running) -> String {
     let mut out = String::new();
+    let _ = writeln!(
+        out,
+        "# HELP kubelet_evented_pleg_connection_error_count [ALPHA] The number of errors encountered during the establishment of streaming connection with the CRI runtime."
+    );
+    let _ = writeln!(out, "# TYPE kubelet_evented_pleg_connection_error_count counter");
+    let _ = writeln!(out, "kubelet_evented_pleg_connection_error_count {}", running.pleg.errors);
+    let _ = writeln!(
+        out,
+        "# HELP kubelet_evented_pleg_connection_latency_seconds [ALPHA] The latency of streaming connection with the CRI runtime, measured in seconds."
+    );
+    let _ = writeln!(out, "# TYPE kubelet_evented_pleg_connection_latency_seconds histogram");
+    let mut cumulative = 0;
+    let bounds = crate::pleg::LATENCY_BUCKETS.iter().map(ToString::to_string).chain(["+Inf".to_owned()]);
+    for (le, count) in bounds.zip(&running.pleg.latency_buckets) {
+        cumulative += count;
+        let _ = writeln!(
+            out,
+            "kubelet_evented_pleg_connection_latency_seconds_bucket{{le=\"{le}\"}} {cumulative}"
+        );
+    }
+    let _ = writeln!(
+        out,
+        "kubelet_evented_pleg_connection_latency_seconds_sum {}",
+        running.pleg.latency_sum_seconds
+    );
+    let _ = writeln!(out, "kubelet_evented_pleg_connection_latency_seconds_count {cumulative}");
+    let _ = writeln!(
+        out,
+        "# HELP kubelet_evented_pleg_connection_success_count [ALPHA] The number of times a streaming client was obtained to receive CRI Events."
+    );
+    let _ = writeln!(out, "# TYPE kubelet_evented_pleg_connection_success_count counter");
+    let _ = writeln!(out, "kubelet_evented_pleg_connection_success_count {}", running.pleg.connections);
     let _ = writeln!(out, "# HELP kubelet_node_name [ALPHA] The node's name. The count is always 1.");
     let _ = writeln!(out, "# TYPE kubelet_node_name gauge");
     let _ = writeln!(out, "kubelet_node_name{{node=\"{}\"}} 1", label(node_name));

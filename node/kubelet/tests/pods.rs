@@ -356,7 +356,7 @@ async fn scenario(
         outcome = sidecars(&admin, &socket).await;
     }
     if outcome.is_ok() {
-        outcome = stats(&admin, &side, &clients).await;
+        outcome = stats(&admin, &side, &clients, expected_runtime).await;
     }
     if outcome.is_ok() {
         outcome = oom_killed(&admin, expected_runtime).await;
@@ -1369,7 +1369,7 @@ async fn sidecars(admin: &kube::Client, socket: &Path) -> Result<()> {
 /// server relays to a kubelet at a global unicast address only: keel-kubelet here listens on
 /// 127.0.0.1, which both API servers refuse (400 "address not allowed"); the upstream kubelet's
 /// node has an address of its own, which both relay to.
-async fn stats(admin: &kube::Client, side: &Side, clients: &KubeletClients) -> Result<()> {
+async fn stats(admin: &kube::Client, side: &Side, clients: &KubeletClients, runtime: &str) -> Result<()> {
     let upstream_kubelet = side.node_ip != "127.0.0.1";
     let pods: Api<Pod> = Api::namespaced(admin.clone(), "default");
     let image = format!("{PAUSE_REGISTRY}/keel/busybox:1.0");
@@ -1437,6 +1437,28 @@ async fn stats(admin: &kube::Client, side: &Side, clients: &KubeletClients) -> R
     }
     let running = gauges.lines().find_map(|l| l.strip_prefix("kubelet_running_pods ")?.parse::<f64>().ok());
     ensure!(running.is_some_and(|n| n >= 1.0), "kubelet_running_pods {running:?}");
+    // keel-kubelet's evented PLEG: keel-shim's container events are read (the pods before this
+    // step sent many), containerd 1.6 has none (Unimplemented: one error, no connection). The
+    // upstream kubelet registers these only with its EventedPLEG feature gate.
+    let figure = |name: &str| {
+        gauges.lines().find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.parse::<f64>().ok())
+    };
+    let pleg = (
+        figure("kubelet_evented_pleg_connection_success_count"),
+        figure("kubelet_evented_pleg_connection_error_count"),
+        figure("kubelet_evented_pleg_connection_latency_seconds_count"),
+    );
+    match (upstream_kubelet, runtime) {
+        (true, _) => {}
+        (false, "keel-shim") => ensure!(
+            matches!(pleg, (Some(c), Some(_), Some(events)) if c >= 1.0 && events >= 1.0),
+            "keel-shim's container events not read: {pleg:?}"
+        ),
+        (false, _) => ensure!(
+            pleg == (Some(0.0), Some(1.0), Some(0.0)),
+            "{runtime} answered GetContainerEvents: {pleg:?}"
+        ),
+    }
     if upstream_kubelet {
         // A path the kubelet does not serve: its 404, relayed.
         match proxied("/nowhere").await {

@@ -119,9 +119,27 @@ fn the_summary_and_its_prometheus_form() {
 
 #[test]
 fn kubelet_gauges() {
-    let running = Running { pods: 2, containers: BTreeMap::from([("exited", 1), ("running", 3)]) };
+    let running = Running {
+        pods: 2,
+        containers: BTreeMap::from([("exited", 1), ("running", 3)]),
+        pleg: crate::pleg::PlegCounts {
+            connections: 1,
+            errors: 4,
+            latency_buckets: vec![2, 0, 0, 0, 0, 0, 0, 1, 0, 0, 0, 1],
+            latency_sum_seconds: 60.5,
+        },
+    };
     let text = kubelet_metrics("n1", &running);
     for line in [
+        "kubelet_evented_pleg_connection_success_count 1",
+        "kubelet_evented_pleg_connection_error_count 4",
+        "# TYPE kubelet_evented_pleg_connection_error_count counter",
+        "kubelet_evented_pleg_connection_latency_seconds_bucket{le=\"0.005\"} 2",
+        "kubelet_evented_pleg_connection_latency_seconds_bucket{le=\"1\"} 3",
+        "kubelet_evented_pleg_connection_latency_seconds_bucket{le=\"10\"} 3",
+        "kubelet_evented_pleg_connection_latency_seconds_bucket{le=\"+Inf\"} 4",
+        "kubelet_evented_pleg_connection_latency_seconds_sum 60.5",
+        "kubelet_evented_pleg_connection_latency_seconds_count 4",
         "kubelet_node_name{node=\"n1\"} 1",
         "kubelet_running_containers{container_state=\"exited\"} 1",
         "kubelet_running_containers{container_state=\"running\"} 3",
