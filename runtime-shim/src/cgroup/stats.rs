@@ -238,8 +238,8 @@ fn lookup(pairs: &[(String, u64)], key: &str) -> Option<u64> {
 #[cfg(test)]
 mod tests {
     use super::super::parse_mountinfo;
-    use super::super::tests::{HYBRID, UNIFIED, V1};
     use super::*;
+    use keel_cgroups::examples::{HYBRID, UNIFIED, V1};
 
     fn write(root: &Path, dir: &str, files: &[(&str, &str)]) {
         let dir = root.join(dir);
