@@ -31,6 +31,7 @@ pub fn apply(resource: &Resource, object: &mut Value) {
         ("apiextensions.k8s.io", "customresourcedefinitions") => crate::crd::default(object),
         ("", "pods") => {
             if let Some(spec) = object.get_mut("spec") {
+                pod_requests_from_limits(spec);
                 pod_spec(spec);
             }
         }
@@ -207,6 +208,27 @@ fn secret(object: &mut Value) {
         }
     }
     or_insert(map, "type", json!("Opaque"));
+}
+
+/// SetDefaults_Pod's part for a Pod (not a template): a container's limit with no request of
+/// the same resource is its request too.
+fn pod_requests_from_limits(spec: &mut Value) {
+    for field in ["containers", "initContainers"] {
+        let containers = spec.get_mut(field).and_then(Value::as_array_mut);
+        for container in containers.into_iter().flatten() {
+            let Some(resources) = container.get_mut("resources").and_then(object_mut) else { continue };
+            let Some(limits) = resources.get("limits").and_then(Value::as_object).cloned() else { continue };
+            let requests = resources.entry("requests").or_insert_with(|| json!({}));
+            if requests.is_null() {
+                *requests = json!({});
+            }
+            if let Some(requests) = object_mut(requests) {
+                for (name, limit) in limits {
+                    requests.entry(name).or_insert(limit);
+                }
+            }
+        }
+    }
 }
 
 /// SetDefaults_PodSpec and SetDefaults_Container.
@@ -406,6 +428,23 @@ mod tests {
         assert_eq!(spec["containers"][1]["ports"][0]["protocol"], "TCP");
         assert_eq!(spec["containers"][1]["env"][0]["valueFrom"]["fieldRef"]["apiVersion"], "v1");
         assert_eq!(spec["containers"][0]["terminationMessagePolicy"], "File");
+        // A limit without a request is the request too (a Pod's, not a template's).
+        let mut pod = json!({"spec": {"initContainers": [{"name": "i", "image": "i:1",
+            "resources": {"limits": {"cpu": "1", "memory": "1Gi"}, "requests": {"cpu": "500m"}}}],
+            "containers": [{"name": "c", "image": "i:1", "resources": {"limits": {"memory": "64Mi"}}}]}});
+        apply(pods, &mut pod);
+        assert_eq!(
+            pod["spec"]["initContainers"][0]["resources"]["requests"],
+            json!({"cpu": "500m", "memory": "1Gi"})
+        );
+        assert_eq!(pod["spec"]["containers"][0]["resources"]["requests"], json!({"memory": "64Mi"}));
+        let deployments = find("apps", "v1", "deployments").unwrap();
+        let mut deployment = json!({"spec": {"template": {"spec": {"containers": [
+            {"name": "c", "image": "i:1", "resources": {"limits": {"memory": "64Mi"}}}]}}}});
+        apply(deployments, &mut deployment);
+        assert!(
+            deployment["spec"]["template"]["spec"]["containers"][0]["resources"].get("requests").is_none()
+        );
     }
 
     #[test]

@@ -291,6 +291,11 @@ fn run_cell(
     .expect("the kubelet's kubeconfig");
     let endpoint = format!("unix://{}", node_runtime.socket().display());
     let root = cell_dir.join("root");
+    // Both kubelets make QoS and pod cgroups (their default), each under a cgroup root of the
+    // cell's own, removed after it.
+    let cgroups = keel_cgroups::Layout::host().expect("the cgroup mounts");
+    let cgroup_root = format!("/keel-kubelet-bench-{node_name}-{}", std::process::id());
+    cgroups.apply(&cgroup_root, &keel_cgroups::Resources::default()).expect("the cell's cgroup root");
     let daemon = match kubelet {
         Kubelet::Keel => {
             let mut command = Command::new(binary);
@@ -298,7 +303,7 @@ fn run_cell(
             command.args(["--hostname-override", &node_name]);
             command.arg("--node-ip").arg(node.host().address().to_string());
             command.args(["--container-runtime-endpoint", &endpoint, "--cluster-dns", "10.96.0.10"]);
-            command.args(["--cluster-domain", "cluster.local"]);
+            command.args(["--cluster-domain", "cluster.local", "--cgroup-root", &cgroup_root]);
             mount_ns.fd().enter_on_spawn(&mut command);
             node.host().start_daemon(kubelet.name(), command, Readiness::None, Duration::from_secs(10))
         }
@@ -312,6 +317,9 @@ fn run_cell(
             config: json!({
                 "authentication": {"anonymous": {"enabled": true}, "webhook": {"enabled": false}},
                 "authorization": {"mode": "AlwaysAllow"},
+                "cgroupsPerQOS": true,
+                "cgroupRoot": cgroup_root,
+                "enforceNodeAllocatable": ["pods"],
             }),
         }),
     }
@@ -335,6 +343,9 @@ fn run_cell(
             drop(daemon);
             drop(node_runtime);
             drop(mount_ns);
+            if let Err(error) = cgroups.destroy(&cgroup_root) {
+                eprintln!("removing {cgroup_root}: {error}");
+            }
             cell
         }
         Err(error) => {

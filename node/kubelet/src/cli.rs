@@ -158,6 +158,21 @@ pub struct Flags {
     /// Its address (healthzBindAddress; 127.0.0.1).
     #[arg(long)]
     pub healthz_bind_address: Option<IpAddr>,
+    /// Pod cgroups under kubepods by QoS class (cgroupsPerQOS; true).
+    #[arg(long, num_args = 0..=1, default_missing_value = "true", action = clap::ArgAction::Set)]
+    pub cgroups_per_qos: Option<bool>,
+    /// The cgroup kubepods goes under (cgroupRoot; `/`).
+    #[arg(long)]
+    pub cgroup_root: Option<String>,
+    /// cgroupfs, the only driver keel-kubelet has (cgroupDriver).
+    #[arg(long)]
+    pub cgroup_driver: Option<String>,
+    /// `pods` or `none`, comma-separated; empty for none (enforceNodeAllocatable; pods).
+    #[arg(long)]
+    pub enforce_node_allocatable: Option<String>,
+    /// The most processes a pod may run, -1 for no limit (podPidsLimit).
+    #[arg(long)]
+    pub pod_max_pids: Option<i64>,
 }
 
 impl Flags {
@@ -258,6 +273,14 @@ impl Flags {
         set(self.authorization_webhook_cache_unauthorized_ttl.as_ref(), &mut config.unauthorized_ttl);
         set(self.healthz_port.as_ref(), &mut config.healthz_port);
         set(self.healthz_bind_address.as_ref(), &mut config.healthz_bind_address);
+        set(self.cgroups_per_qos.as_ref(), &mut config.cgroups_per_qos);
+        set(self.cgroup_root.as_ref(), &mut config.cgroup_root);
+        set(self.cgroup_driver.as_ref(), &mut config.cgroup_driver);
+        if let Some(list) = &self.enforce_node_allocatable {
+            config.enforce_node_allocatable =
+                list.split(',').map(str::trim).filter(|v| !v.is_empty()).map(str::to_owned).collect();
+        }
+        set(self.pod_max_pids.as_ref(), &mut config.pod_pids_limit);
         if config.tls_cert_file.is_some() != config.tls_private_key_file.is_some() {
             return Err("tlsCertFile and tlsPrivateKeyFile must be given together".into());
         }

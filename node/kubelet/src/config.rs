@@ -58,6 +58,11 @@ pub const HONOURED: &[&str] = &[
     "registerWithTaints",
     "providerID",
     "containerRuntimeEndpoint",
+    "cgroupsPerQOS",
+    "cgroupRoot",
+    "cgroupDriver",
+    "enforceNodeAllocatable",
+    "podPidsLimit",
 ];
 
 /// Every field of upstream's v1beta1 KubeletConfiguration (k8s.io/kubelet v0.34), besides
@@ -259,6 +264,16 @@ pub struct KubeletConfiguration {
     pub register_with_taints: Vec<Taint>,
     pub provider_id: String,
     pub container_runtime_endpoint: String,
+    /// Pod cgroups under kubepods by QoS class (cgroupsPerQOS; true).
+    pub cgroups_per_qos: bool,
+    /// The cgroup kubepods goes under (cgroupRoot; "" is `/`).
+    pub cgroup_root: String,
+    /// cgroupfs only (cgroupDriver).
+    pub cgroup_driver: String,
+    /// `pods` (kubepods limited to the allocatable) or `none` (enforceNodeAllocatable; [pods]).
+    pub enforce_node_allocatable: Vec<String>,
+    /// The most processes a pod's cgroup may hold; -1 is no limit (podPidsLimit).
+    pub pod_pids_limit: i64,
 }
 
 impl Default for KubeletConfiguration {
@@ -297,6 +312,11 @@ impl Default for KubeletConfiguration {
                 .iter()
                 .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
                 .collect(),
+            cgroups_per_qos: true,
+            cgroup_root: String::new(),
+            cgroup_driver: "cgroupfs".into(),
+            enforce_node_allocatable: vec!["pods".into()],
+            pod_pids_limit: -1,
             system_reserved: BTreeMap::new(),
             kube_reserved: BTreeMap::new(),
             register_with_taints: Vec::new(),
@@ -467,6 +487,21 @@ pub fn decode(text: &str, dir: &Path) -> Result<Decoded, String> {
     }
     if let Some(endpoint) = file.string("containerRuntimeEndpoint")? {
         config.container_runtime_endpoint = endpoint;
+    }
+    file.bool("cgroupsPerQOS", &mut config.cgroups_per_qos)?;
+    if let Some(root) = file.string("cgroupRoot")? {
+        config.cgroup_root = root;
+    }
+    if let Some(driver) = file.string("cgroupDriver")?.filter(|d| !d.is_empty()) {
+        config.cgroup_driver = driver;
+    }
+    // v1beta1: a list given (even empty) replaces the default; null is unset.
+    if file.object.get("enforceNodeAllocatable").is_some_and(|v| !v.is_null()) {
+        config.enforce_node_allocatable = file.strings("enforceNodeAllocatable")?;
+    }
+    file.int("podPidsLimit", &mut config.pod_pids_limit)?;
+    if config.pod_pids_limit < 0 {
+        config.pod_pids_limit = -1;
     }
     // v1beta1's defaulting: a zero duration or count is the default (a zero written is unset).
     let defaults = KubeletConfiguration::default();
@@ -673,6 +708,52 @@ pub fn validate(config: &KubeletConfiguration) -> Result<(), ConfigError> {
         errors.push(format!(
             "invalid configuration: port (--port) {} must be between 1 and 65535, inclusive",
             config.port
+        ));
+    }
+    // upstream's enforceNodeAllocatable checks, for the two values keel-kubelet enforces (pods,
+    // none); system-reserved and kube-reserved need cgroups of their own it does not manage.
+    let mut seen = std::collections::BTreeSet::new();
+    for value in &config.enforce_node_allocatable {
+        if !seen.insert(value) {
+            errors.push(format!(
+                "invalid configuration: duplicated enforcements {value:?} in enforceNodeAllocatable (--enforce-node-allocatable)"
+            ));
+            continue;
+        }
+        match value.as_str() {
+            "pods" => {}
+            "none" => {
+                if config.enforce_node_allocatable.len() > 1 {
+                    errors.push("invalid configuration: enforceNodeAllocatable (--enforce-node-allocatable) may not contain additional enforcements when \"none\" is specified".to_owned());
+                }
+                continue;
+            }
+            "system-reserved"
+            | "system-reserved-compressible"
+            | "kube-reserved"
+            | "kube-reserved-compressible" => {
+                errors.push(format!(
+                    "invalid configuration: enforceNodeAllocatable (--enforce-node-allocatable) {value:?} is not supported by keel-kubelet (only \"pods\" and \"none\")"
+                ));
+                continue;
+            }
+            other => {
+                errors.push(format!(
+                    "invalid configuration: option {other:?} specified for enforceNodeAllocatable (--enforce-node-allocatable). Valid options are \"pods\", \"system-reserved\", \"system-reserved-compressible\", \"kube-reserved\", \"kube-reserved-compressible\" or \"none\""
+                ));
+                continue;
+            }
+        }
+        if !config.cgroups_per_qos {
+            errors.push(format!(
+                "invalid configuration: cgroupsPerQOS (--cgroups-per-qos) must be set to true when {value:?} contained in enforceNodeAllocatable (--enforce-node-allocatable)"
+            ));
+        }
+    }
+    if config.cgroup_driver != "cgroupfs" {
+        errors.push(format!(
+            "invalid configuration: cgroupDriver (--cgroup-driver) {:?} is not supported by keel-kubelet (only \"cgroupfs\")",
+            config.cgroup_driver
         ));
     }
     for taint in &config.register_with_taints {

@@ -13,6 +13,7 @@
 //! - [`cli`]: the flags, over the file (upstream's flag precedence), and the list flags' forms.
 //! - [`pod_runtime`]: a pod as the runtime holds it (sandboxes, containers). Pure.
 //! - [`pod_actions`]: what one sync of a pod does (computePodActions). Pure.
+//! - [`pod_cgroups`]: the QoS and pod cgroups (ResourceConfigForPod pure, the files the IO edge).
 //! - [`pod_config`]: the CRI sandbox and container configs of a pod. Pure.
 //! - [`pod_status`]: the Pod status reported (phase, conditions, container statuses). Pure.
 //! - [`probes`]: what a probe or hook reaches, and the probe worker's thresholds and gates. Pure.
@@ -46,6 +47,7 @@ pub mod node;
 pub mod node_status;
 pub mod pleg;
 pub mod pod_actions;
+pub mod pod_cgroups;
 pub mod pod_config;
 pub mod pod_runtime;
 pub mod pod_status;

@@ -12,6 +12,7 @@ use keel_kubelet::cli::Flags;
 use keel_kubelet::machine::MachineInfo;
 use keel_kubelet::node::NodeConfig;
 use keel_kubelet::node_status::{self, Reservations};
+use keel_kubelet::pod_cgroups::PodCgroups;
 use keel_kubelet::pod_config::{PodEnvironment, Resolv};
 use keel_kubelet::pods::{self, Kubelet};
 use keel_kubelet::runtime::Runtime;
@@ -107,6 +108,31 @@ async fn main() -> Result<()> {
             &node.reservations,
         ),
     };
+    // upstream's container manager start: kubepods and the QoS cgroups before any pod.
+    let cgroups = match config.cgroups_per_qos {
+        true => {
+            let layout = keel_cgroups::Layout::host().context("reading the cgroup mounts")?;
+            let root =
+                if config.cgroup_root.is_empty() { "/".to_owned() } else { config.cgroup_root.clone() };
+            let cgroups = PodCgroups {
+                layout,
+                root,
+                huge_page_sizes_kib: machine.huge_pages.iter().map(|(size, _)| *size).collect(),
+                pod_pids_limit: config.pod_pids_limit,
+            };
+            let limits = node_status::pods_cgroup_limits(
+                &node_status::capacity(&machine, node.max_pods),
+                &node.reservations,
+            );
+            let enforced = config.enforce_node_allocatable.iter().any(|e| e == "pods");
+            cgroups
+                .set_up(enforced.then_some(&limits))
+                .map_err(anyhow::Error::msg)
+                .context("failed to start the container manager")?;
+            Some(cgroups)
+        }
+        false => None,
+    };
     let serving = ServerConfigFlags {
         address: std::net::SocketAddr::new(config.address, u16::try_from(config.port)?),
         tls: config.tls_cert_file.clone().zip(config.tls_private_key_file.clone()),
@@ -138,6 +164,9 @@ async fn main() -> Result<()> {
                 .with_sync_frequency(resync);
             if let Some(path) = static_pod_path {
                 kubelet = kubelet.with_static_pods(path, file_check_frequency);
+            }
+            if let Some(cgroups) = cgroups {
+                kubelet = kubelet.with_pod_cgroups(cgroups);
             }
             let kubelet = Arc::new(kubelet);
             let serving = async {

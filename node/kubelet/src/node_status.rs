@@ -169,6 +169,24 @@ pub fn allocatable(capacity: &Resources, reservations: &Reservations) -> Resourc
     allocatable
 }
 
+/// What kubepods is limited to (upstream's getNodeAllocatableAbsolute): each capacity less its
+/// system and kube reservations, never below zero — not less the eviction thresholds or the huge
+/// page pools, unlike the allocatable reported.
+pub fn pods_cgroup_limits(capacity: &Resources, reservations: &Reservations) -> Resources {
+    let mut limits = Resources::new();
+    for (name, total) in capacity {
+        let mut value = *total;
+        for reserved in [reservations.system_reserved.get(name), reservations.kube_reserved.get(name)]
+            .into_iter()
+            .flatten()
+        {
+            value = value.checked_sub(reserved).unwrap_or(value);
+        }
+        limits.insert(name.clone(), at_least_zero(value));
+    }
+    limits
+}
+
 fn at_least_zero(value: Quantity) -> Quantity {
     if value.is_negative() { Quantity::from_count(0) } else { value }
 }

@@ -42,6 +42,7 @@ use crate::atomic_writer;
 use crate::events::{Kind, Recorder};
 use crate::pleg::{self, Pleg};
 use crate::pod_actions::{self, PodActions};
+use crate::pod_cgroups::PodCgroups;
 use crate::pod_config::{self, PodEnvironment, PodFacts};
 use crate::pod_runtime::{PodRuntime, State};
 use crate::pod_status::{self, Reasons};
@@ -104,6 +105,8 @@ pub struct Kubelet {
     services_synced: std::sync::atomic::AtomicBool,
     /// The runtime's container events (the evented PLEG), beside the relist.
     pub pleg: Pleg,
+    /// The QoS and pod cgroups (cgroupsPerQOS), when the kubelet makes them.
+    cgroups: Option<PodCgroups>,
 }
 
 impl std::fmt::Debug for Kubelet {
@@ -150,6 +153,7 @@ impl Kubelet {
             services_writer: Mutex::new(Some(services_writer)),
             services_synced: std::sync::atomic::AtomicBool::new(false),
             pleg: Pleg::default(),
+            cgroups: None,
         }
     }
 
@@ -158,6 +162,14 @@ impl Kubelet {
     #[must_use]
     pub fn with_static_pods(mut self, path: PathBuf, every: Duration) -> Kubelet {
         self.static_pods = Some((path, every));
+        self
+    }
+
+    /// The kubelet with a cgroup for each pod under its QoS class's (cgroupsPerQOS), kubepods
+    /// already set up ([`PodCgroups::set_up`]).
+    #[must_use]
+    pub fn with_pod_cgroups(mut self, cgroups: PodCgroups) -> Kubelet {
+        self.cgroups = Some(cgroups);
         self
     }
 
@@ -234,6 +246,20 @@ impl Kubelet {
     /// The status this kubelet last computed for pod `uid` (upstream's status manager cache).
     pub fn status_of(&self, uid: &str) -> Option<k8s_openapi::api::core::v1::PodStatus> {
         self.statuses.lock().unwrap_or_else(std::sync::PoisonError::into_inner).get(uid).cloned()
+    }
+
+    /// The pods bound here that have not finished (upstream's GetActivePods): what the QoS
+    /// cgroups are shared out by.
+    fn active_pods(&self) -> Vec<Pod> {
+        let pods = self.pods.lock().unwrap_or_else(std::sync::PoisonError::into_inner).clone();
+        pods.into_iter()
+            .filter(|(uid, pod)| {
+                let phase =
+                    self.status_of(uid).and_then(|s| s.phase).or_else(|| pod.status.as_ref()?.phase.clone());
+                !matches!(phase.as_deref(), Some("Succeeded" | "Failed"))
+            })
+            .map(|(_, pod)| pod)
+            .collect()
     }
 
     fn probe_snapshot(&self) -> ResultsByContainer {
@@ -1206,7 +1232,12 @@ impl Kubelet {
             self.kill_container(pod, &kill.id, &name, probe_grace.unwrap_or(grace), &kill.message).await;
         }
         let mut sandbox_id = actions.sandbox_id.clone();
-        let sandbox_config = pod_config::sandbox_config(pod, actions.attempt, &self.env);
+        let mut sandbox_config = pod_config::sandbox_config(pod, actions.attempt, &self.env);
+        if let Some(cgroups) = &self.cgroups
+            && let Some(linux) = sandbox_config.linux.as_mut()
+        {
+            linux.cgroup_parent = crate::pod_cgroups::pod_cgroup(&cgroups.root, pod);
+        }
         // Volumes before anything starts (upstream's WaitForAttachAndMount), and again on every
         // sync so that changed ConfigMaps, Secrets and tokens reach the running pod.
         let set_up = match self.sources(pod).await {
@@ -1233,6 +1264,27 @@ impl Kubelet {
                 (Sources::default(), SetUp::new())
             }
         };
+        if actions.create_sandbox
+            && let Some(cgroups) = &self.cgroups
+        {
+            // upstream's SyncPod: the QoS cgroups updated and the pod's cgroup made before its
+            // sandbox, once (a cgroup that exists is left as it is).
+            let exists =
+                sandbox_config.linux.as_ref().is_some_and(|l| cgroups.layout.exists(&l.cgroup_parent));
+            if !exists {
+                if let Err(error) = cgroups.update_qos(&self.active_pods()) {
+                    tracing::info!(pod = %pod_name(pod), %error, "failed to update the QoS cgroups while syncing pod");
+                }
+                if let Err(message) = cgroups.ensure(pod) {
+                    let event = format!("unable to ensure pod container exists: {message}");
+                    self.recorder.pod_event(pod, None, Kind::Warning, "FailedCreatePodContainer", event);
+                    return Err(format!(
+                        "failed to ensure that the pod: {uid} cgroups exist and are correctly applied: {message}"
+                    ));
+                }
+                steps.done("cgroup");
+            }
+        }
         if actions.create_sandbox {
             let log_dir = pod_config::log_directory(pod, &self.env);
             std::fs::create_dir_all(&log_dir).map_err(|e| format!("creating {log_dir}: {e}"))?;
@@ -1338,6 +1390,11 @@ impl Kubelet {
         let placeholder = Pod::default();
         self.kill_pod(pod.unwrap_or(&placeholder), &runtime, grace).await.map_err(|s| rpc_message(&s))?;
         self.remove_pod(uid, &runtime).await.map_err(|s| rpc_message(&s))?;
+        if let Some(cgroups) = self.cgroups.clone() {
+            let uid = uid.to_owned();
+            let destroyed = tokio::task::spawn_blocking(move || cgroups.destroy(&uid)).await;
+            destroyed.map_err(|e| e.to_string())??;
+        }
         // A static pod whose manifest went takes its mirror with it.
         if let Some(mirror) = pod.filter(|p| is_static(p)).and_then(|p| self.mirror_of(p)) {
             self.delete_mirror(&mirror).await;
@@ -1808,6 +1865,26 @@ pub async fn run(kubelet: impl Into<Arc<Kubelet>>) {
                             });
                         }
                         None => {}
+                    }
+                }
+                // upstream's cleanupOrphanedPodCgroups: the cgroup of a pod with no worker and
+                // nothing in the runtime goes.
+                if listed && let Some(cgroups) = kubelet.cgroups.clone() {
+                    let orphans: Vec<String> = cgroups
+                        .pods()
+                        .into_iter()
+                        .map(|(uid, _)| uid)
+                        .filter(|uid| !workers.contains_key(uid) && !current.contains_key(uid))
+                        .collect();
+                    if !orphans.is_empty() {
+                        tokio::task::spawn_blocking(move || {
+                            for uid in orphans {
+                                tracing::info!(%uid, "removing an orphaned pod cgroup");
+                                if let Err(error) = cgroups.destroy(&uid) {
+                                    tracing::warn!(%uid, %error, "removing an orphaned pod cgroup");
+                                }
+                            }
+                        });
                     }
                 }
                 fingerprints = current;

@@ -29,6 +29,23 @@ const REFUSED: &[(&str, &str)] = &[
         "bogus: 1\nauthentication: {anonymous: {enabled: true, extra: 2}}\nmaxPods: -1\n",
         "invalid configuration: maxPods (--max-pods) -1 must not be a negative number",
     ),
+    // Node allocatable is enforced on kubepods, which only QoS cgroups have.
+    (
+        "cgroupsPerQOS: false\n",
+        "invalid configuration: cgroupsPerQOS (--cgroups-per-qos) must be set to true when \"pods\" contained in \
+         enforceNodeAllocatable (--enforce-node-allocatable)",
+    ),
+    (
+        "enforceNodeAllocatable: [pods, bogus]\n",
+        "invalid configuration: option \"bogus\" specified for enforceNodeAllocatable (--enforce-node-allocatable). \
+         Valid options are \"pods\", \"system-reserved\", \"system-reserved-compressible\", \"kube-reserved\", \
+         \"kube-reserved-compressible\" or \"none\"",
+    ),
+    (
+        "enforceNodeAllocatable: [none, pods]\n",
+        "invalid configuration: enforceNodeAllocatable (--enforce-node-allocatable) may not contain additional \
+         enforcements when \"none\" is specified",
+    ),
 ];
 
 /// What a kubelet binary printed when it refused `file`: its whole output.

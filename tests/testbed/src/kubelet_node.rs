@@ -115,11 +115,14 @@ pub struct UpstreamKubelet<'a> {
     pub config: serde_json::Value,
 }
 
-/// The KubeletConfiguration this machine needs for the upstream kubelet (what keel-kubelet does by
-/// default, stated): no QoS cgroups and no node allocatable enforcement (keel-kubelet has none
-/// yet; containerd runs without cgroups here), the cgroupfs driver, swap tolerated, an
+/// The KubeletConfiguration this machine needs for the upstream kubelet: no QoS cgroups and no
+/// node allocatable enforcement unless the caller asks for them with a cgroupRoot of its own (the
+/// default root is the machine's, shared by every test), the cgroupfs driver, swap tolerated, an
 /// `oomScoreAdj` of 0 (the machine's root may not lower its own: no CAP_SYS_RESOURCE), no read-only
-/// port, no certificate rotation, the cluster DNS keel-kubelet's tests use.
+/// port, no certificate rotation, the cluster DNS keel-kubelet's tests use, and hard eviction
+/// thresholds of 1 % of disk (the tests share the machine's disk: with upstream's defaults its
+/// eviction manager evicts a scenario's pods once the disk is 85 % full, imagefs.available < 15 %;
+/// keel-kubelet has no eviction manager).
 pub fn upstream_kubelet_config(endpoint: &str) -> serde_json::Value {
     json!({
         "apiVersion": "kubelet.config.k8s.io/v1beta1",
@@ -136,6 +139,8 @@ pub fn upstream_kubelet_config(endpoint: &str) -> serde_json::Value {
         "readOnlyPort": 0,
         "rotateCertificates": false,
         "serverTLSBootstrap": false,
+        "evictionHard": {"memory.available": "100Mi", "nodefs.available": "1%", "nodefs.inodesFree": "1%",
+                         "imagefs.available": "1%", "imagefs.inodesFree": "1%"},
     })
 }
 

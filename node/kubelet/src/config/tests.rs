@@ -109,14 +109,14 @@ containerRuntimeEndpoint: unix:///run/keel-shim.sock
 #[test]
 fn unknown_and_unimplemented_fields_are_warned_about() {
     let file = decoded(
-        "bogus: 1\nauthentication: {x509: {clientCAFile: /ca, extra: true}}\ncgroupDriver: systemd\nfailSwapOn: false\n",
+        "bogus: 1\nauthentication: {x509: {clientCAFile: /ca, extra: true}}\ncpuManagerPolicy: static\nfailSwapOn: false\n",
     );
     assert_eq!(
         file.warnings,
         [
             "Using lenient decoding as strict decoding failed: strict decoding error: unknown field \
              \"authentication.x509.extra\", unknown field \"bogus\"",
-            "keel-kubelet does not implement these fields, which have no effect: cgroupDriver, failSwapOn",
+            "keel-kubelet does not implement these fields, which have no effect: cpuManagerPolicy, failSwapOn",
         ]
     );
     // The rest of the file is decoded (lenient decoding).
@@ -205,4 +205,44 @@ fn flags_given_win_over_the_file() {
     let empty = Flags::try_parse_from(["keel-kubelet", "--kubeconfig=k", "--config", file.to_str().unwrap()])
         .unwrap();
     assert!(empty.configuration().unwrap_err().to_string().ends_with("was empty"));
+}
+
+#[test]
+fn cgroup_settings_are_read_and_checked() {
+    let defaults = KubeletConfiguration::default();
+    assert!(defaults.cgroups_per_qos);
+    assert_eq!((defaults.cgroup_root.as_str(), defaults.cgroup_driver.as_str()), ("", "cgroupfs"));
+    assert_eq!(
+        (defaults.enforce_node_allocatable.as_slice(), defaults.pod_pids_limit),
+        (&["pods".to_owned()][..], -1)
+    );
+    let config = decoded(
+        "cgroupsPerQOS: false\ncgroupRoot: /node1\nenforceNodeAllocatable: []\npodPidsLimit: -5\ncgroupDriver: cgroupfs\n",
+    )
+    .config;
+    assert!(!config.cgroups_per_qos);
+    assert_eq!(config.cgroup_root, "/node1");
+    assert!(config.enforce_node_allocatable.is_empty());
+    assert_eq!(config.pod_pids_limit, -1);
+    assert!(validate(&config).is_ok());
+    let systemd = decoded("cgroupDriver: systemd\n").config;
+    assert!(
+        validate(&systemd).unwrap_err().to_string().contains("cgroupDriver (--cgroup-driver) \"systemd\"")
+    );
+    let reserved = decoded("enforceNodeAllocatable: [pods, pods, kube-reserved]\n").config;
+    let refused = validate(&reserved).unwrap_err().to_string();
+    assert!(refused.contains("duplicated enforcements \"pods\""), "{refused}");
+    assert!(refused.contains("\"kube-reserved\" is not supported by keel-kubelet"), "{refused}");
+    let flags = Flags::try_parse_from([
+        "keel-kubelet",
+        "--kubeconfig=k",
+        "--cgroups-per-qos=false",
+        "--enforce-node-allocatable=",
+        "--cgroup-root=/x",
+        "--pod-max-pids=100",
+    ])
+    .unwrap();
+    let config = flags.configuration().unwrap();
+    assert!(!config.cgroups_per_qos && config.enforce_node_allocatable.is_empty());
+    assert_eq!((config.cgroup_root.as_str(), config.pod_pids_limit), ("/x", 100));
 }
