@@ -280,7 +280,7 @@ mod tests {
     }
 
     /// The resource lists in kube-apiserver 1.34's order (its api/discovery fixtures), less what
-    /// Keel does not serve (bindings, componentstatuses, podtemplates, the pods and services
+    /// Keel does not serve (bindings, componentstatuses, podtemplates, the services
     /// proxy, ephemeralcontainers and resize subresources, volumeattributesclasses,
     /// resourceclaimtemplates, ingresses, ingressclasses, networkpolicies, networking.k8s.io/v1beta1).
     #[test]
@@ -312,6 +312,7 @@ mod tests {
                 "pods/exec",
                 "pods/log",
                 "pods/portforward",
+                "pods/proxy",
                 "pods/status",
                 "replicationcontrollers",
                 "replicationcontrollers/scale",

@@ -23,16 +23,23 @@ pub struct Subresource {
 }
 
 impl Subresource {
-    /// A connect subresource (pods' exec, attach, portforward, nodes' proxy): a stream or request
-    /// relayed to the kubelet, whose kind names only its options, as upstream's `rest.Connecter`
-    /// storages.
+    /// A connect subresource (pods' exec, attach, portforward and proxy, nodes' proxy): a stream
+    /// or request relayed to the kubelet or the pod, whose kind names only its options, as
+    /// upstream's `rest.Connecter` storages.
     pub fn is_connect(&self) -> bool {
         matches!(
             self.kind,
-            "PodAttachOptions" | "PodExecOptions" | "PodPortForwardOptions" | "NodeProxyOptions"
+            "PodAttachOptions"
+                | "PodExecOptions"
+                | "PodPortForwardOptions"
+                | "PodProxyOptions"
+                | "NodeProxyOptions"
         )
     }
 }
+
+/// The verbs of a proxy subresource: every method it relays, as HTTP verbs map to API verbs.
+const PROXY_VERBS: &[&str] = &["create", "delete", "get", "patch", "update"];
 
 /// A connect subresource of pods, `create` (POST) and `get` (GET) as upstream serves them.
 const fn connect(name: &'static str, kind: &'static str) -> Subresource {
@@ -252,7 +259,7 @@ pub const RESOURCES: &[Resource] = &[
                 kind: "NodeProxyOptions",
                 group: "",
                 version: "",
-                verbs: &["create", "delete", "get", "patch", "update"],
+                verbs: PROXY_VERBS,
             },
             status("Node"),
         ],
@@ -277,6 +284,13 @@ pub const RESOURCES: &[Resource] = &[
             connect("exec", "PodExecOptions"),
             Subresource { name: "log", kind: "Pod", group: "", version: "", verbs: &["get"] },
             connect("portforward", "PodPortForwardOptions"),
+            Subresource {
+                name: "proxy",
+                kind: "PodProxyOptions",
+                group: "",
+                version: "",
+                verbs: PROXY_VERBS,
+            },
             status("Pod"),
         ],
     ),
@@ -520,7 +534,8 @@ mod tests {
         assert_eq!(pods.subresource("exec").map(|s| s.kind), Some("PodExecOptions"));
         assert!(pods.subresource("exec").is_some_and(Subresource::is_connect));
         assert!(!pods.subresource("log").is_some_and(Subresource::is_connect));
-        assert!(pods.subresource("proxy").is_none(), "only what Keel serves is declared");
+        assert!(pods.subresource("proxy").is_some_and(Subresource::is_connect));
+        assert!(pods.subresource("ephemeralcontainers").is_none(), "only what Keel serves is declared");
         let deployments = find("apps", "v1", "deployments").unwrap();
         assert_eq!(deployments.api_version(), "apps/v1");
         assert_eq!(deployments.key_prefix(), "/registry/deployments/");

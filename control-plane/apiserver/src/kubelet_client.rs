@@ -518,7 +518,7 @@ fn join_host_port(host: &str, port: u16) -> String {
 /// A verifier that takes any certificate (still checking the handshake's signatures): a kubelet
 /// reached without `--kubelet-certificate-authority`, or with insecureSkipTLSVerifyBackend.
 #[derive(Debug)]
-struct Unverified(Arc<rustls::crypto::CryptoProvider>);
+pub(crate) struct Unverified(pub(crate) Arc<rustls::crypto::CryptoProvider>);
 
 impl rustls::client::danger::ServerCertVerifier for Unverified {
     fn verify_server_cert(
@@ -570,7 +570,13 @@ pub async fn proxyable(host: &str) -> Result<(), String> {
     if addresses.is_empty() {
         return Err("no addresses for hostname".into());
     }
-    let global_unicast = |ip: &std::net::IpAddr| match ip {
+    if addresses.iter().all(global_unicast) { Ok(()) } else { Err("address not allowed".into()) }
+}
+
+/// Go's IP.IsGlobalUnicast: not unspecified, loopback, link-local, multicast or the v4 broadcast
+/// address (private ranges are global unicast); an IPv4-mapped IPv6 address judged as IPv4.
+pub fn global_unicast(ip: &std::net::IpAddr) -> bool {
+    match ip.to_canonical() {
         std::net::IpAddr::V4(v4) => {
             !(v4.is_unspecified()
                 || v4.is_loopback()
@@ -581,8 +587,7 @@ pub async fn proxyable(host: &str) -> Result<(), String> {
         std::net::IpAddr::V6(v6) => {
             !(v6.is_unspecified() || v6.is_loopback() || v6.is_multicast() || v6.is_unicast_link_local())
         }
-    };
-    if addresses.iter().all(global_unicast) { Ok(()) } else { Err("address not allowed".into()) }
+    }
 }
 
 /// A request relayed to a kubelet as it came (`nodes/proxy`): method, path and query, and body.

@@ -31,6 +31,7 @@ pub mod node_restriction;
 pub mod objects;
 pub mod openapi;
 pub mod pki;
+pub mod pod_proxy;
 pub mod protobuf;
 pub mod rbac;
 pub mod request;
@@ -171,6 +172,8 @@ pub struct ApiServer {
     _certificates: Option<follow::Following>,
     /// The client of the kubelets' API.
     kubelet: kubelet_client::KubeletClient,
+    /// How `pods/proxy` reaches pods.
+    pod_proxy: pod_proxy::transport::ProxyTransport,
 }
 
 impl ApiServer {
@@ -213,8 +216,11 @@ impl ApiServer {
         ));
         let kubelet = kubelet_client::KubeletClient::new(&config.kubelet)
             .map_err(|e| ApiError::Internal(format!("the kubelet client: {e}")))?;
+        let pod_proxy = pod_proxy::transport::ProxyTransport::new()
+            .map_err(|e| ApiError::Internal(format!("the pods/proxy transport: {e}")))?;
         let server = Arc::new(ApiServer {
             kubelet,
+            pod_proxy,
             handlers,
             address: config.address.to_string(),
             authenticator,
@@ -308,6 +314,7 @@ impl ApiServer {
         if let Some(upgrade) = parts.extensions.remove::<hyper::upgrade::OnUpgrade>() {
             parts.extensions.insert(PendingUpgrade(Arc::new(std::sync::Mutex::new(Some(upgrade)))));
         }
+        parts.extensions.insert(pod_proxy::ClientAddress(peer));
         let audit_id = audit::audit_id(&parts.headers);
         let mut response = self.audited(parts, body, certificate_user, peer, &audit_id, received).await;
         if let Ok(value) = http::HeaderValue::from_str(&audit_id) {
@@ -441,6 +448,13 @@ impl ApiServer {
         // nodes/proxy: the request relayed to the node's kubelet.
         if let Some((node, port, rest)) = kubelet_client::node_proxy_path(path) {
             return match self.node_proxy(parts, node, port, &rest, query, body).await {
+                Ok(response) => response,
+                Err(error) => refused(record, &error),
+            };
+        }
+        // pods/proxy: the request relayed to the pod's IP.
+        if let Some(proxy) = pod_proxy::pod_proxy_path(path) {
+            return match self.pod_proxy(parts, &proxy, query, body).await {
                 Ok(response) => response,
                 Err(error) => refused(record, &error),
             };
@@ -800,6 +814,101 @@ impl ApiServer {
             response.headers_mut().insert(header::CONTENT_TYPE, content_type.clone());
         }
         Ok(response)
+    }
+
+    /// The Pod `namespace/name` as served.
+    async fn pod_served(&self, namespace: &str, name: &str) -> Result<Value, ApiError> {
+        let pods = keel_api::resources::find("", "v1", "pods")
+            .ok_or_else(|| ApiError::Internal("no pods resource".into()))?;
+        let key = objects::key(pods, Some(namespace), name);
+        let stored = self.handlers.store.get(&key).await.map_err(handlers::store_error)?;
+        let stored = stored.ok_or_else(|| ApiError::not_found("", "pods", name))?;
+        objects::served(pods, &stored.value, stored.mod_revision)
+    }
+
+    /// `pods/proxy`: the request relayed to the pod's IP (upstream's pod ProxyREST over an
+    /// UpgradeAwareHandler, [`pod_proxy`]): at the port the path names or the pod's first
+    /// container port, over http or https as it says; the answer streamed back with its status
+    /// and headers. A path ending at `proxy` is redirected to `proxy/` (GET and HEAD); an
+    /// upgrade request is joined to the pod's upgraded connection.
+    async fn pod_proxy(
+        &self,
+        parts: &http::request::Parts,
+        proxy: &pod_proxy::ProxyPath,
+        query: Option<&str>,
+        body: Incoming,
+    ) -> Result<Response<Body>, ApiError> {
+        pod_proxy::refuse_dry_run(query)?;
+        let Some((scheme, name, port)) = pod_proxy::split_scheme_name_port(&proxy.id) else {
+            let id = keel_api::labels::go_quote(&proxy.id);
+            return Err(ApiError::BadRequest(format!("invalid pod request {id}")));
+        };
+        let pod = self.pod_served(&proxy.namespace, name).await?;
+        let location = pod_proxy::resource_location(&pod, scheme, port)?;
+        let request_host = parts
+            .headers
+            .get(header::HOST)
+            .cloned()
+            .or_else(|| parts.uri.authority().and_then(|a| http::HeaderValue::from_str(a.as_str()).ok()))
+            .or_else(|| http::HeaderValue::from_str(&location.host()).ok());
+        let client = parts.extensions.get::<pod_proxy::ClientAddress>().map(|c| c.0);
+        let streamed = |answer: Response<Incoming>| {
+            answer.map(|body| {
+                let stream =
+                    body.into_data_stream().take_while(|chunk| std::future::ready(chunk.is_ok())).filter_map(
+                        |chunk| std::future::ready(chunk.ok().map(|b| Ok::<_, Infallible>(Frame::data(b)))),
+                    );
+                BodyExt::boxed_unsync(StreamBody::new(stream))
+            })
+        };
+        let upgrade = streaming_upgrade(&parts.headers)
+            .then(|| parts.extensions.get::<PendingUpgrade>())
+            .flatten()
+            .and_then(|pending| pending.0.lock().unwrap_or_else(std::sync::PoisonError::into_inner).take());
+        if let Some(upgrade) = upgrade {
+            // upstream dials the location as it is: its path, not the query.
+            let mut request = Request::new(body);
+            *request.method_mut() = parts.method.clone();
+            *request.uri_mut() = pod_proxy::request_uri(&proxy.path, None)
+                .parse()
+                .map_err(|e| ApiError::BadRequest(format!("the pod's path: {e}")))?;
+            *request.headers_mut() = pod_proxy::upgrade_headers(&parts.headers, client);
+            if let Some(host) = request_host {
+                request.headers_mut().insert(header::HOST, host);
+            }
+            let answer = self.pod_proxy.upgrade(&location, request, upgrade).await?;
+            return Ok(streamed(answer));
+        }
+        if proxy.path.is_empty() && matches!(parts.method, http::Method::GET | http::Method::HEAD) {
+            let mut target = format!("{}/", proxy.request_path);
+            if let Some(query) = query.filter(|q| !q.is_empty()) {
+                target = format!("{target}?{query}");
+            }
+            let target = http::HeaderValue::from_bytes(target.as_bytes())
+                .map_err(|e| ApiError::BadRequest(format!("the redirect: {e}")))?;
+            let mut response = Response::new(BodyExt::boxed_unsync(Full::new(Bytes::new())));
+            *response.status_mut() = StatusCode::MOVED_PERMANENTLY;
+            response.headers_mut().insert(header::LOCATION, target);
+            return Ok(response);
+        }
+        let prepend = pod_proxy::path_prepend(proxy);
+        let mut request = Request::new(body);
+        *request.method_mut() = parts.method.clone();
+        *request.uri_mut() = pod_proxy::request_uri(&proxy.path, query)
+            .parse()
+            .map_err(|e| ApiError::BadRequest(format!("the pod's path: {e}")))?;
+        *request.headers_mut() = pod_proxy::outgoing_headers(
+            &parts.headers,
+            client,
+            &pod_proxy::forwarded_uri(&prepend, &proxy.path),
+        );
+        if let Some(host) = &request_host {
+            request.headers_mut().insert(header::HOST, host.clone());
+        }
+        let mut answer = self.pod_proxy.round_trip(&location, request).await?;
+        let request_host = request_host.as_ref().and_then(|h| h.to_str().ok()).unwrap_or_default();
+        pod_proxy::relayed_headers(answer.headers_mut(), &location.host(), request_host, &prepend);
+        Ok(streamed(answer))
     }
 
     /// `pods/exec`, `pods/attach`, `pods/portforward`: the client's upgrade proxied to the kubelet

@@ -233,8 +233,11 @@ pub fn parse(method: &http::Method, path: &str, query: Option<&str>) -> Result<T
         _ => return Err(not_found()),
     };
     let resource = resources::find(group, version, plural).ok_or_else(not_found)?;
+    // The proxy subresources are served from the path as it came, before it is parsed
+    // (`kubelet_client::node_proxy_path`, `pod_proxy::pod_proxy_path`): one that gets here is not
+    // one of theirs (an empty segment, say).
     if let Some(sub) = subresource
-        && resource.subresource(sub).is_none()
+        && (resource.subresource(sub).is_none() || sub == "proxy")
     {
         return Err(not_found());
     }

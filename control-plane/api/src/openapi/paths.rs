@@ -4,8 +4,9 @@
 //! operation ids (`listCoreV1NamespacedPod`, `patchAppsV1NamespacedDeploymentScale`), parameters,
 //! request bodies and responses, `x-kubernetes-action` and the `x-kubernetes-group-version-kind`
 //! of the object each operation takes. Only what Keel serves is listed (no watch/ paths, no
-//! proxy), and no connect subresources (exec, attach, portforward, nodes' proxy), which relay
-//! to the kubelet rather than take objects. One neutral form renders to both the v3 and the v2 documents.
+//! proxy), and no connect subresources (exec, attach, portforward, pods' and nodes' proxy),
+//! which relay to the kubelet or the pod rather than take objects. One neutral form renders to
+//! both the v3 and the v2 documents.
 
 mod render;
 
