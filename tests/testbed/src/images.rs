@@ -14,10 +14,10 @@ pub const BUSYBOX: &str = "/bin/busybox";
 /// Applets linked into the image's `/bin`.
 pub const APPLETS: &[&str] = &[
     "sh", "ls", "cat", "echo", "sleep", "nc", "httpd", "wget", "ip", "hostname", "env", "true", "false",
-    "ps", "mount", "date", "id", "uname", "mkdir", "rm", "touch", "test",
+    "ps", "mount", "date", "id", "uname", "mkdir", "rm", "touch", "test", "chmod", "tar",
 ];
 /// Bump when the image recipe changes, so caches built by an older recipe are not reused.
-const RECIPE: &str = "v2";
+const RECIPE: &str = "v3";
 
 /// An image in an OCI image layout directory.
 #[derive(Debug, Clone, PartialEq, Eq)]
