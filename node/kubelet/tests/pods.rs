@@ -1088,15 +1088,17 @@ fn upstream_kubelet_runs_pods_through_keel_shim() -> Result<()> {
 
 /// kubectl exec, attach and port-forward through the API server to the kubelet and its runtime,
 /// unmodified: kubectl 1.33 (websocket, falling back to SPDY) and 1.27 (SPDY); output, stdin,
-/// the command's exit code, a forwarded port's HTTP answer, an attached container's output.
+/// the command's exit code, a forwarded port's HTTP answer, an attached container's output; then
+/// pods/proxy to the same pod's HTTP server ([`pod_proxy`]) and `kubectl cp` both ways ([`copy`]).
 async fn streams(admin: &kube::Client, kubeconfig: &str) -> Result<()> {
     let pods: Api<Pod> = Api::namespaced(admin.clone(), "default");
     let image = format!("{PAUSE_REGISTRY}/keel/busybox:1.0");
     let shell = pod(
         "shell",
         json!({"terminationGracePeriodSeconds": 1, "containers": [
-            {"name": "web", "image": image, "command": ["sh", "-c",
-                "mkdir -p /www && echo hi > /www/index.html && exec httpd -f -p 8080 -h /www"]},
+            {"name": "web", "image": image, "env": [{"name": "ECHO", "value": ECHO_CGI}], "command": ["sh", "-c",
+                "mkdir -p /www/cgi-bin && echo hi > /www/index.html && printf '%s\\n' \"$ECHO\" > /www/cgi-bin/echo \
+                 && chmod +x /www/cgi-bin/echo && exec httpd -f -p 8080 -h /www"]},
             {"name": "ticker", "image": image, "command": ["sh", "-c",
                 "trap 'exit 0' TERM; while true; do echo tick; sleep 0.2; done"]}]}),
     )?;
@@ -1113,18 +1115,7 @@ async fn streams(admin: &kube::Client, kubeconfig: &str) -> Result<()> {
                      args: &[&str],
                      stdin: &[u8]|
            -> Result<std::process::Output> {
-        use tokio::io::AsyncWriteExt;
-        let mut command = tokio::process::Command::from(kubectl.command());
-        command.arg("--kubeconfig").arg(file.path()).args(args);
-        command
-            .stdin(std::process::Stdio::piped())
-            .stdout(std::process::Stdio::piped())
-            .stderr(std::process::Stdio::piped());
-        let mut child = command.spawn()?;
-        if let Some(mut input) = child.stdin.take() {
-            input.write_all(stdin).await?;
-        }
-        Ok(tokio::time::timeout(Duration::from_secs(60), child.wait_with_output()).await??)
+        run_kubectl(kubectl, file.path(), args, stdin).await
     };
     for kubectl in [keel_testbed::kubectl::newest()?, keel_testbed::kubectl::minor(27)?] {
         let out = run(&kubectl, &["exec", "shell", "-c", "web", "--", "cat", "/www/index.html"], b"").await?;
@@ -1198,7 +1189,239 @@ async fn streams(admin: &kube::Client, kubeconfig: &str) -> Result<()> {
             String::from_utf8_lossy(&said.stderr)
         )
     })?;
+    pod_proxy(admin, &kubectl, file.path()).await?;
+    copy(&kubectl, file.path()).await?;
     pods.delete("shell", &DeleteParams { grace_period_seconds: Some(0), ..DeleteParams::default() }).await?;
+    Ok(())
+}
+
+/// `kubectl --kubeconfig <kubeconfig> <args>` with `stdin`, its output (within a minute).
+async fn run_kubectl(
+    kubectl: &keel_testbed::kubectl::Kubectl,
+    kubeconfig: &Path,
+    args: &[&str],
+    stdin: &[u8],
+) -> Result<std::process::Output> {
+    use tokio::io::AsyncWriteExt;
+    let mut command = tokio::process::Command::from(kubectl.command());
+    command.arg("--kubeconfig").arg(kubeconfig).args(args);
+    command
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped());
+    let mut child = command.spawn()?;
+    if let Some(mut input) = child.stdin.take() {
+        input.write_all(stdin).await?;
+    }
+    Ok(tokio::time::timeout(Duration::from_secs(60), child.wait_with_output()).await??)
+}
+
+/// The `shell` pod's CGI program (busybox httpd's /cgi-bin/echo): what the pod was asked and
+/// with which forwarding headers, the request body, and answer headers the API server must pass
+/// on (X-Pod) or drop (CORS).
+const ECHO_CGI: &str = r#"#!/bin/sh
+echo "Content-Type: text/plain"
+echo "Access-Control-Allow-Origin: *"
+echo "X-Pod: shell"
+echo
+echo "request=$REQUEST_METHOD $REQUEST_URI"
+echo "host=$HTTP_HOST"
+echo "x-forwarded-for=$HTTP_X_FORWARDED_FOR"
+echo "x-forwarded-uri=$HTTP_X_FORWARDED_URI"
+echo "x-custom=$HTTP_X_CUSTOM"
+echo "content-length=$CONTENT_LENGTH$HTTP_CONTENT_LENGTH"
+echo "transfer-encoding=$HTTP_TRANSFER_ENCODING"
+cat"#;
+
+/// pods/proxy, as kube-apiserver v1.34 relays it: a request through the API server to the pod's
+/// IP (here the `shell` pod's busybox httpd on 8080), any method, its query and body; the
+/// answer's status and headers less CORS and hop-by-hop ones, a redirect's Location kept under
+/// the proxy path; `.../proxy` redirected to `.../proxy/`; upstream's Status for a missing pod,
+/// a bad name, a pod without an IP, a port nothing listens on, and dryRun.
+async fn pod_proxy(
+    admin: &kube::Client,
+    kubectl: &keel_testbed::kubectl::Kubectl,
+    kubeconfig: &Path,
+) -> Result<()> {
+    use http_body_util::BodyExt;
+    let pods: Api<Pod> = Api::namespaced(admin.clone(), "default");
+    // kube-rs retries a 503 (for minutes): this client takes the first answer.
+    let mut config = kube::Config::from_custom_kubeconfig(
+        kube::config::Kubeconfig::from_yaml(&std::fs::read_to_string(kubeconfig)?)?,
+        &kube::config::KubeConfigOptions::default(),
+    )
+    .await?;
+    config.default_retry = false;
+    let admin = kube::Client::try_from(config)?;
+    let ip = pods.get("shell").await?.status.and_then(|s| s.pod_ip).context("shell's pod IP")?;
+    let base = "/api/v1/namespaces/default/pods";
+    // kubectl get --raw, the redirect of a bare `proxy` followed.
+    for path in [format!("{base}/shell:8080/proxy/index.html"), format!("{base}/shell:8080/proxy")] {
+        let out = run_kubectl(kubectl, kubeconfig, &["get", "--raw", &path], b"").await?;
+        ensure!(out.status.success() && out.stdout == b"hi\n", "kubectl get --raw {path}: {out:?}");
+    }
+    let send = async |method: &str,
+                      path: &str,
+                      headers: &[(&str, &str)],
+                      body: &[u8]|
+           -> Result<(u16, http::HeaderMap, String)> {
+        let mut request = http::Request::builder().method(method).uri(path);
+        for (name, value) in headers {
+            request = request.header(*name, *value);
+        }
+        let response = admin.send(request.body(kube::client::Body::from(body.to_vec()))?).await?;
+        let (head, body) = response.into_parts();
+        let body = body.collect().await?.to_bytes();
+        Ok((head.status.as_u16(), head.headers, String::from_utf8_lossy(&body).into_owned()))
+    };
+    let echo = format!("{base}/shell:8080/proxy/cgi-bin/echo?a=1&b=two");
+    for method in ["GET", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"] {
+        let (code, headers, body) =
+            send(method, &echo, &[("x-custom", "relayed"), ("content-length", "8")], b"the body").await?;
+        ensure!(code == 200, "{method} {echo}: {code} {body}");
+        ensure!(headers.get("x-pod").is_some_and(|v| v == "shell"), "{method}: {headers:?}");
+        ensure!(headers.get("access-control-allow-origin").is_none(), "{method}: {headers:?}");
+        let lines: Vec<&str> = body.lines().collect();
+        ensure!(
+            lines.first() == Some(&format!("request={method} /cgi-bin/echo?a=1&b=two").as_str()),
+            "{body}"
+        );
+        ensure!(
+            lines.contains(&"x-forwarded-uri=/api/v1/namespaces/default/pods/shell:8080/proxy/cgi-bin/echo"),
+            "{body}"
+        );
+        ensure!(lines.contains(&"x-forwarded-for=127.0.0.1"), "{body}");
+        ensure!(lines.contains(&"x-custom=relayed"), "{body}");
+        ensure!(lines.iter().any(|l| l.starts_with("host=127.0.0.1:")), "the API server's host: {body}");
+        ensure!(lines.contains(&"content-length=8"), "{body}");
+        // busybox httpd hands its CGI a POST's whole body (of other methods, what it has read
+        // with the headers, which depends on how the body's packets fall).
+        if method == "POST" {
+            ensure!(body.ends_with("the body"), "{method}: the body relayed: {body}");
+        }
+    }
+    let (code, headers, body) =
+        send("HEAD", &format!("{base}/shell:8080/proxy/index.html"), &[], b"").await?;
+    // An HTML answer loses its Content-Length (upstream rewrites HTML bodies).
+    ensure!(
+        code == 200
+            && body.is_empty()
+            && headers.contains_key("etag")
+            && !headers.contains_key("content-length"),
+        "HEAD: {code} {headers:?}"
+    );
+    // The pod's redirect (busybox: a directory without its slash), under the proxy path.
+    let (code, headers, _) = send("GET", &format!("{base}/shell:8080/proxy/cgi-bin"), &[], b"").await?;
+    ensure!(
+        code == 302
+            && headers
+                .get("location")
+                .is_some_and(|l| l == "/api/v1/namespaces/default/pods/shell:8080/proxy/cgi-bin/"),
+        "{code} {headers:?}"
+    );
+    let (code, headers, _) = send("GET", &format!("{base}/shell:8080/proxy?x=1"), &[], b"").await?;
+    ensure!(
+        code == 301
+            && headers
+                .get("location")
+                .is_some_and(|l| l == "/api/v1/namespaces/default/pods/shell:8080/proxy/?x=1"),
+        "{code} {headers:?}"
+    );
+    // A pod without an IP: an unscheduled one.
+    let unscheduled: Pod = serde_json::from_value(json!({"metadata": {"name": "unscheduled"},
+        "spec": {"containers": [{"name": "c", "image": "nowhere", "ports": [{"containerPort": 80}]}]}}))?;
+    pods.create(&PostParams::default(), &unscheduled).await?;
+    // Upstream's Status for each, as kube-apiserver v1.34 answers (a port that is not a number
+    // is left out: kube-apiserver panics on it; see keel-apiserver's pod_proxy::transport).
+    let upgrade = [("connection", "Upgrade"), ("upgrade", "websocket")];
+    let refused = |port: u16| format!("dial tcp {ip}:{port}: connect: connection refused");
+    for (path, headers, code, message) in [
+        (format!("{base}/nope:8080/proxy/"), &[][..], 404, r#"pods "nope" not found"#.to_owned()),
+        (format!("{base}/a:b:c:d/proxy/"), &[], 400, r#"invalid pod request "a:b:c:d""#.to_owned()),
+        (format!("{base}/ftp:shell:21/proxy/"), &[], 400, r#"invalid pod request "ftp:shell:21""#.to_owned()),
+        (format!("{base}/unscheduled/proxy/"), &[], 400, "address not allowed".to_owned()),
+        // No port named and none declared: port 80.
+        (format!("{base}/shell/proxy/"), &[], 503, format!("error trying to reach service: {}", refused(80))),
+        (
+            format!("{base}/shell:8081/proxy/"),
+            &[],
+            503,
+            format!("error trying to reach service: {}", refused(8081)),
+        ),
+        (
+            format!("{base}/shell:99999/proxy/"),
+            &[],
+            503,
+            "error trying to reach service: dial tcp: address 99999: invalid port".to_owned(),
+        ),
+        (
+            format!("{base}/https:shell:8080/proxy/"),
+            &[],
+            503,
+            "error trying to reach service: tls: first record does not look like a TLS handshake".to_owned(),
+        ),
+        (format!("{base}/shell:8080/proxy/?dryRun=All"), &[], 400, "dryRun is not supported".to_owned()),
+        // An upgrade the pod does not take, or cannot be dialled for.
+        (
+            format!("{base}/shell:8080/proxy/index.html"),
+            &upgrade[..],
+            500,
+            "invalid upgrade response: status code 200".to_owned(),
+        ),
+        (
+            format!("{base}/shell:8081/proxy/index.html"),
+            &upgrade[..],
+            500,
+            format!("error dialing backend: {}", refused(8081)),
+        ),
+    ] {
+        let (answered, _, body) = send("GET", &path, headers, b"").await?;
+        let status: serde_json::Value =
+            serde_json::from_str(&body).with_context(|| format!("{path}: {body}"))?;
+        ensure!(
+            answered == code && status["code"] == code && status["message"] == message.as_str(),
+            "{path} {headers:?}: {answered} {body}"
+        );
+    }
+    pods.delete("unscheduled", &DeleteParams::default()).await?;
+    Ok(())
+}
+
+/// kubectl cp (exec running tar in the container): a local file into the running pod's
+/// container and back out, the same bytes.
+async fn copy(kubectl: &keel_testbed::kubectl::Kubectl, kubeconfig: &Path) -> Result<()> {
+    let dir = tempfile::tempdir()?;
+    let local = dir.path().join("local.txt");
+    let content: Vec<u8> = (0..4096u32).flat_map(|i| format!("line {i}\n").into_bytes()).collect();
+    std::fs::write(&local, &content)?;
+    let local = local.to_str().context("a UTF-8 path")?;
+    let out =
+        run_kubectl(kubectl, kubeconfig, &["cp", local, "default/shell:/tmp/copied.txt", "-c", "web"], b"")
+            .await?;
+    ensure!(out.status.success(), "kubectl cp into the pod: {out:?}");
+    let out = run_kubectl(
+        kubectl,
+        kubeconfig,
+        &["exec", "shell", "-c", "web", "--", "cat", "/tmp/copied.txt"],
+        b"",
+    )
+    .await?;
+    ensure!(
+        out.status.success() && out.stdout == content,
+        "the copy in the pod: {:?}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let back = dir.path().join("back.txt");
+    let back_arg = back.to_str().context("a UTF-8 path")?;
+    let out = run_kubectl(
+        kubectl,
+        kubeconfig,
+        &["cp", "default/shell:/tmp/copied.txt", back_arg, "-c", "web"],
+        b"",
+    )
+    .await?;
+    ensure!(out.status.success(), "kubectl cp out of the pod: {out:?}");
+    ensure!(std::fs::read(&back)? == content, "the file copied back differs");
     Ok(())
 }
 
