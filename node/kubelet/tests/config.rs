@@ -36,8 +36,8 @@ const REFUSED: &[(&str, &str)] = &[
          enforceNodeAllocatable (--enforce-node-allocatable)",
     ),
     (
-        "enforceNodeAllocatable: [pods, bogus]\n",
-        "invalid configuration: option \"bogus\" specified for enforceNodeAllocatable (--enforce-node-allocatable). \
+        "enforceNodeAllocatable: [pods, everything]\n",
+        "invalid configuration: option \"everything\" specified for enforceNodeAllocatable (--enforce-node-allocatable). \
          Valid options are \"pods\", \"system-reserved\", \"system-reserved-compressible\", \"kube-reserved\", \
          \"kube-reserved-compressible\" or \"none\"",
     ),
