@@ -227,8 +227,8 @@ pub fn qos_resources<'a>(
 }
 
 /// kubepods' limits (upstream's enforceNodeAllocatable `pods`): the node's capacity less its
-/// system and kube reservations, as CPU shares, memory and huge pages (`capacity` by resource
-/// name, in milli-units of Quantity::milli_value).
+/// system and kube reservations (`allocatable`, by resource name), as CPU shares, memory and
+/// huge pages.
 pub fn kubepods_resources(
     allocatable: &BTreeMap<String, Quantity>,
     huge_page_sizes_kib: &[u64],
