@@ -387,19 +387,7 @@ impl KubeletClient {
             (*relayed.status_mut(), *relayed.headers_mut()) = (status, answer_headers);
             return Ok(relayed);
         }
-        let kubelet = hyper::upgrade::on(&mut answer);
-        tokio::spawn(async move {
-            match tokio::join!(client, kubelet) {
-                (Ok(client), Ok(kubelet)) => {
-                    let (mut client, mut kubelet) =
-                        (hyper_util::rt::TokioIo::new(client), hyper_util::rt::TokioIo::new(kubelet));
-                    if let Err(error) = tokio::io::copy_bidirectional(&mut client, &mut kubelet).await {
-                        tracing::debug!(%error, "a proxied stream ended");
-                    }
-                }
-                (Err(error), _) | (_, Err(error)) => tracing::debug!(%error, "upgrading a proxied stream"),
-            }
-        });
+        join_upgraded(client, hyper::upgrade::on(&mut answer), "kubelet");
         let mut switched = hyper::Response::new(bytes::Bytes::new());
         (*switched.status_mut(), *switched.headers_mut()) = (status, answer_headers);
         Ok(switched)
@@ -614,6 +602,27 @@ pub fn node_proxy_path(path: &str) -> Option<(&str, Option<u16>, String)> {
         None => (name, None),
     };
     Some((name, port, if tail.is_empty() { "/".to_owned() } else { tail.to_owned() }))
+}
+
+/// Joins the client's upgraded connection to the backend's (`what`: kubelet, pod) once both
+/// upgrades complete, copying both ways until either side ends.
+pub fn join_upgraded(
+    client: hyper::upgrade::OnUpgrade,
+    backend: hyper::upgrade::OnUpgrade,
+    what: &'static str,
+) {
+    tokio::spawn(async move {
+        match tokio::join!(client, backend) {
+            (Ok(client), Ok(backend)) => {
+                let (mut client, mut backend) =
+                    (hyper_util::rt::TokioIo::new(client), hyper_util::rt::TokioIo::new(backend));
+                if let Err(error) = tokio::io::copy_bidirectional(&mut client, &mut backend).await {
+                    tracing::debug!(%error, what, "a proxied stream ended");
+                }
+            }
+            (Err(error), _) | (_, Err(error)) => tracing::debug!(%error, what, "upgrading a proxied stream"),
+        }
+    });
 }
 
 #[cfg(test)]

@@ -758,14 +758,24 @@ impl ApiServer {
 struct PendingUpgrade(Arc<std::sync::Mutex<Option<hyper::upgrade::OnUpgrade>>>);
 
 impl ApiServer {
+    /// The core/v1 object `plural` `namespace/name` as served (a 404 when there is none).
+    async fn core_served(
+        &self,
+        plural: &str,
+        namespace: Option<&str>,
+        name: &str,
+    ) -> Result<Value, ApiError> {
+        let resource = keel_api::resources::find("", "v1", plural)
+            .ok_or_else(|| ApiError::Internal(format!("no {plural} resource")))?;
+        let key = objects::key(resource, namespace, name);
+        let stored = self.handlers.store.get(&key).await.map_err(handlers::store_error)?;
+        let stored = stored.ok_or_else(|| ApiError::not_found("", plural, name))?;
+        objects::served(resource, &stored.value, stored.mod_revision)
+    }
+
     /// The Node `name` as served, for the address of its kubelet.
     async fn node_for_kubelet(&self, name: &str) -> Result<Value, ApiError> {
-        let nodes = keel_api::resources::find("", "v1", "nodes")
-            .ok_or_else(|| ApiError::Internal("no nodes resource".into()))?;
-        let key = objects::key(nodes, None, name);
-        let stored = self.handlers.store.get(&key).await.map_err(handlers::store_error)?;
-        let stored = stored.ok_or_else(|| ApiError::not_found("", "nodes", name))?;
-        objects::served(nodes, &stored.value, stored.mod_revision)
+        self.core_served("nodes", None, name).await
     }
 
     /// `nodes/proxy`: the request relayed to the node's kubelet (upstream's node ProxyREST over
@@ -816,16 +826,6 @@ impl ApiServer {
         Ok(response)
     }
 
-    /// The Pod `namespace/name` as served.
-    async fn pod_served(&self, namespace: &str, name: &str) -> Result<Value, ApiError> {
-        let pods = keel_api::resources::find("", "v1", "pods")
-            .ok_or_else(|| ApiError::Internal("no pods resource".into()))?;
-        let key = objects::key(pods, Some(namespace), name);
-        let stored = self.handlers.store.get(&key).await.map_err(handlers::store_error)?;
-        let stored = stored.ok_or_else(|| ApiError::not_found("", "pods", name))?;
-        objects::served(pods, &stored.value, stored.mod_revision)
-    }
-
     /// `pods/proxy`: the request relayed to the pod's IP (upstream's pod ProxyREST over an
     /// UpgradeAwareHandler, [`pod_proxy`]): at the port the path names or the pod's first
     /// container port, over http or https as it says; the answer streamed back with its status
@@ -843,7 +843,7 @@ impl ApiServer {
             let id = keel_api::labels::go_quote(&proxy.id);
             return Err(ApiError::BadRequest(format!("invalid pod request {id}")));
         };
-        let pod = self.pod_served(&proxy.namespace, name).await?;
+        let pod = self.core_served("pods", Some(&proxy.namespace), name).await?;
         let location = pod_proxy::resource_location(&pod, scheme, port)?;
         let request_host = parts
             .headers

@@ -91,19 +91,7 @@ impl ProxyTransport {
             }
             return Ok(answer);
         }
-        let pod = hyper::upgrade::on(&mut answer);
-        tokio::spawn(async move {
-            match tokio::join!(client, pod) {
-                (Ok(client), Ok(pod)) => {
-                    let (mut client, mut pod) =
-                        (hyper_util::rt::TokioIo::new(client), hyper_util::rt::TokioIo::new(pod));
-                    if let Err(error) = tokio::io::copy_bidirectional(&mut client, &mut pod).await {
-                        tracing::debug!(%error, "a pods/proxy stream ended");
-                    }
-                }
-                (Err(error), _) | (_, Err(error)) => tracing::debug!(%error, "upgrading a pods/proxy stream"),
-            }
-        });
+        crate::kubelet_client::join_upgraded(client, hyper::upgrade::on(&mut answer), "pod");
         Ok(answer)
     }
 
