@@ -89,6 +89,23 @@ impl Side {
         Ok(answer)
     }
 
+    /// Creates a CSR as `who`, allowed by a binding just written: RBAC follows bindings as they
+    /// are written, as upstream's informers do, so `who` may be refused for a moment.
+    async fn create_once_bound(&self, who: Who<'_>, body: &Value) -> Result<Value> {
+        let deadline = std::time::Instant::now() + Duration::from_secs(30);
+        loop {
+            match self.call(who, "POST", CSRS, body).await? {
+                (201, created) => return Ok(created),
+                (403, _) if std::time::Instant::now() < deadline => {
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                }
+                (status, answer) => {
+                    bail!("{}: POST {CSRS} {}: {status} {answer}", self.name, body["metadata"]["name"])
+                }
+            }
+        }
+    }
+
     /// A client certificate for `user` in `group`, signed by this cluster's CA.
     fn client_cert(&self, user: &str, group: &str) -> Result<(String, String)> {
         let issuer = rcgen::Issuer::from_ca_cert_pem(&self.ca, KeyPair::from_pem(&self.ca_key)?)?;
@@ -265,7 +282,7 @@ async fn scenario(side: &Side) -> Result<Vec<(String, Value)>> {
     // A node joins with only the bootstrap token.
     let (pem, key) = request("system:node:n1", Some("system:nodes"), &[])?;
     let body = csr("node-csr-n1", &pem, CLIENT_KUBELET, &["digital signature", "client auth"]);
-    let created = side.ok(Who::Token(BOOTSTRAP_TOKEN), "POST", CSRS, &body, 201).await?;
+    let created = side.create_once_bound(Who::Token(BOOTSTRAP_TOKEN), &body).await?;
     seen.push(("created by the bootstrap token".into(), json!({
         "username": created["spec"]["username"], "groups": created["spec"]["groups"], "status": created["status"]})));
     let done = side.wait_for("node-csr-n1", issued).await?;
@@ -318,18 +335,7 @@ async fn scenario(side: &Side) -> Result<Vec<(String, Value)>> {
     let alice = Who::Cert(&alice_cert, &alice_key);
     let (pem, new_key) = request("alice", Some("devs"), &[])?;
     let body = csr("alice", &pem, CLIENT, &["client auth"]);
-    // RBAC follows bindings as they are written, as upstream's informers do: alice may be refused
-    // for a moment.
-    let deadline = std::time::Instant::now() + Duration::from_secs(10);
-    let pending = loop {
-        match side.call(alice, "POST", CSRS, &body).await? {
-            (201, created) => break created,
-            (403, _) if std::time::Instant::now() < deadline => {
-                tokio::time::sleep(Duration::from_millis(50)).await;
-            }
-            (status, answer) => bail!("{}: alice's CSR: {status} {answer}", side.name),
-        }
-    };
+    let pending = side.create_once_bound(alice, &body).await?;
     seen.push((
         "alice's CSR".into(),
         json!({"username": pending["spec"]["username"], "groups": pending["spec"]["groups"]}),
