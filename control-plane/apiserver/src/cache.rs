@@ -411,6 +411,20 @@ impl Cache {
         Err(StoreError::Closed)
     }
 
+    /// A cache serving nothing at revision 1, fed by no store (for followers' tests).
+    #[cfg(test)]
+    pub(crate) fn serving_for_tests(prefix: &str) -> Cache {
+        let cache = Cache::new(prefix.to_owned(), Arc::from(Vec::new()));
+        {
+            let mut state = cache.write();
+            state.ready = true;
+            state.revision = 1;
+            state.live = broadcast::channel(16).0;
+        }
+        cache.reached.send_replace(1);
+        cache
+    }
+
     /// Stops serving: readers go to the store and live watches end.
     fn stop(&self) {
         let mut state = self.write();

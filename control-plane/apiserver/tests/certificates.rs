@@ -495,3 +495,64 @@ async fn certificate_signing_requests_as_kube_apiserver_with_its_controllers() -
     ensure!(differences.is_empty(), "{} differences:\n{}", differences.len(), differences.join("\n"));
     Ok(())
 }
+
+/// A kubelet client CSR no SubjectAccessReview allows yet is looked at again, as upstream's
+/// approver requeues it: the RBAC policy follows bindings as they are written, so a binding written
+/// just before a CSR can reach the approver after the CSR does. Here the binding comes a second
+/// after the CSR, which nothing changes in between.
+#[tokio::test]
+async fn a_csr_refused_for_want_of_a_binding_is_approved_once_bound() -> Result<()> {
+    let server = common::Server::start().await?;
+    let json_headers = [("Accept", "application/json"), ("Content-Type", "application/json")];
+    let node = [
+        json_headers[0],
+        json_headers[1],
+        ("Impersonate-User", "system:node:n1"),
+        ("Impersonate-Group", "system:nodes"),
+    ];
+    let (pem, _) = request("system:node:n1", Some("system:nodes"), &[])?;
+    let body = csr("node-csr-n1", &pem, CLIENT_KUBELET, &["digital signature", "client auth"]);
+    let (status, _, answer) =
+        server.request_with_headers("POST", CSRS, &node, body.to_string().as_bytes()).await?;
+    ensure!(status == 201, "the node's CSR: {status} {answer}");
+    let get = || async {
+        let (status, _, answer) =
+            server.request_with_headers("GET", &format!("{CSRS}/node-csr-n1"), &json_headers, b"").await?;
+        ensure!(status == 200, "GET the CSR: {status} {answer}");
+        Ok::<Value, anyhow::Error>(serde_json::from_str(&answer)?)
+    };
+    let approved =
+        |csr: &Value| conditions(csr).as_array().is_some_and(|c| c.iter().any(|c| c["type"] == "Approved"));
+    // Looked at and refused: nothing lets system:nodes have their own client certificates yet.
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    ensure!(!approved(&get().await?), "approved before any binding allowed it");
+    let binding = json!({
+        "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
+        "metadata": {"name": "kubeadm:node-autoapprove-certificate-rotation"},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole",
+                    "name": "system:certificates.k8s.io:certificatesigningrequests:selfnodeclient"},
+        "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "Group", "name": "system:nodes"}]});
+    let (status, _, answer) = server
+        .request_with_headers(
+            "POST",
+            "/apis/rbac.authorization.k8s.io/v1/clusterrolebindings",
+            &json_headers,
+            binding.to_string().as_bytes(),
+        )
+        .await?;
+    ensure!(status == 201, "the binding: {status} {answer}");
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        let csr = get().await?;
+        if approved(&csr) {
+            ensure!(
+                conditions(&csr)[0]["message"]
+                    == "Auto approving self kubelet client certificate after SubjectAccessReview.",
+                "{csr}"
+            );
+            return Ok(());
+        }
+        ensure!(std::time::Instant::now() < deadline, "never approved once bound: {csr}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}

@@ -13,14 +13,16 @@ pub mod writer;
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, RwLock};
+use std::time::Duration;
 
 use serde_json::Value;
 
 use crate::auth::User;
 use crate::cache::{Cache, Change, Entry};
-use crate::follow::{self, Following};
+use crate::follow::{self, Following, Retries};
 use crate::handlers::Handlers;
 use crate::request::RequestInfo;
+use keel_api::status::ApiError;
 use keel_store::Revision;
 pub use rules::PolicyRule;
 
@@ -249,13 +251,23 @@ const KINDS: [&str; 4] = ["roles", "clusterroles", "rolebindings", "clusterroleb
 /// Follows the RBAC objects in the watch cache and rebuilds the policy after each burst of
 /// changes (upstream's RBAC authorizer reads its informers' listers the same way: eventually
 /// current); the aggregated ClusterRoles are kept current through the handlers (upstream's
-/// clusterrole-aggregation controller).
+/// clusterrole-aggregation controller), a failed pass tried again after a pause that doubles, as
+/// upstream requeues it rate-limited (5 ms up to 1000 s), not only at the next RBAC change.
 struct PolicyFollower {
     handlers: Handlers,
     rbac: Arc<Rbac>,
     /// The objects of each of [`KINDS`] by key.
     objects: [BTreeMap<String, Value>; 4],
+    /// Whether the objects changed since the policy was last built.
+    changed: bool,
+    /// The aggregation pass, when the last one failed.
+    aggregation: Retries<()>,
 }
+
+/// The first pause before a failed aggregation pass is tried again, and the longest (upstream's
+/// `DefaultControllerRateLimiter`, which its clusterrole-aggregation controller uses).
+const AGGREGATION_RETRY_BASE: Duration = Duration::from_millis(5);
+const AGGREGATION_RETRY_MAX: Duration = Duration::from_secs(1000);
 
 /// Starts following; returns once the first policy, holding every RBAC object written up to store
 /// revision `after`, is in place. Stops when dropped.
@@ -265,7 +277,14 @@ pub async fn follow(handlers: Handlers, rbac: Arc<Rbac>, after: Revision) -> Fol
         .filter_map(|plural| keel_api::resources::find("rbac.authorization.k8s.io", "v1", plural))
         .filter_map(|resource| handlers.cache.of(resource))
         .collect();
-    Following::start(caches, after, PolicyFollower { handlers, rbac, objects: Default::default() }).await
+    let follower = PolicyFollower {
+        handlers,
+        rbac,
+        objects: Default::default(),
+        changed: false,
+        aggregation: Retries::new(AGGREGATION_RETRY_BASE, AGGREGATION_RETRY_MAX),
+    };
+    Following::start(caches, after, follower).await
 }
 
 impl follow::Follower for PolicyFollower {
@@ -273,26 +292,40 @@ impl follow::Follower for PolicyFollower {
         if let Some(objects) = self.objects.get_mut(cache) {
             *objects = snapshot.iter().filter_map(|e| parse(e).map(|v| (e.key.clone(), v))).collect();
         }
+        self.changed = true;
     }
 
     fn change(&mut self, cache: usize, change: &Change) {
         if let Some(objects) = self.objects.get_mut(cache) {
             apply(objects, change);
         }
+        self.changed = true;
     }
 
     async fn settled(&mut self) {
-        rebuild(&self.rbac, &self.objects);
-        aggregate(&self.handlers, &self.objects).await;
+        if std::mem::take(&mut self.changed) {
+            rebuild(&self.rbac, &self.objects);
+        }
+        // Every pass aggregates (what it writes comes back as changes); a due retry is this pass.
+        let _due = self.aggregation.due(tokio::time::Instant::now());
+        match aggregate(&self.handlers, &self.objects).await {
+            Ok(()) => self.aggregation.forget(&()),
+            Err(error) => {
+                let pause = self.aggregation.failed((), tokio::time::Instant::now());
+                tracing::warn!(%error, ?pause, "aggregating ClusterRoles: tried again later");
+            }
+        }
+    }
+
+    fn retry_at(&self) -> Option<tokio::time::Instant> {
+        self.aggregation.next()
     }
 }
 
 /// The aggregation controller's pass over the ClusterRoles; what it writes comes back as changes.
-async fn aggregate(handlers: &Handlers, objects: &[BTreeMap<String, Value>]) {
+async fn aggregate(handlers: &Handlers, objects: &[BTreeMap<String, Value>]) -> Result<(), ApiError> {
     let cluster_roles: Vec<Value> = objects.get(1).map(|m| m.values().cloned().collect()).unwrap_or_default();
-    if let Err(error) = handlers.aggregate_cluster_roles(&cluster_roles).await {
-        tracing::warn!(%error, "aggregating ClusterRoles");
-    }
+    handlers.aggregate_cluster_roles(&cluster_roles).await
 }
 
 fn parse(entry: &Entry) -> Option<Value> {
