@@ -11,9 +11,9 @@
 //!
 //! Each kubelet and its runtime run in the node's network namespace and in a mount namespace of
 //! the testbed's ([`keel_testbed::mount_ns`]): the upstream kubelet sets global sysctls and writes
-//! /var/log/containers, which the machine's must not see. Both kubelets get the same settings: no
-//! QoS cgroups (keel-kubelet has none yet; containerd runs without cgroups here), anonymous
-//! kubelet API, the pods' kube-api-access volume as every pod has it.
+//! /var/log/containers, which the machine's must not see. Both kubelets get the same settings: QoS
+//! and pod cgroups under a cgroup root of the cell's own, anonymous kubelet API, the pods'
+//! kube-api-access volume as every pod has it.
 //!
 //! Usage: `cargo xtask bench kubelet [-- SINGLE BATCH STEADY]` (30 pods one at a time, a batch of
 //! 100, 10 s steady), or `cargo bench -p keel-kubelet --bench kubelet` with `KEEL_KUBELET_BIN`,

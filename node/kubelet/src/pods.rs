@@ -1201,6 +1201,8 @@ impl Kubelet {
             }
             let stopped = cri.pod(uid).await.map_err(|s| rpc_message(&s))?;
             self.write_status(pod, &stopped, &Reasons::new(), true).await;
+            // upstream's SyncTerminatedPod: a finished pod's cgroup goes with its last process.
+            self.destroy_cgroup(uid).await?;
             return Ok(Synced { again: self.resync });
         }
         let actions: PodActions = pod_actions::compute(pod, &runtime, &self.probe_snapshot());
@@ -1367,7 +1369,12 @@ impl Kubelet {
         self.kill_pod(pod, &runtime, grace).await.map_err(|s| rpc_message(&s))?;
         let stopped = cri.pod(uid).await.map_err(|s| rpc_message(&s))?;
         self.write_status(pod, &stopped, &Reasons::new(), true).await;
-        self.remove_pod(uid, &stopped).await.map_err(|s| rpc_message(&s))?;
+        // upstream's podResourcesAreReclaimed: nothing running, volumes unmounted and the pod
+        // cgroup gone before the final deletion. The exited containers and sandbox are removed
+        // after it, by clean_up once the API has dropped the pod (upstream leaves them to its
+        // container GC), off the deletion's path.
+        unmount_under(&self.pod_dir(uid));
+        self.destroy_cgroup(uid).await?;
         let namespace = pod.metadata.namespace.as_deref().unwrap_or("default");
         let pods: Api<Pod> = Api::namespaced(self.client.clone(), namespace);
         let params = DeleteParams {
@@ -1390,16 +1397,19 @@ impl Kubelet {
         let placeholder = Pod::default();
         self.kill_pod(pod.unwrap_or(&placeholder), &runtime, grace).await.map_err(|s| rpc_message(&s))?;
         self.remove_pod(uid, &runtime).await.map_err(|s| rpc_message(&s))?;
-        if let Some(cgroups) = self.cgroups.clone() {
-            let uid = uid.to_owned();
-            let destroyed = tokio::task::spawn_blocking(move || cgroups.destroy(&uid)).await;
-            destroyed.map_err(|e| e.to_string())??;
-        }
+        self.destroy_cgroup(uid).await?;
         // A static pod whose manifest went takes its mirror with it.
         if let Some(mirror) = pod.filter(|p| is_static(p)).and_then(|p| self.mirror_of(p)) {
             self.delete_mirror(&mirror).await;
         }
         Ok(())
+    }
+
+    /// Destroys the pod cgroups of `uid`, if the kubelet makes them (none left is no error).
+    async fn destroy_cgroup(&self, uid: &str) -> Result<(), String> {
+        let Some(cgroups) = self.cgroups.clone() else { return Ok(()) };
+        let uid = uid.to_owned();
+        tokio::task::spawn_blocking(move || cgroups.destroy(&uid)).await.map_err(|e| e.to_string())?
     }
 
     /// The static pods of staticPodPath now, each with its first-seen time.
