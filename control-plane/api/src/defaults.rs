@@ -39,6 +39,8 @@ pub fn apply(resource: &Resource, object: &mut Value) {
         ("", "secrets") => secret(object),
         ("", "namespaces") => namespace(object),
         ("", "replicationcontrollers") => replication_controller(object),
+        ("", "persistentvolumes") => persistent_volume(object),
+        ("", "persistentvolumeclaims") => persistent_volume_claim(object),
         ("storage.k8s.io", "storageclasses") => storage_class(object),
         ("storage.k8s.io", "csidrivers") => csi_driver(object),
         ("resource.k8s.io", "resourceclaims") => resource_claim(object),
@@ -101,6 +103,32 @@ fn replication_controller(object: &mut Value) {
     }
     if let Some(spec) = object.pointer_mut("/spec/template/spec") {
         pod_spec(spec);
+    }
+}
+
+/// SetDefaults_PersistentVolume: phase Pending, reclaim policy Retain, volume mode Filesystem (the
+/// kubelet refuses to mount a PV without a volume mode).
+fn persistent_volume(object: &mut Value) {
+    let Some(map) = object_mut(object) else { return };
+    let status = map.entry("status").or_insert_with(|| json!({}));
+    if let Some(status) = object_mut(status) {
+        or_insert(status, "phase", json!("Pending"));
+    }
+    if let Some(spec) = map.get_mut("spec").and_then(object_mut) {
+        or_insert(spec, "persistentVolumeReclaimPolicy", json!("Retain"));
+        or_insert(spec, "volumeMode", json!("Filesystem"));
+    }
+}
+
+/// SetDefaults_PersistentVolumeClaim and its spec's: phase Pending, volume mode Filesystem.
+fn persistent_volume_claim(object: &mut Value) {
+    let Some(map) = object_mut(object) else { return };
+    let status = map.entry("status").or_insert_with(|| json!({}));
+    if let Some(status) = object_mut(status) {
+        or_insert(status, "phase", json!("Pending"));
+    }
+    if let Some(spec) = map.get_mut("spec").and_then(object_mut) {
+        or_insert(spec, "volumeMode", json!("Filesystem"));
     }
 }
 
@@ -487,6 +515,26 @@ mod tests {
             (&json!({"app": "web"}), &json!({"mine": "1"}), &json!(0)),
             "what is given stays"
         );
+    }
+
+    #[test]
+    fn persistent_volumes_and_claims() {
+        let volumes = find("", "v1", "persistentvolumes").unwrap();
+        let mut volume = json!({"spec": {"hostPath": {"path": "/srv"}}});
+        apply(volumes, &mut volume);
+        assert_eq!(
+            volume,
+            json!({"spec": {"hostPath": {"path": "/srv"}, "persistentVolumeReclaimPolicy": "Retain",
+                            "volumeMode": "Filesystem"},
+                   "status": {"phase": "Pending"}})
+        );
+        let claims = find("", "v1", "persistentvolumeclaims").unwrap();
+        let mut claim = json!({"spec": {"volumeMode": "Block"}, "status": {"phase": "Bound"}});
+        apply(claims, &mut claim);
+        assert_eq!(claim, json!({"spec": {"volumeMode": "Block"}, "status": {"phase": "Bound"}}));
+        let mut claim = json!({"spec": {}});
+        apply(claims, &mut claim);
+        assert_eq!(claim, json!({"spec": {"volumeMode": "Filesystem"}, "status": {"phase": "Pending"}}));
     }
 
     #[test]

@@ -102,6 +102,11 @@ pub fn prepare_for_create(resource: &Resource, object: &mut Value) {
                 metadata.insert("generation".into(), 1.into());
             }
         }
+        // upstream's PV and PVC strategies reset the status; a PV starts Pending, and so does a
+        // claim as its defaulting reads it back (its lastPhaseTransitionTime is not kept here).
+        ("", "persistentvolumes" | "persistentvolumeclaims") => {
+            map.insert("status".into(), json!({"phase": "Pending"}));
+        }
         // csrStrategy: an empty status (the requestor is set by the server: certificates).
         ("certificates.k8s.io", "certificatesigningrequests") => {
             map.insert("status".into(), json!({}));
@@ -387,6 +392,10 @@ mod tests {
         let mut c = json!({"data": {"a": "b"}});
         prepare_for_create(configmaps, &mut c);
         assert_eq!(c, json!({"data": {"a": "b"}}));
+        let claims = find("", "v1", "persistentvolumeclaims").unwrap();
+        let mut claim = json!({"spec": {"volumeName": "pv"}, "status": {"phase": "Bound"}});
+        prepare_for_create(claims, &mut claim);
+        assert_eq!(claim["status"], json!({"phase": "Pending"}));
     }
 
     /// upstream's serviceCIDRStrategy: neither create nor a main-resource update touches status;
