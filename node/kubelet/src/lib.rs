@@ -24,6 +24,8 @@
 //! - [`static_pods`]: pods from manifest files and their mirror pods in the API.
 //! - [`events`]: the Events about pods.
 //! - [`volumes`]: the files of configMap, secret, downwardAPI and projected volumes. Pure.
+//! - [`claims`]: persistentVolumeClaim volumes resolved to their bound hostPath or local
+//!   PersistentVolume, or upstream's error; the node affinity the kubelet checks. Pure.
 //! - [`atomic_writer`]: writes them as upstream's AtomicWriter (`..data` swapped by a rename).
 //! - [`container_logs`]: PodLogOptions, the CRI log format, tails and limits. Pure.
 //! - [`certificate`]: certificate requests, their names and renewal times, the `--cert-dir` store.
@@ -38,6 +40,7 @@ pub mod agent;
 pub mod atomic_writer;
 pub mod bootstrap;
 pub mod certificate;
+pub mod claims;
 pub mod cli;
 pub mod config;
 pub mod container_logs;

@@ -13,9 +13,11 @@
 //!   removed with its directory, its terminal status written, and the Pod object deleted.
 //!
 //! Volumes: emptyDir (disk or tmpfs), hostPath, configMap, secret, downwardAPI and projected
-//! (the kube-api-access volume with its service account token); any other type, or a missing
-//! ConfigMap or Secret, keeps the pod in ContainerCreating with a FailedMount event until it can
-//! be set up.
+//! (the kube-api-access volume with its service account token), and persistentVolumeClaim bound
+//! to a hostPath or local PersistentVolume (a local one bind-mounted under the pod's directory,
+//! unmounted before the directory goes); any other type, a missing ConfigMap or Secret, or a
+//! claim not bound, keeps the pod in ContainerCreating with a FailedMount event until it can be
+//! set up. Volumes no container uses are not set up, as upstream.
 //!
 //! Probes (upstream's prober manager): one worker per container and probe, fed by the status the
 //! kubelet last computed; a changed result wakes the pod's worker, whose sync reports readiness
@@ -31,7 +33,10 @@ use std::time::{Duration, Instant};
 use futures::StreamExt;
 use k8s_cri::v1 as cri;
 use k8s_openapi::api::authentication::v1::{BoundObjectReference, TokenRequest, TokenRequestSpec};
-use k8s_openapi::api::core::v1::{ConfigMap, Container, Pod, Secret, Service, ServiceAccount};
+use k8s_openapi::api::core::v1::{
+    ConfigMap, Container, Node, PersistentVolume, PersistentVolumeClaim, Pod, Secret, Service,
+    ServiceAccount, Volume,
+};
 use k8s_openapi::jiff::Timestamp;
 use kube::Api;
 use kube::api::{DeleteParams, Patch, PatchParams, PostParams, Preconditions};
@@ -39,6 +44,7 @@ use kube::runtime::{WatchStreamExt, reflector, watcher};
 use tokio::sync::{mpsc, watch};
 
 use crate::atomic_writer;
+use crate::claims;
 use crate::events::{Kind, Recorder};
 use crate::pleg::{self, Pleg};
 use crate::pod_actions::{self, PodActions};
@@ -347,6 +353,15 @@ fn rpc_message(status: &tonic::Status) -> String {
     format!("rpc error: code = {:?} desc = {}", status.code(), status.message())
 }
 
+/// What the API said of a read: its Status message (`persistentvolumeclaims "x" not found`, as
+/// upstream's client error reads), else the error.
+fn api_message(error: &kube::Error) -> String {
+    match error {
+        kube::Error::Api(status) => status.message.clone(),
+        other => other.to_string(),
+    }
+}
+
 /// The nanoseconds of a CRI time as an Instant-comparable age.
 fn since(nanos: i64) -> Instant {
     let now_nanos = Timestamp::now().as_nanosecond();
@@ -372,19 +387,75 @@ fn ensure_tmpfs(dir: &Path, size: Option<i64>) -> nix::Result<()> {
     nix::mount::mount(Some("tmpfs"), dir, Some("tmpfs"), nix::mount::MsFlags::empty(), options.as_deref())
 }
 
-/// Unmounts every mount under `dir`, deepest first (a pod's tmpfs volumes before its directory
-/// goes).
-fn unmount_under(dir: &Path) {
+/// The mount points of this process's mount namespace (mountinfo's fifth field, its octal
+/// escapes of spaces, tabs, newlines and backslashes undone).
+fn mount_points() -> Vec<String> {
+    let Ok(mountinfo) = std::fs::read_to_string("/proc/self/mountinfo") else { return Vec::new() };
+    mountinfo.lines().filter_map(|l| l.split(' ').nth(4)).map(unescape_mountinfo).collect()
+}
+
+fn unescape_mountinfo(field: &str) -> String {
+    let bytes = field.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        let octal = bytes
+            .get(i + 1..i + 4)
+            .filter(|d| bytes[i] == b'\\' && d.iter().all(|c| (b'0'..=b'7').contains(c)));
+        match octal.and_then(|d| u8::from_str_radix(std::str::from_utf8(d).ok()?, 8).ok()) {
+            Some(byte) => {
+                out.push(byte);
+                i += 4;
+            }
+            None => {
+                out.push(bytes[i]);
+                i += 1;
+            }
+        }
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+/// The mount points under `dir`.
+fn mounts_under(dir: &Path) -> Vec<String> {
     let prefix = format!("{}/", dir.display());
-    let Ok(mountinfo) = std::fs::read_to_string("/proc/self/mountinfo") else { return };
-    let mut points: Vec<&str> =
-        mountinfo.lines().filter_map(|l| l.split(' ').nth(4)).filter(|p| p.starts_with(&prefix)).collect();
+    mount_points().into_iter().filter(|p| p.starts_with(&prefix)).collect()
+}
+
+/// Unmounts every mount under `dir`, deepest first (a pod's tmpfs volumes and local volumes'
+/// bind mounts before its directory goes); whether nothing is mounted there any more.
+fn unmount_under(dir: &Path) -> bool {
+    let mut points = mounts_under(dir);
     points.sort_unstable();
     for point in points.iter().rev() {
-        if let Err(error) = nix::mount::umount2(*point, nix::mount::MntFlags::MNT_DETACH) {
+        if let Err(error) = nix::mount::umount2(point.as_str(), nix::mount::MntFlags::MNT_DETACH) {
             tracing::warn!(point, %error, "unmounting a pod volume");
         }
     }
+    mounts_under(dir).is_empty()
+}
+
+/// Bind-mounts `source` on `dir` (made if missing) unless something is mounted there already,
+/// read-only when asked (upstream's local volume SetUpAt: `bind`, then `ro`).
+fn bind_mount(source: &Path, dir: &Path, read_only: bool) -> Result<(), String> {
+    use nix::mount::MsFlags;
+    let shown = dir.display().to_string();
+    if mount_points().contains(&shown) {
+        return Ok(());
+    }
+    std::fs::create_dir_all(dir).map_err(|e| format!("creating {shown}: {e}"))?;
+    std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o750))
+        .map_err(|e| format!("{shown}: {e}"))?;
+    nix::mount::mount(Some(source), dir, None::<&str>, MsFlags::MS_BIND, None::<&str>)
+        .map_err(|e| format!("mount failed: bind {} on {shown}: {e}", source.display()))?;
+    if read_only {
+        let flags = MsFlags::MS_BIND | MsFlags::MS_REMOUNT | MsFlags::MS_RDONLY;
+        if let Err(error) = nix::mount::mount(None::<&str>, dir, None::<&str>, flags, None::<&str>) {
+            let _ = nix::mount::umount2(dir, nix::mount::MntFlags::MNT_DETACH);
+            return Err(format!("mount failed: read-only remount of {shown}: {error}"));
+        }
+    }
+    Ok(())
 }
 
 /// upstream's hostPath type checks (and creation for the *OrCreate types).
@@ -615,6 +686,29 @@ impl Kubelet {
             let found = secret_api.get_opt(&name).await.map_err(|e| format!("secret {name:?}: {e}"))?;
             sources.secrets.insert(name, found);
         }
+        // The claims of persistentVolumeClaim volumes, the PVs bound ones name (upstream's
+        // populator reads both from the API each time it processes the pod), and the Node's
+        // labels for a PV with node affinity.
+        let claim_api: Api<PersistentVolumeClaim> = Api::namespaced(self.client.clone(), namespace);
+        let volume_api: Api<PersistentVolume> = Api::all(self.client.clone());
+        for name in claims::claim_names(pod) {
+            let claim = claim_api.get(&name).await.map_err(|e| api_message(&e));
+            if let Ok(volume_name) = claims::bound_volume_name(&claim)
+                && !sources.persistent_volumes.contains_key(&volume_name)
+            {
+                let volume = volume_api.get(&volume_name).await.map_err(|e| api_message(&e));
+                sources.persistent_volumes.insert(volume_name, volume);
+            }
+            sources.claims.insert(name, claim);
+        }
+        let affinity = |pv: &PersistentVolume| {
+            pv.spec.as_ref().and_then(|s| s.node_affinity.as_ref()).is_some_and(|a| a.required.is_some())
+        };
+        if sources.persistent_volumes.values().flatten().any(affinity) {
+            let nodes: Api<Node> = Api::all(self.client.clone());
+            let node = nodes.get(&self.node_name).await.map_err(|e| api_message(&e));
+            sources.node_labels = Some(node.map(|n| n.metadata.labels.unwrap_or_default()));
+        }
         if self.services_synced.load(std::sync::atomic::Ordering::Acquire) {
             let links = pod.spec.as_ref().and_then(|s| s.enable_service_links).unwrap_or(true);
             let services = self.services.state();
@@ -672,73 +766,195 @@ impl Kubelet {
         Ok(sources)
     }
 
-    /// Sets up every volume of the pod (upstream's volume manager): emptyDir (tmpfs for medium
-    /// Memory), hostPath with its type checks, and configMap, secret, downwardAPI and projected
-    /// volumes written by the atomic writer (the last three on tmpfs, so secrets never reach the
-    /// disk) and mounted read-only. Called on every sync, so updates reach running pods. The error
-    /// is the FailedMount event's message.
-    fn set_up_volumes(&self, pod: &Pod, sources: &Sources) -> Result<SetUp, String> {
-        let uid = pod.metadata.uid.as_deref().unwrap_or_default();
+    /// Sets up every volume the pod's containers use (upstream's volume manager; it skips the
+    /// others): emptyDir (tmpfs for medium Memory), hostPath with its type checks, configMap,
+    /// secret, downwardAPI and projected volumes written by the atomic writer (the last three on
+    /// tmpfs, so secrets never reach the disk) and mounted read-only, and persistentVolumeClaim
+    /// volumes of hostPath and local PersistentVolumes ([`claims`]). Called on every sync, so
+    /// updates reach running pods. The errors are the FailedMount events' messages: one per volume
+    /// that failed to set up, and upstream's "Unable to attach or mount volumes" when claims could
+    /// not be resolved.
+    fn set_up_volumes(&self, pod: &Pod, sources: &Sources) -> Result<SetUp, Vec<String>> {
         let facts = self.facts(pod, Vec::new());
+        let namespace = pod.metadata.namespace.as_deref().unwrap_or("default");
+        let Some(spec) = &pod.spec else { return Ok(SetUp::new()) };
+        let (mounted, devices) = claims::used_volumes(spec);
         let mut set_up = SetUp::new();
-        for volume in pod.spec.as_ref().and_then(|s| s.volumes.as_ref()).into_iter().flatten() {
-            let failed = |message: String| {
-                format!("MountVolume.SetUp failed for volume {:?} : {message}", volume.name)
-            };
-            let plugin_dir = |plugin: &str| self.pod_dir(uid).join("volumes").join(plugin).join(&volume.name);
-            let create = |dir: &Path| {
-                std::fs::create_dir_all(dir).map_err(|e| failed(format!("creating {}: {e}", dir.display())))
-            };
-            if let Some(empty) = &volume.empty_dir {
-                let dir = plugin_dir("kubernetes.io~empty-dir");
-                create(&dir)?;
-                match empty.medium.as_deref().unwrap_or_default() {
-                    "" => {}
-                    "Memory" => {
-                        let size = empty
-                            .size_limit
-                            .as_ref()
-                            .and_then(|q| keel_api::validation::quantity::Quantity::parse(&q.0));
-                        ensure_tmpfs(&dir, size.map(|q| q.value()))
-                            .map_err(|e| failed(format!("mounting tmpfs: {e}")))?;
-                    }
-                    other => {
-                        return Err(failed(format!("medium {other} is not supported by keel-kubelet yet")));
+        let mut failed = Vec::new();
+        let mut not_processed = BTreeMap::new();
+        for volume in spec.volumes.iter().flatten() {
+            let (is_mounted, is_device) = (mounted.contains(&volume.name), devices.contains(&volume.name));
+            if !is_mounted && !is_device {
+                continue;
+            }
+            let outcome = match &volume.persistent_volume_claim {
+                Some(claim) => {
+                    let pod_volume = claims::PodVolume {
+                        name: &volume.name,
+                        namespace,
+                        claim_name: &claim.claim_name,
+                        read_only: claim.read_only.unwrap_or(false),
+                        mounted: is_mounted,
+                        device: is_device,
+                    };
+                    let not_read = Err("not read".to_owned());
+                    let read = sources.claims.get(&claim.claim_name).unwrap_or(&not_read);
+                    let bound = claims::bound_volume_name(read).ok();
+                    let pv = bound.and_then(|name| sources.persistent_volumes.get(&name));
+                    match claims::resolve(&pod_volume, read, pv) {
+                        Ok(claimed) => self.set_up_claimed(pod, &claimed, sources),
+                        Err(error) => {
+                            not_processed.insert(volume.name.clone(), error);
+                            continue;
+                        }
                     }
                 }
-                set_up.insert(volume.name.clone(), (dir, false));
-                continue;
-            }
-            if let Some(host) = &volume.host_path {
-                let check = volumes::host_path_check(host.type_.as_deref()).map_err(&failed)?;
-                check_host_path(Path::new(&host.path), check).map_err(&failed)?;
-                set_up.insert(volume.name.clone(), (PathBuf::from(&host.path), false));
-                continue;
-            }
-            let (plugin, memory) = if volume.config_map.is_some() {
-                ("kubernetes.io~configmap", false)
-            } else if volume.secret.is_some() {
-                ("kubernetes.io~secret", true)
-            } else if volume.downward_api.is_some() {
-                ("kubernetes.io~downward-api", true)
-            } else if volume.projected.is_some() {
-                ("kubernetes.io~projected", true)
-            } else {
-                return Err(failed("this volume type is not supported by keel-kubelet yet".into()));
+                None => self.set_up_volume(pod, volume, &facts, sources),
             };
-            let payload = match volumes::payload(pod, volume, &facts, sources) {
-                Some(payload) => payload.map_err(&failed)?,
-                None => return Err(failed("this volume type is not supported by keel-kubelet yet".into())),
-            };
-            let dir = plugin_dir(plugin);
-            create(&dir)?;
-            if memory {
-                ensure_tmpfs(&dir, None).map_err(|e| failed(format!("mounting tmpfs: {e}")))?;
+            match outcome {
+                Ok(entry) => {
+                    set_up.insert(volume.name.clone(), entry);
+                }
+                Err(message) => failed.push(message),
             }
-            atomic_writer::write(&dir, &payload).map_err(|e| failed(format!("writing the volume: {e}")))?;
-            set_up.insert(volume.name.clone(), (dir, true));
         }
-        Ok(set_up)
+        if !not_processed.is_empty() {
+            let unmounted =
+                mounted.union(&devices).filter(|name| !set_up.contains_key(*name)).cloned().collect();
+            failed.push(claims::unable_to_mount(&unmounted, &not_processed));
+        }
+        if failed.is_empty() { Ok(set_up) } else { Err(failed) }
+    }
+
+    /// Sets up one volume that is not a claim: its host path and whether it is read-only.
+    fn set_up_volume(
+        &self,
+        pod: &Pod,
+        volume: &Volume,
+        facts: &PodFacts,
+        sources: &Sources,
+    ) -> Result<(PathBuf, bool), String> {
+        let uid = pod.metadata.uid.as_deref().unwrap_or_default();
+        let failed =
+            |message: String| format!("MountVolume.SetUp failed for volume {:?} : {message}", volume.name);
+        let plugin_dir = |plugin: &str| self.pod_dir(uid).join("volumes").join(plugin).join(&volume.name);
+        let create = |dir: &Path| {
+            std::fs::create_dir_all(dir).map_err(|e| failed(format!("creating {}: {e}", dir.display())))
+        };
+        if let Some(empty) = &volume.empty_dir {
+            let dir = plugin_dir("kubernetes.io~empty-dir");
+            create(&dir)?;
+            match empty.medium.as_deref().unwrap_or_default() {
+                "" => {}
+                "Memory" => {
+                    let size = empty
+                        .size_limit
+                        .as_ref()
+                        .and_then(|q| keel_api::validation::quantity::Quantity::parse(&q.0));
+                    ensure_tmpfs(&dir, size.map(|q| q.value()))
+                        .map_err(|e| failed(format!("mounting tmpfs: {e}")))?;
+                }
+                other => {
+                    return Err(failed(format!("medium {other} is not supported by keel-kubelet yet")));
+                }
+            }
+            return Ok((dir, false));
+        }
+        if let Some(host) = &volume.host_path {
+            let check = volumes::host_path_check(host.type_.as_deref()).map_err(&failed)?;
+            check_host_path(Path::new(&host.path), check).map_err(&failed)?;
+            return Ok((PathBuf::from(&host.path), false));
+        }
+        let (plugin, memory) = if volume.config_map.is_some() {
+            ("kubernetes.io~configmap", false)
+        } else if volume.secret.is_some() {
+            ("kubernetes.io~secret", true)
+        } else if volume.downward_api.is_some() {
+            ("kubernetes.io~downward-api", true)
+        } else if volume.projected.is_some() {
+            ("kubernetes.io~projected", true)
+        } else {
+            return Err(failed("this volume type is not supported by keel-kubelet yet".into()));
+        };
+        let payload = match volumes::payload(pod, volume, facts, sources) {
+            Some(payload) => payload.map_err(&failed)?,
+            None => return Err(failed("this volume type is not supported by keel-kubelet yet".into())),
+        };
+        let dir = plugin_dir(plugin);
+        create(&dir)?;
+        if memory {
+            ensure_tmpfs(&dir, None).map_err(|e| failed(format!("mounting tmpfs: {e}")))?;
+        }
+        atomic_writer::write(&dir, &payload).map_err(|e| failed(format!("writing the volume: {e}")))?;
+        Ok((dir, true))
+    }
+
+    /// Mounts a claim's PersistentVolume as upstream's operation generator and its hostPath and
+    /// local plugins do: the node affinity checked against the Node's labels, a hostPath's type
+    /// checked, a local directory bind-mounted under the pod's directory (read-only when the pod
+    /// volume is). The error names the PV, in upstream's words.
+    fn set_up_claimed(
+        &self,
+        pod: &Pod,
+        claimed: &claims::ClaimedVolume,
+        sources: &Sources,
+    ) -> Result<(PathBuf, bool), String> {
+        let failed =
+            |step: &str, message: String| format!("{step} failed for volume {:?} : {message}", claimed.name);
+        if claimed.node_affinity.as_ref().is_some_and(|a| a.required.is_some()) {
+            let check = "MountVolume.NodeAffinity check";
+            let labels = match &sources.node_labels {
+                Some(Ok(labels)) => labels,
+                Some(Err(error)) => return Err(failed(check, error.clone())),
+                None => return Err(failed(check, "the Node was not read".into())),
+            };
+            claims::check_node_affinity(claimed.node_affinity.as_ref(), labels)
+                .map_err(|e| failed(check, e))?;
+        }
+        let set_up = "MountVolume.SetUp";
+        match &claimed.source {
+            claims::Source::HostPath { path, kind } => {
+                claims::no_backsteps(path)
+                    .map_err(|e| failed(set_up, format!("invalid HostPath `{path}`: {e}")))?;
+                let check = volumes::host_path_check(kind.as_deref()).map_err(|e| failed(set_up, e))?;
+                check_host_path(Path::new(path), check).map_err(|e| failed(set_up, e))?;
+                Ok((PathBuf::from(path), claimed.read_only))
+            }
+            claims::Source::Local { path } => {
+                use std::os::unix::fs::FileTypeExt;
+                // upstream's getGlobalLocalPath (in NewMounter): a directory, or a block device.
+                let kind = match std::fs::metadata(path) {
+                    Ok(metadata) => metadata.file_type(),
+                    Err(error) if error.kind() == std::io::ErrorKind::NotFound => {
+                        let message = format!("path {path:?} does not exist");
+                        return Err(failed("MountVolume.NewMounter initialization", message));
+                    }
+                    Err(error) => {
+                        return Err(failed("MountVolume.NewMounter initialization", error.to_string()));
+                    }
+                };
+                if kind.is_block_device() {
+                    let message =
+                        "local volumes on a block device are not supported by keel-kubelet yet".into();
+                    return Err(failed("MountVolume.MountDevice", message));
+                }
+                if !kind.is_dir() {
+                    let message = "only directory and block device are supported".into();
+                    return Err(failed("MountVolume.NewMounter initialization", message));
+                }
+                claims::no_backsteps(path)
+                    .map_err(|e| failed(set_up, format!("invalid path: {path} {e}")))?;
+                let uid = pod.metadata.uid.as_deref().unwrap_or_default();
+                let dir =
+                    self.pod_dir(uid).join("volumes").join(claims::LOCAL_PLUGIN_DIR).join(&claimed.name);
+                bind_mount(Path::new(path), &dir, claimed.read_only).map_err(|e| failed(set_up, e))?;
+                Ok((dir, claimed.read_only))
+            }
+            claims::Source::Unsupported => {
+                let message = "this PersistentVolume source is not supported by keel-kubelet yet".into();
+                Err(failed(set_up, message))
+            }
+        }
     }
 
     /// Starts one container (upstream's startContainer): back-off, image, config, create, start.
@@ -1002,8 +1218,11 @@ impl Kubelet {
             }
         }
         let dir = self.pod_dir(uid);
-        unmount_under(&dir);
-        if let Err(error) = std::fs::remove_dir_all(&dir)
+        // A pod directory with a volume still mounted in it is kept: removing it would remove what
+        // the volume holds (a local volume's data).
+        if !unmount_under(&dir) {
+            tracing::warn!(dir = %dir.display(), "volumes still mounted: the pod's directory is kept");
+        } else if let Err(error) = std::fs::remove_dir_all(&dir)
             && error.kind() != std::io::ErrorKind::NotFound
         {
             tracing::warn!(dir = %dir.display(), %error, "removing the pod's directory");
@@ -1247,7 +1466,7 @@ impl Kubelet {
                 steps.done("sources");
                 self.set_up_volumes(pod, &sources).map(|volumes| (sources, volumes))
             }
-            Err(message) => Err(message),
+            Err(message) => Err(vec![message]),
         };
         steps.done("volumes");
         let starting = actions.create_sandbox
@@ -1255,8 +1474,11 @@ impl Kubelet {
             || !actions.containers_to_start.is_empty();
         let (sources, volumes) = match set_up {
             Ok(set_up) => set_up,
-            Err(message) => {
-                self.recorder.pod_event(pod, None, Kind::Warning, "FailedMount", message.clone());
+            Err(messages) => {
+                for message in &messages {
+                    self.recorder.pod_event(pod, None, Kind::Warning, "FailedMount", message.clone());
+                }
+                let message = messages.join("; ");
                 if starting {
                     let runtime = cri.pod(uid).await.map_err(|s| rpc_message(&s))?;
                     self.write_status(pod, &runtime, &reasons, false).await;
@@ -1900,5 +2122,17 @@ pub async fn run(kubelet: impl Into<Arc<Kubelet>>) {
                 fingerprints = current;
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn mountinfo_escapes_are_undone() {
+        assert_eq!(unescape_mountinfo("/var/lib/my\\040root/pods"), "/var/lib/my root/pods");
+        assert_eq!(unescape_mountinfo("/a\\134b\\011c"), "/a\\b\tc");
+        assert_eq!(unescape_mountinfo("/plain\\09"), "/plain\\09");
     }
 }

@@ -1,14 +1,17 @@
 //! What a pod's volumes hold (upstream's volume plugins' payloads): the files of configMap,
 //! secret, downwardAPI and projected volumes (service account token, ConfigMap, Secret, downward
 //! API) with their modes, from the objects the kubelet read for the pod ([`Sources`]); and the
-//! hostPath type checks. Pure: the IO edge fetches the sources and writes the payload with the
-//! [`crate::atomic_writer`].
+//! hostPath type checks (persistentVolumeClaim volumes: [`crate::claims`]). Pure: the IO edge
+//! fetches the sources and writes the payload with the [`crate::atomic_writer`].
 
 use std::collections::{BTreeMap, BTreeSet};
 
 use k8s_openapi::api::core::v1::{
-    ConfigMap, DownwardAPIVolumeFile, KeyToPath, Pod, Secret, ServiceAccountTokenProjection, Volume,
+    ConfigMap, DownwardAPIVolumeFile, KeyToPath, PersistentVolume, PersistentVolumeClaim, Pod, Secret,
+    ServiceAccountTokenProjection, Volume,
 };
+
+use crate::claims::Fetched;
 
 use crate::pod_config::{PodFacts, field_value};
 
@@ -25,6 +28,12 @@ pub struct Sources {
     /// The Service environment variables of the pod ([`crate::pod_config::service_environment`]);
     /// none until the kubelet has read the Services once (a static pod needs none).
     pub service_env: Option<BTreeMap<String, String>>,
+    /// The claims of the persistentVolumeClaim volumes the containers use, by name, and the
+    /// PersistentVolumes bound ones name, by name ([`crate::claims`]).
+    pub claims: BTreeMap<String, Fetched<PersistentVolumeClaim>>,
+    pub persistent_volumes: BTreeMap<String, Fetched<PersistentVolume>>,
+    /// The Node's labels, read when one of those volumes has a node affinity.
+    pub node_labels: Option<Fetched<BTreeMap<String, String>>>,
 }
 
 impl Sources {
@@ -328,7 +337,7 @@ mod tests {
             ]),
             secrets: BTreeMap::from([("db".to_owned(), Some(secret))]),
             tokens: BTreeMap::from([("/3607".to_owned(), "jwt".to_owned())]),
-            service_env: None,
+            ..Sources::default()
         }
     }
 

@@ -20,6 +20,9 @@
 //!   prefixed envFrom ConfigMap;
 //! - a pod whose ConfigMap does not exist waits in ContainerCreating with FailedMount, and runs
 //!   once it is created;
+//! - persistentVolumeClaim volumes of a hostPath and a local PersistentVolume carry what a pod
+//!   writes to the host, read-only where the claim or the mount says so; a pod whose claim is not
+//!   bound waits with upstream's FailedMount and runs once it is ([`persistent_volume_claims`]);
 //! - deleted with a 1 s grace period, a pod's container stops on SIGTERM and the Pod object goes;
 //!   force-deleted pods are torn down too; at the end the runtime holds nothing of any pod and
 //!   the kubelet's pod directories are gone.
@@ -30,7 +33,9 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail, ensure};
-use k8s_openapi::api::core::v1::{ConfigMap, Event, Node, Pod, Secret, Service, ServiceAccount};
+use k8s_openapi::api::core::v1::{
+    ConfigMap, Event, Node, PersistentVolume, PersistentVolumeClaim, Pod, Secret, Service, ServiceAccount,
+};
 use keel_apiserver::kubelet_client::KubeletClientConfig;
 use keel_kubelet::agent::{Agent, Timings};
 use keel_kubelet::machine::MachineInfo;
@@ -45,7 +50,7 @@ use keel_testbed::kube_apiserver::{self, KubeApiServer, KubeApiServerOptions};
 use keel_testbed::kubelet_node::{KubeletNode, NodeRuntime, POD_SUBNET as SUBNET, UpstreamKubelet};
 use keel_testbed::mount_ns::{MountNs, kubelet_overlays};
 use kube::Api;
-use kube::api::{DeleteParams, ListParams, PostParams};
+use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use serde_json::json;
 
 use crate::support::{client, keel_with};
@@ -384,6 +389,9 @@ async fn scenario(
     };
     let mut outcome = pods_on_node(&admin, &socket, &side, expected_runtime).await;
     if outcome.is_ok() {
+        outcome = persistent_volume_claims(&admin, &side).await;
+    }
+    if outcome.is_ok() {
         outcome = container_logs(&admin, &server.admin_kubeconfig, &clients).await;
     }
     if outcome.is_ok() {
@@ -705,6 +713,156 @@ async fn pods_on_node(admin: &kube::Client, socket: &Path, side: &Side, runtime_
     let mounted: Vec<&str> =
         mountinfo.lines().filter(|l| l.split(' ').nth(4).is_some_and(|p| p.starts_with(&prefix))).collect();
     ensure!(mounted.is_empty(), "volumes still mounted: {mounted:?}");
+    Ok(())
+}
+
+/// persistentVolumeClaim volumes (issue 19): a hostPath PersistentVolume and a local one with
+/// node affinity to n1, their claims bound by hand as the PV controller would (spec.volumeName,
+/// the PV's claimRef, then phase Bound through persistentvolumeclaims/status):
+/// - a pod writes through both claims, and through a subPath of the local one, and the files are
+///   on the host; a container mount marked readOnly, and a claim the pod mounts readOnly, refuse
+///   writes;
+/// - a pod whose claim is still Pending waits in ContainerCreating with upstream's FailedMount
+///   ("Unable to attach or mount volumes: ... PVC is not bound"), and runs once it is bound;
+/// - once the pods are deleted nothing of them is mounted any more, their directories go, and
+///   the volumes' data stays.
+async fn persistent_volume_claims(admin: &kube::Client, side: &Side) -> Result<()> {
+    let dir = tempfile::Builder::new().prefix("keel-kubelet-pv-").tempdir()?;
+    let (host, local, late) = (dir.path().join("host"), dir.path().join("local"), dir.path().join("late"));
+    std::fs::create_dir(&host)?;
+    std::fs::create_dir(&local)?;
+    let claims: Api<PersistentVolumeClaim> = Api::namespaced(admin.clone(), "default");
+    let volumes: Api<PersistentVolume> = Api::all(admin.clone());
+    let mut uids = BTreeMap::new();
+    for (claim, volume) in [("host-claim", "pv-host"), ("local-claim", "pv-local"), ("late-claim", "pv-late")]
+    {
+        let pvc: PersistentVolumeClaim = serde_json::from_value(json!({"metadata": {"name": claim},
+            "spec": {"accessModes": ["ReadWriteOnce"], "storageClassName": "", "volumeName": volume,
+                     "resources": {"requests": {"storage": "1Gi"}}}}))?;
+        let created = claims.create(&PostParams::default(), &pvc).await?;
+        uids.insert(claim, created.metadata.uid.unwrap_or_default());
+    }
+    let on_n1 = json!({"required": {"nodeSelectorTerms": [{"matchExpressions": [
+        {"key": "kubernetes.io/hostname", "operator": "In", "values": ["n1"]}]}]}});
+    for (name, claim, source) in [
+        ("pv-host", "host-claim", json!({"hostPath": {"path": host, "type": "Directory"}})),
+        ("pv-local", "local-claim", json!({"local": {"path": local}, "nodeAffinity": on_n1})),
+        ("pv-late", "late-claim", json!({"hostPath": {"path": late, "type": "DirectoryOrCreate"}})),
+    ] {
+        let mut spec = json!({"capacity": {"storage": "1Gi"}, "accessModes": ["ReadWriteOnce"],
+            "storageClassName": "", "claimRef": {"namespace": "default", "name": claim, "uid": uids[claim]}});
+        if let (Some(spec), Some(source)) = (spec.as_object_mut(), source.as_object()) {
+            spec.extend(source.clone());
+        }
+        let pv: PersistentVolume = serde_json::from_value(json!({"metadata": {"name": name}, "spec": spec}))?;
+        volumes.create(&PostParams::default(), &pv).await?;
+    }
+    let bind = async |claim: &str| -> Result<()> {
+        let bound = json!({"status": {"phase": "Bound"}});
+        claims.patch_status(claim, &PatchParams::default(), &Patch::Merge(&bound)).await?;
+        Ok(())
+    };
+    bind("host-claim").await?;
+    bind("local-claim").await?;
+
+    let pods: Api<Pod> = Api::namespaced(admin.clone(), "default");
+    let image = format!("{PAUSE_REGISTRY}/keel/busybox:1.0");
+    let claim = |name: &str, read_only: bool| json!({"name": name, "persistentVolumeClaim": {"claimName": format!("{name}-claim"), "readOnly": read_only}});
+    let created = [
+        pod(
+            "claims",
+            json!({"restartPolicy": "Never", "terminationGracePeriodSeconds": 1,
+                "containers": [{"name": "c", "image": image, "command": ["sh", "-c", concat!(
+                    "echo host > /host/out && echo local > /local/out && echo sub > /sub/out && ",
+                    "(touch /host-ro/x 2>/dev/null && echo writable || echo read-only) > /host/mount-ro")],
+                "volumeMounts": [{"name": "host", "mountPath": "/host"},
+                                 {"name": "local", "mountPath": "/local"},
+                                 {"name": "local", "mountPath": "/sub", "subPath": "sub"},
+                                 {"name": "host", "mountPath": "/host-ro", "readOnly": true}]}],
+                "volumes": [claim("host", false), claim("local", false)]}),
+        )?,
+        pod(
+            "claims-ro",
+            json!({"restartPolicy": "Never", "terminationGracePeriodSeconds": 1,
+                "containers": [{"name": "c", "image": image, "command": ["sh", "-c",
+                    "(touch /local/x 2>/dev/null && echo writable || echo read-only) > /host/claim-ro"],
+                "volumeMounts": [{"name": "host", "mountPath": "/host"},
+                                 {"name": "local", "mountPath": "/local"}]}],
+                "volumes": [claim("host", false), claim("local", true)]}),
+        )?,
+        pod(
+            "late",
+            json!({"restartPolicy": "Never", "terminationGracePeriodSeconds": 1,
+                "containers": [{"name": "c", "image": image, "command": ["sh", "-c", "echo late > /late/out"],
+                "volumeMounts": [{"name": "late", "mountPath": "/late"}]}],
+                "volumes": [claim("late", false)]}),
+        )?,
+    ];
+    let mut pod_uids = Vec::new();
+    for pod in &created {
+        pod_uids.push(pods.create(&PostParams::default(), pod).await?.metadata.uid.unwrap_or_default());
+    }
+    let succeeded = async |name: &str| {
+        wait_for(&format!("{name} Succeeded"), async || {
+            let pod = pods.get(name).await?;
+            let phase = pod.status.as_ref().and_then(|s| s.phase.clone()).unwrap_or_default();
+            ensure!(phase != "Failed", "{name} failed: {:?}", pod.status);
+            Ok((phase == "Succeeded").then_some(()))
+        })
+        .await
+    };
+    succeeded("claims").await?;
+    succeeded("claims-ro").await?;
+    for (file, expected) in [
+        (host.join("out"), "host\n"),
+        (local.join("out"), "local\n"),
+        (local.join("sub/out"), "sub\n"),
+        (host.join("mount-ro"), "read-only\n"),
+        (host.join("claim-ro"), "read-only\n"),
+    ] {
+        let found = std::fs::read_to_string(&file).unwrap_or_default();
+        ensure!(found == expected, "{}: {found:?}, not {expected:?}", file.display());
+    }
+
+    // An unbound claim: upstream's volume manager cannot process the volume.
+    let events: Api<Event> = Api::namespaced(admin.clone(), "default");
+    let expected =
+        "failed to process volumes=[late]: error processing PVC default/late-claim: PVC is not bound";
+    let message = wait_for("late's FailedMount for its unbound claim", async || {
+        let list = events.list(&ListParams::default()).await?.items;
+        Ok(list
+            .into_iter()
+            .filter(|e| e.involved_object.name.as_deref() == Some("late"))
+            .filter(|e| e.reason.as_deref() == Some("FailedMount"))
+            .find_map(|e| e.message.filter(|m| m.contains(expected))))
+    })
+    .await?;
+    ensure!(
+        message.starts_with("Unable to attach or mount volumes: unmounted volumes=[")
+            && message.ends_with(expected),
+        "late's FailedMount: {message}"
+    );
+    let waiting = pods.get("late").await?;
+    ensure!(waiting_reason(&waiting).as_deref() == Some("ContainerCreating"), "{:?}", waiting.status);
+    bind("late-claim").await?;
+    succeeded("late").await?;
+    let found = std::fs::read_to_string(late.join("out")).unwrap_or_default();
+    ensure!(found == "late\n", "late's file: {found:?}");
+
+    for name in ["claims", "claims-ro", "late"] {
+        pods.delete(name, &DeleteParams { grace_period_seconds: Some(1), ..DeleteParams::default() }).await?;
+    }
+    let root = side.root.join("pods");
+    wait_for_within("the claims' pods unmounted and their directories gone", GC_WAIT, async || {
+        let gone = pod_uids.iter().all(|uid| !root.join(uid).exists());
+        let mountinfo = std::fs::read_to_string(&side.mountinfo)?;
+        let mounted = mountinfo.lines().any(|l| pod_uids.iter().any(|uid| l.contains(uid.as_str())));
+        Ok((gone && !mounted).then_some(()))
+    })
+    .await?;
+    // What the pods wrote outlives them.
+    let kept = std::fs::read_to_string(local.join("out")).unwrap_or_default();
+    ensure!(kept == "local\n", "the local volume's data after its pods: {kept:?}");
     Ok(())
 }
 
