@@ -718,7 +718,7 @@ async fn pods_on_node(admin: &kube::Client, socket: &Path, side: &Side, runtime_
 
 /// persistentVolumeClaim volumes (issue 19): a hostPath PersistentVolume and a local one with
 /// node affinity to n1, their claims bound by hand as the PV controller would (spec.volumeName,
-/// the PV's claimRef, then phase Bound through persistentvolumeclaims/status):
+/// the PV's claimRef, then phase Bound with the capacity through persistentvolumeclaims/status):
 /// - a pod writes through both claims, and through a subPath of the local one, and the files are
 ///   on the host; a container mount marked readOnly, and a claim the pod mounts readOnly, refuse
 ///   writes;
@@ -757,8 +757,12 @@ async fn persistent_volume_claims(admin: &kube::Client, side: &Side) -> Result<(
         let pv: PersistentVolume = serde_json::from_value(json!({"metadata": {"name": name}, "spec": spec}))?;
         volumes.create(&PostParams::default(), &pv).await?;
     }
+    // The status the PV controller writes when it binds: without its capacity, the upstream
+    // kubelet takes a local volume for one to expand and panics marking the claim resized
+    // (MarkFSResizeFinished writes into the nil capacity map).
     let bind = async |claim: &str| -> Result<()> {
-        let bound = json!({"status": {"phase": "Bound"}});
+        let bound = json!({"status": {"phase": "Bound", "accessModes": ["ReadWriteOnce"],
+                                      "capacity": {"storage": "1Gi"}}});
         claims.patch_status(claim, &PatchParams::default(), &Patch::Merge(&bound)).await?;
         Ok(())
     };
