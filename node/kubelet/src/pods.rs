@@ -1595,7 +1595,9 @@ impl Kubelet {
         // cgroup gone before the final deletion. The exited containers and sandbox are removed
         // after it, by clean_up once the API has dropped the pod (upstream leaves them to its
         // container GC), off the deletion's path.
-        unmount_under(&self.pod_dir(uid));
+        if !unmount_under(&self.pod_dir(uid)) {
+            return Err("the pod's volumes are still mounted".to_owned());
+        }
         self.destroy_cgroup(uid).await?;
         let namespace = pod.metadata.namespace.as_deref().unwrap_or("default");
         let pods: Api<Pod> = Api::namespaced(self.client.clone(), namespace);
