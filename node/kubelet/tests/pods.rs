@@ -1657,7 +1657,12 @@ async fn static_pods(admin: &kube::Client, socket: &Path, side: &Side) -> Result
     let first_uid = mirror.metadata.uid.clone();
     pods.delete("static-web-n1", &DeleteParams { grace_period_seconds: Some(0), ..DeleteParams::default() })
         .await?;
-    let again = wait_for("the mirror pod recreated", async || {
+    // keel-kubelet makes it again at once. The upstream kubelet handles the removal by syncing the
+    // static pod with the deleted mirror, whose delete finds nothing (NotFound: no recreation in
+    // that sync), and makes it again at the static pod's next resync — syncFrequency 1 min with
+    // its worker's jitter, up to 90 s.
+    let within = if side.node_ip != "127.0.0.1" { GC_WAIT } else { WAIT };
+    let again = wait_for_within("the mirror pod recreated", within, async || {
         let mirror = pods.get_opt("static-web-n1").await?;
         Ok(mirror.filter(|m| m.metadata.uid != first_uid && m.metadata.deletion_timestamp.is_none()))
     })
