@@ -141,7 +141,7 @@ pub fn parse_mountinfo(text: &str, root: &Path) -> Result<Layout, CgroupError> {
         else {
             continue;
         };
-        let mount_point = under_root(root, &unescape_octal(mount_point));
+        let mount_point = under_root(root, &unescape_mountinfo(mount_point));
         match fstype {
             "cgroup2" => {
                 layout.unified.get_or_insert(mount_point);
@@ -162,8 +162,9 @@ pub fn parse_mountinfo(text: &str, root: &Path) -> Result<Layout, CgroupError> {
     Ok(layout)
 }
 
-/// mountinfo escapes space, tab, newline and backslash as `\ooo`.
-fn unescape_octal(field: &str) -> String {
+/// A mountinfo field with its escapes undone: mountinfo writes space, tab, newline and backslash
+/// as `\ooo`.
+pub fn unescape_mountinfo(field: &str) -> String {
     let bytes = field.as_bytes();
     let mut out = Vec::with_capacity(bytes.len());
     let mut i = 0;
@@ -225,6 +226,13 @@ pub fn remove(layout: &Layout, cgroups_path: &str) -> Result<(), CgroupError> {
 mod tests {
     use super::*;
     use crate::examples::{HYBRID, UNIFIED, V1};
+
+    #[test]
+    fn mountinfo_escapes_are_undone() {
+        assert_eq!(unescape_mountinfo("/var/lib/my\\040root/pods"), "/var/lib/my root/pods");
+        assert_eq!(unescape_mountinfo("/a\\134b\\011c"), "/a\\b\tc");
+        assert_eq!(unescape_mountinfo("/plain\\09"), "/plain\\09");
+    }
 
     #[test]
     fn hugetlb_is_present_only_where_runc_can_use_it() {

@@ -13,5 +13,7 @@ pub mod examples;
 pub mod layout;
 pub mod manager;
 
-pub use layout::{CgroupError, Layout, Mode, cgroup_dir, check_path, detect, parse_mountinfo, remove};
+pub use layout::{
+    CgroupError, Layout, Mode, cgroup_dir, check_path, detect, parse_mountinfo, remove, unescape_mountinfo,
+};
 pub use manager::{Resources, cpu_weight};

@@ -391,29 +391,7 @@ fn ensure_tmpfs(dir: &Path, size: Option<i64>) -> nix::Result<()> {
 /// escapes of spaces, tabs, newlines and backslashes undone).
 fn mount_points() -> Vec<String> {
     let Ok(mountinfo) = std::fs::read_to_string("/proc/self/mountinfo") else { return Vec::new() };
-    mountinfo.lines().filter_map(|l| l.split(' ').nth(4)).map(unescape_mountinfo).collect()
-}
-
-fn unescape_mountinfo(field: &str) -> String {
-    let bytes = field.as_bytes();
-    let mut out = Vec::with_capacity(bytes.len());
-    let mut i = 0;
-    while i < bytes.len() {
-        let octal = bytes
-            .get(i + 1..i + 4)
-            .filter(|d| bytes[i] == b'\\' && d.iter().all(|c| (b'0'..=b'7').contains(c)));
-        match octal.and_then(|d| u8::from_str_radix(std::str::from_utf8(d).ok()?, 8).ok()) {
-            Some(byte) => {
-                out.push(byte);
-                i += 4;
-            }
-            None => {
-                out.push(bytes[i]);
-                i += 1;
-            }
-        }
-    }
-    String::from_utf8_lossy(&out).into_owned()
+    mountinfo.lines().filter_map(|l| l.split(' ').nth(4)).map(keel_cgroups::unescape_mountinfo).collect()
 }
 
 /// The mount points under `dir`.
@@ -2124,17 +2102,5 @@ pub async fn run(kubelet: impl Into<Arc<Kubelet>>) {
                 fingerprints = current;
             }
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn mountinfo_escapes_are_undone() {
-        assert_eq!(unescape_mountinfo("/var/lib/my\\040root/pods"), "/var/lib/my root/pods");
-        assert_eq!(unescape_mountinfo("/a\\134b\\011c"), "/a\\b\tc");
-        assert_eq!(unescape_mountinfo("/plain\\09"), "/plain\\09");
     }
 }
