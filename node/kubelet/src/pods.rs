@@ -9,8 +9,9 @@
 //! - a sync reads what the runtime holds of the pod, computes the actions and carries them out in
 //!   upstream's order (kill, sandbox, init container, containers), then patches the status when it
 //!   changed;
-//! - a deleted pod's containers are stopped within its grace period, its sandbox stopped, both
-//!   removed with its directory, its terminal status written, and the Pod object deleted.
+//! - a deleted pod's containers are stopped within its grace period, its sandbox stopped, its
+//!   terminal status written, its volumes unmounted and its cgroup destroyed, and the Pod object
+//!   deleted; its exited containers, sandbox and directory are removed once the API has dropped it.
 //!
 //! Volumes: emptyDir (disk or tmpfs), hostPath, configMap, secret, downwardAPI and projected
 //! (the kube-api-access volume with its service account token), and persistentVolumeClaim bound
